@@ -1,0 +1,97 @@
+//! `mock-worker`: an LLM engine simulator for tollgate's integration tests
+//! and benchmarks.
+//!
+//! It speaks the HTTP surfaces of SGLang, vLLM and llama.cpp (chat,
+//! completions, native generate, Anthropic messages, responses,
+//! embeddings, …) with configurable latency, simulated load and prefix
+//! cache, and injectable faults, and records what it received so tests can
+//! check what the gateway sent. It is built directly on hyper so that it is
+//! never the bottleneck of a benchmark. Run with `--help` for the flags;
+//! the `/mock/*` routes (see `control.rs`) steer it at run time.
+
+mod body;
+mod cache;
+mod cli;
+mod config;
+mod control;
+mod engine;
+mod formats;
+mod inference;
+mod metrics;
+mod prompt;
+mod reqlog;
+mod respond;
+mod routes;
+mod server;
+mod sse;
+mod state;
+mod stats;
+mod stream;
+mod utility;
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+
+use crate::cli::{Command, Flags};
+use crate::state::AppState;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() -> ExitCode {
+    let flags = match cli::parse(std::env::args_os().skip(1)) {
+        Ok(Command::Run(flags)) => flags,
+        Ok(Command::Help) => {
+            print!("{}", cli::HELP);
+            return ExitCode::SUCCESS;
+        }
+        Err(message) => {
+            eprintln!("mock-worker: {message} (see --help)");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(flags.threads)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("mock-worker: cannot start runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(run(&flags));
+    // Do not wait for streams still in flight: exit promptly on a signal.
+    runtime.shutdown_background();
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("mock-worker: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(flags: &Flags) -> Result<(), String> {
+    let listener = TcpListener::bind((flags.host.as_str(), flags.port))
+        .await
+        .map_err(|e| format!("cannot listen on {}:{}: {e}", flags.host, flags.port))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("cannot read listening address: {e}"))?;
+    let state = Arc::new(AppState::new(flags, addr.port()));
+
+    // The one line tests wait for to learn the port.
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "LISTENING {addr}")
+        .and_then(|()| stdout.flush())
+        .map_err(|e| format!("cannot write to stdout: {e}"))?;
+    drop(stdout);
+
+    server::serve(listener, state).await;
+    Ok(())
+}

@@ -1,0 +1,589 @@
+//! The flag table: one row per flag, read both by the parser and by `--help`.
+//!
+//! A row names the flag (without dashes), its help group, the default shown in `--help`, a
+//! one-line meaning and a setter. The setter validates the raw text and stores it in
+//! [`Config`]; it is a plain non-capturing closure, so the row is the only code a new flag
+//! needs besides its `Config` field.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::{Config, IoEngine, LogLevel, PolicyName, Secret};
+
+/// Help sections, printed in declaration order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Group {
+    Listener,
+    Workers,
+    Routing,
+    Runtime,
+    LimitsAndTimeouts,
+    Logging,
+    Authentication,
+    Metrics,
+}
+
+impl Group {
+    pub const ALL: &'static [Group] = &[
+        Group::Listener,
+        Group::Workers,
+        Group::Routing,
+        Group::Runtime,
+        Group::LimitsAndTimeouts,
+        Group::Logging,
+        Group::Authentication,
+        Group::Metrics,
+    ];
+
+    pub fn title(self) -> &'static str {
+        match self {
+            Group::Listener => "Listener",
+            Group::Workers => "Workers",
+            Group::Routing => "Routing",
+            Group::Runtime => "Runtime",
+            Group::LimitsAndTimeouts => "Limits and timeouts",
+            Group::Logging => "Logging",
+            Group::Authentication => "Authentication",
+            Group::Metrics => "Metrics",
+        }
+    }
+}
+
+/// A value the setter refused: the raw text and what was expected instead.
+///
+/// The parser drops `value` for secret flags before building the error message.
+#[derive(Clone, Debug)]
+pub struct Invalid {
+    pub value: String,
+    pub expected: Cow<'static, str>,
+}
+
+impl Invalid {
+    pub fn new(value: &str, expected: impl Into<Cow<'static, str>>) -> Self {
+        Invalid {
+            value: value.to_owned(),
+            expected: expected.into(),
+        }
+    }
+}
+
+/// Stores a validated value (or rejects it).
+pub type SetOne = fn(&mut Config, &str) -> Result<(), Invalid>;
+/// Stores the values of one occurrence of a multi-value flag.
+pub type SetMany = fn(&mut Config, &[String]) -> Result<(), Invalid>;
+
+/// How a flag takes its value.
+#[derive(Clone, Copy)]
+pub enum Kind {
+    /// No value: `--log-json`.
+    Switch(fn(&mut Config)),
+    /// Exactly one value: `--port 8080` or `--port=8080`.
+    One {
+        value_name: &'static str,
+        set: SetOne,
+    },
+    /// One or more values up to the next flag: `--worker-urls A B`. Repeatable; the setter
+    /// decides whether a repeat appends or replaces.
+    Many {
+        value_name: &'static str,
+        set: SetMany,
+    },
+}
+
+/// One row of the flag table.
+#[derive(Clone, Copy)]
+pub struct Flag {
+    /// Long name without the leading `--`.
+    pub name: &'static str,
+    pub group: Group,
+    /// The default as shown in `--help`.
+    pub default: &'static str,
+    /// One-line meaning for `--help`.
+    pub help: &'static str,
+    /// The value is a credential: never echoed in errors.
+    pub secret: bool,
+    pub kind: Kind,
+}
+
+impl Flag {
+    pub const fn switch(
+        name: &'static str,
+        group: Group,
+        help: &'static str,
+        set: fn(&mut Config),
+    ) -> Flag {
+        Flag {
+            name,
+            group,
+            default: "off",
+            help,
+            secret: false,
+            kind: Kind::Switch(set),
+        }
+    }
+
+    pub const fn one(
+        name: &'static str,
+        value_name: &'static str,
+        default: &'static str,
+        group: Group,
+        help: &'static str,
+        set: SetOne,
+    ) -> Flag {
+        Flag {
+            name,
+            group,
+            default,
+            help,
+            secret: false,
+            kind: Kind::One { value_name, set },
+        }
+    }
+
+    pub const fn many(
+        name: &'static str,
+        value_name: &'static str,
+        default: &'static str,
+        group: Group,
+        help: &'static str,
+        set: SetMany,
+    ) -> Flag {
+        Flag {
+            name,
+            group,
+            default,
+            help,
+            secret: false,
+            kind: Kind::Many { value_name, set },
+        }
+    }
+
+    /// Marks the value as a credential.
+    pub const fn secret(mut self) -> Flag {
+        self.secret = true;
+        self
+    }
+
+    /// `--name <VALUE>`, `--name <VALUE>...` or `--name`, as shown in `--help`.
+    pub fn synopsis(&self) -> String {
+        match self.kind {
+            Kind::Switch(_) => format!("--{}", self.name),
+            Kind::One { value_name, .. } => format!("--{} <{}>", self.name, value_name),
+            Kind::Many { value_name, .. } => format!("--{} <{}>...", self.name, value_name),
+        }
+    }
+}
+
+/// Every flag the binary accepts (besides `--help` and `--version`).
+pub static FLAGS: &[Flag] = &[
+    // Listener
+    Flag::one(
+        "host",
+        "ADDR",
+        "0.0.0.0",
+        Group::Listener,
+        "IP address the main listener binds",
+        |c, v| {
+            c.host = ip_addr(v)?;
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "port",
+        "PORT",
+        "30000",
+        Group::Listener,
+        "Port of the main listener (0 picks a free port)",
+        |c, v| {
+            c.port = port(v, true)?;
+            Ok(())
+        },
+    ),
+    // Workers
+    Flag::many(
+        "worker-urls",
+        "URL",
+        "none",
+        Group::Workers,
+        "HTTP workers registered at startup (http:// or https://); repeatable",
+        |c, values| {
+            for v in values {
+                c.worker_urls.push(worker_url(v)?);
+            }
+            Ok(())
+        },
+    ),
+    // Routing
+    Flag::one(
+        "policy",
+        "NAME",
+        "round_robin",
+        Group::Routing,
+        "Routing policy: random, round_robin, power_of_two, cache_aware, prefix_hash, \
+         consistent_hashing, manual, bucket",
+        |c, v| {
+            c.policy = choice(v, PolicyName::ALL, PolicyName::as_str)?;
+            Ok(())
+        },
+    ),
+    // Runtime
+    Flag::one(
+        "runtime-worker-threads",
+        "N",
+        "number of CPUs",
+        Group::Runtime,
+        "Data-plane threads, each with its own runtime and listener socket",
+        |c, v| {
+            c.runtime_worker_threads = integer(v, 1, MAX_THREADS)? as usize;
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "io-engine",
+        "ENGINE",
+        "auto",
+        Group::Runtime,
+        "I/O engine: auto (probe io_uring, fall back to epoll), uring, epoll",
+        |c, v| {
+            c.io_engine = choice(v, IoEngine::ALL, IoEngine::as_str)?;
+            Ok(())
+        },
+    ),
+    // Limits and timeouts
+    Flag::one(
+        "request-timeout-secs",
+        "SECS",
+        "1800",
+        Group::LimitsAndTimeouts,
+        "Default timeout of a request to a worker",
+        |c, v| {
+            c.request_timeout = seconds(v, 1)?;
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "max-payload-size",
+        "BYTES",
+        "512MiB",
+        Group::LimitsAndTimeouts,
+        "Largest accepted request body; plain bytes or a K/M/G, KiB/MiB/GiB suffix",
+        |c, v| {
+            c.max_payload_size = byte_size(v)?;
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "shutdown-grace-period-secs",
+        "SECS",
+        "180",
+        Group::LimitsAndTimeouts,
+        "Time in-flight requests get to finish on shutdown",
+        |c, v| {
+            c.shutdown_grace_period = seconds(v, 0)?;
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "upstream-pool-idle-timeout-secs",
+        "SECS",
+        "3",
+        Group::LimitsAndTimeouts,
+        "Idle time after which upstream connections are closed (0 keeps them forever)",
+        |c, v| {
+            let idle = seconds(v, 0)?;
+            c.upstream_pool_idle_timeout = (!idle.is_zero()).then_some(idle);
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "header-read-timeout-secs",
+        "SECS",
+        "30",
+        Group::LimitsAndTimeouts,
+        "Time a client has to send the request head (then 408)",
+        |c, v| {
+            c.header_read_timeout = seconds(v, 1)?;
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "keep-alive-timeout-secs",
+        "SECS",
+        "75",
+        Group::LimitsAndTimeouts,
+        "Idle keep-alive client connections are closed after this",
+        |c, v| {
+            c.keep_alive_timeout = seconds(v, 1)?;
+            Ok(())
+        },
+    ),
+    // Logging
+    Flag::one(
+        "log-level",
+        "LEVEL",
+        "info",
+        Group::Logging,
+        "Minimum log level: trace, debug, info, warn, error",
+        |c, v| {
+            c.log_level = choice(v, LogLevel::ALL, LogLevel::as_str)?;
+            Ok(())
+        },
+    ),
+    Flag::switch(
+        "log-json",
+        Group::Logging,
+        "Write log records as JSON objects",
+        |c| c.log_json = true,
+    ),
+    Flag::one(
+        "log-dir",
+        "DIR",
+        "none",
+        Group::Logging,
+        "Also write logs to files in this directory",
+        |c, v| {
+            if v.is_empty() {
+                return Err(Invalid::new(v, "expected a directory path"));
+            }
+            c.log_dir = Some(PathBuf::from(v));
+            Ok(())
+        },
+    ),
+    // Authentication
+    Flag::one(
+        "api-key",
+        "KEY",
+        "none",
+        Group::Authentication,
+        "Data-plane bearer key; also the key sent to workers from --worker-urls",
+        |c, v| {
+            if v.is_empty() {
+                return Err(Invalid::new(v, "expected a non-empty key"));
+            }
+            c.api_key = Some(Secret::new(v));
+            Ok(())
+        },
+    )
+    .secret(),
+    // Metrics
+    Flag::one(
+        "prometheus-host",
+        "ADDR",
+        "0.0.0.0",
+        Group::Metrics,
+        "IP address the metrics listener (GET /metrics) binds",
+        |c, v| {
+            c.prometheus_host = ip_addr(v)?;
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "prometheus-port",
+        "PORT",
+        "29000",
+        Group::Metrics,
+        "Port of the metrics listener (must be > 0)",
+        |c, v| {
+            c.prometheus_port = port(v, false)?;
+            Ok(())
+        },
+    ),
+];
+
+/// The row for `--name`, if any.
+pub fn lookup(name: &str) -> Option<&'static Flag> {
+    FLAGS.iter().find(|flag| flag.name == name)
+}
+
+// ---------------------------------------------------------------------------------------
+// Value parsers shared by the setters. Each returns `Invalid` with an "expected ..." text.
+
+/// Upper bound of `--runtime-worker-threads`.
+pub const MAX_THREADS: u64 = 4096;
+
+/// Upper bound of every `*-secs` flag: one year keeps `Instant` arithmetic far from overflow.
+pub const MAX_SECS: u64 = 365 * 24 * 60 * 60;
+
+pub fn ip_addr(v: &str) -> Result<IpAddr, Invalid> {
+    v.parse()
+        .map_err(|_| Invalid::new(v, "expected an IP address such as 0.0.0.0 or ::1"))
+}
+
+/// A port number; `allow_zero` for listeners where 0 means "pick a free port".
+pub fn port(v: &str, allow_zero: bool) -> Result<u16, Invalid> {
+    let expected = if allow_zero {
+        "expected an integer 0-65535"
+    } else {
+        "expected an integer 1-65535"
+    };
+    let n: u16 = v.parse().map_err(|_| Invalid::new(v, expected))?;
+    if n == 0 && !allow_zero {
+        return Err(Invalid::new(v, "Port must be > 0"));
+    }
+    Ok(n)
+}
+
+/// A decimal integer in `min..=max`.
+pub fn integer(v: &str, min: u64, max: u64) -> Result<u64, Invalid> {
+    match v.parse::<u64>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(Invalid::new(v, format!("expected an integer {min}-{max}"))),
+    }
+}
+
+/// Whole seconds, at least `min`, at most [`MAX_SECS`].
+pub fn seconds(v: &str, min: u64) -> Result<Duration, Invalid> {
+    match v.parse::<u64>() {
+        Ok(n) if (min..=MAX_SECS).contains(&n) => Ok(Duration::from_secs(n)),
+        _ => Err(Invalid::new(
+            v,
+            format!("expected whole seconds {min}-{MAX_SECS}"),
+        )),
+    }
+}
+
+/// One of a fixed set of names.
+pub fn choice<T: Copy>(v: &str, all: &[T], name: fn(&T) -> &'static str) -> Result<T, Invalid> {
+    if let Some(found) = all.iter().find(|item| name(item) == v) {
+        return Ok(*found);
+    }
+    let names: Vec<&str> = all.iter().map(name).collect();
+    Err(Invalid::new(
+        v,
+        format!("expected one of {}", names.join(", ")),
+    ))
+}
+
+/// A byte count: plain digits, or digits followed by `K`, `M`, `G` or `KiB`, `MiB`, `GiB`
+/// (binary multiples, unit letters case-insensitive), optionally with a `B` for bytes.
+/// At least 1.
+pub fn byte_size(v: &str) -> Result<u64, Invalid> {
+    let bad = || {
+        Invalid::new(
+            v,
+            "expected a positive byte count, optionally with a K, M, G, KiB, MiB or GiB suffix",
+        )
+    };
+    let digits_end = v.bytes().take_while(u8::is_ascii_digit).count();
+    let (digits, unit) = v.split_at(digits_end);
+    if digits.is_empty() {
+        return Err(bad());
+    }
+    let n: u64 = digits.parse().map_err(|_| bad())?;
+    let multiplier: u64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        _ => return Err(bad()),
+    };
+    match n.checked_mul(multiplier) {
+        Some(bytes) if bytes >= 1 => Ok(bytes),
+        _ => Err(bad()),
+    }
+}
+
+/// A worker URL of the HTTP transport: lowercase `http://` or `https://` and a host.
+pub fn worker_url(v: &str) -> Result<String, Invalid> {
+    // Userinfo may hold credentials: never echo it back.
+    let shown = redact_userinfo(v);
+    let rest = if let Some(rest) = v.strip_prefix("http://") {
+        rest
+    } else if let Some(rest) = v.strip_prefix("https://") {
+        rest
+    } else {
+        let lower = v.to_ascii_lowercase();
+        let expected = if lower.starts_with("http://") || lower.starts_with("https://") {
+            "expected a lowercase scheme (http:// or https://)"
+        } else {
+            "expected an http:// or https:// URL"
+        };
+        return Err(Invalid::new(&shown, expected));
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let no_host = || Invalid::new(&shown, "expected a URL with a host");
+    if authority.is_empty() {
+        return Err(no_host());
+    }
+    let uri: http::Uri = v
+        .parse()
+        .map_err(|_| Invalid::new(&shown, "expected a valid URL"))?;
+    match uri.host() {
+        Some(host) if !host.is_empty() && host != "[]" => {}
+        _ => return Err(no_host()),
+    }
+    Ok(v.to_owned())
+}
+
+/// `scheme://user:pass@host/...` → `scheme://<redacted>@host/...`.
+fn redact_userinfo(v: &str) -> Cow<'_, str> {
+    let Some(scheme_end) = v.find("://") else {
+        return Cow::Borrowed(v);
+    };
+    let after = &v[scheme_end + 3..];
+    let authority_len = after.find(['/', '?', '#']).unwrap_or(after.len());
+    match after[..authority_len].rfind('@') {
+        Some(at) => Cow::Owned(format!(
+            "{}<redacted>{}",
+            &v[..scheme_end + 3],
+            &after[at..]
+        )),
+        None => Cow::Borrowed(v),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// --help
+
+/// The full `--help` text: usage header, then every flag by group with its default.
+pub fn render_help() -> String {
+    const BUILTIN: &[(&str, &str)] = &[
+        ("-h, --help", "Print this help and exit"),
+        ("-V, --version", "Print the version and exit"),
+    ];
+    let width = FLAGS
+        .iter()
+        .map(|flag| flag.synopsis().len())
+        .chain(BUILTIN.iter().map(|(synopsis, _)| synopsis.len()))
+        .max()
+        .unwrap_or(0);
+
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "tollgate {} - inference gateway for LLM serving engines",
+        env!("CARGO_PKG_VERSION")
+    );
+    out.push('\n');
+    out.push_str("Usage: tollgate [FLAGS]\n");
+    out.push('\n');
+    out.push_str(
+        "Values go after the flag (--port 8080) or after '=' (--port=8080); flags ending\n\
+         in '...' take one or more values, up to the next flag.\n",
+    );
+    out.push('\n');
+    for (synopsis, help) in BUILTIN {
+        let _ = writeln!(out, "  {synopsis:<width$}  {help}");
+    }
+    for group in Group::ALL {
+        let mut rows = FLAGS.iter().filter(|flag| flag.group == *group).peekable();
+        if rows.peek().is_none() {
+            continue;
+        }
+        out.push('\n');
+        let _ = writeln!(out, "{}:", group.title());
+        for flag in rows {
+            let _ = writeln!(
+                out,
+                "  {:<width$}  {} [default: {}]",
+                flag.synopsis(),
+                flag.help,
+                flag.default
+            );
+        }
+    }
+    out
+}

@@ -1,0 +1,509 @@
+//! Command-line configuration: flags parsed with `lexopt` into one validated [`Config`].
+//!
+//! Every flag lives in one table ([`flags::FLAGS`]): its name, value name, the default shown
+//! in `--help`, its help group, a one-line meaning, and the setter that validates the value
+//! and stores it in [`Config`]. The parser's list of known flags and the `--help` text are
+//! both read from that table, so they cannot drift apart.
+//!
+//! Adding a flag means: one field in [`Config`] (with its default in `Config::default`) and
+//! one row in [`flags::FLAGS`] whose setter fills that field.
+
+pub mod flags;
+
+use std::ffi::OsString;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use lexopt::Arg;
+
+use flags::{Flag, Invalid, Kind};
+
+/// What the command line asks the binary to do.
+#[derive(Debug)]
+pub enum Command {
+    /// Start the gateway with this configuration.
+    Run(Box<Config>),
+    /// Print this text (the `--help` output) to stdout and exit 0.
+    Help(String),
+    /// Print this text (`tollgate <version>`) to stdout and exit 0.
+    Version(String),
+}
+
+/// Which I/O engine the per-core runtimes use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IoEngine {
+    /// Probe io_uring once at startup; fall back to epoll when it is unavailable.
+    Auto,
+    /// Require io_uring.
+    Uring,
+    /// Plain tokio (epoll).
+    Epoll,
+}
+
+impl IoEngine {
+    pub const ALL: &'static [IoEngine] = &[IoEngine::Auto, IoEngine::Uring, IoEngine::Epoll];
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            IoEngine::Auto => "auto",
+            IoEngine::Uring => "uring",
+            IoEngine::Epoll => "epoll",
+        }
+    }
+}
+
+impl fmt::Display for IoEngine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Routing policy names, spelled as the spec and the `policy` metric label spell them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PolicyName {
+    Random,
+    RoundRobin,
+    PowerOfTwo,
+    CacheAware,
+    PrefixHash,
+    ConsistentHashing,
+    Manual,
+    Bucket,
+}
+
+impl PolicyName {
+    pub const ALL: &'static [PolicyName] = &[
+        PolicyName::Random,
+        PolicyName::RoundRobin,
+        PolicyName::PowerOfTwo,
+        PolicyName::CacheAware,
+        PolicyName::PrefixHash,
+        PolicyName::ConsistentHashing,
+        PolicyName::Manual,
+        PolicyName::Bucket,
+    ];
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            PolicyName::Random => "random",
+            PolicyName::RoundRobin => "round_robin",
+            PolicyName::PowerOfTwo => "power_of_two",
+            PolicyName::CacheAware => "cache_aware",
+            PolicyName::PrefixHash => "prefix_hash",
+            PolicyName::ConsistentHashing => "consistent_hashing",
+            PolicyName::Manual => "manual",
+            PolicyName::Bucket => "bucket",
+        }
+    }
+}
+
+impl fmt::Display for PolicyName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Minimum level of log records that are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LogLevel {
+    Trace,
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
+
+impl LogLevel {
+    pub const ALL: &'static [LogLevel] = &[
+        LogLevel::Trace,
+        LogLevel::Debug,
+        LogLevel::Info,
+        LogLevel::Warn,
+        LogLevel::Error,
+    ];
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            LogLevel::Trace => "trace",
+            LogLevel::Debug => "debug",
+            LogLevel::Info => "info",
+            LogLevel::Warn => "warn",
+            LogLevel::Error => "error",
+        }
+    }
+}
+
+impl fmt::Display for LogLevel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A credential from the command line. `Debug` and `Display` print `<redacted>`; the value is
+/// only reachable through [`Secret::expose`], so it cannot end up in a log line by accident.
+///
+/// Deliberately not `PartialEq`: compare credentials in constant time where they are checked.
+#[derive(Clone)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    /// The secret value. Call only where the value is actually used (hashing, headers).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// The validated configuration of one gateway process.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// `--host`: address of the main listener.
+    pub host: IpAddr,
+    /// `--port`: port of the main listener; 0 asks the OS for a free port.
+    pub port: u16,
+    /// `--worker-urls`: workers registered at startup (`http://` or `https://`, with a host).
+    pub worker_urls: Vec<String>,
+    /// `--policy`: routing policy.
+    pub policy: PolicyName,
+    /// `--runtime-worker-threads`: data-plane threads, one runtime each (>= 1).
+    pub runtime_worker_threads: usize,
+    /// `--io-engine`: io_uring, epoll, or probe.
+    pub io_engine: IoEngine,
+    /// `--request-timeout-secs`: default timeout of a request to a worker.
+    pub request_timeout: Duration,
+    /// `--max-payload-size`: largest accepted request body, in bytes (>= 1).
+    pub max_payload_size: u64,
+    /// `--shutdown-grace-period-secs`: how long in-flight requests may finish on shutdown.
+    pub shutdown_grace_period: Duration,
+    /// `--upstream-pool-idle-timeout-secs`: idle keep time of upstream connections;
+    /// `None` (flag value 0) keeps them forever.
+    pub upstream_pool_idle_timeout: Option<Duration>,
+    /// `--header-read-timeout-secs`: time a client has to send the request head.
+    pub header_read_timeout: Duration,
+    /// `--keep-alive-timeout-secs`: idle keep-alive client connections are closed after this.
+    pub keep_alive_timeout: Duration,
+    /// `--log-level`.
+    pub log_level: LogLevel,
+    /// `--log-json`: one JSON object per log record.
+    pub log_json: bool,
+    /// `--log-dir`: also write logs to files in this directory.
+    pub log_dir: Option<PathBuf>,
+    /// `--api-key`: data-plane shared key, and the key of workers from `--worker-urls`.
+    pub api_key: Option<Secret>,
+    /// `--prometheus-host`: address of the metrics listener.
+    pub prometheus_host: IpAddr,
+    /// `--prometheus-port`: port of the metrics listener (> 0).
+    pub prometheus_port: u16,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            host: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            port: 30000,
+            worker_urls: Vec::new(),
+            policy: PolicyName::RoundRobin,
+            runtime_worker_threads: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
+            io_engine: IoEngine::Auto,
+            request_timeout: Duration::from_secs(1800),
+            max_payload_size: 512 * 1024 * 1024,
+            shutdown_grace_period: Duration::from_secs(180),
+            upstream_pool_idle_timeout: Some(Duration::from_secs(3)),
+            header_read_timeout: Duration::from_secs(30),
+            keep_alive_timeout: Duration::from_secs(75),
+            log_level: LogLevel::Info,
+            log_json: false,
+            log_dir: None,
+            api_key: None,
+            prometheus_host: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            prometheus_port: 29000,
+        }
+    }
+}
+
+/// Why the command line was refused. `Display` is one line naming the flag and what was
+/// expected; secret values are never part of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    kind: ErrorKind,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum ErrorKind {
+    /// `--foo` or `-x` is not a known flag (stored with its dashes).
+    UnknownFlag(String),
+    /// A valued flag came last, or was followed by something that looks like a flag.
+    MissingValue(String),
+    /// A switch was given a value (`--log-json=yes`).
+    SwitchWithValue(String),
+    /// A positional argument (already escaped and shortened for display).
+    UnexpectedArgument(String),
+    /// The value did not validate. `value` is `None` for secret flags.
+    InvalidValue {
+        flag: String,
+        value: Option<String>,
+        expected: String,
+    },
+    /// The value is not valid UTF-8 (never echoed).
+    NotUnicode(String),
+}
+
+impl ConfigError {
+    /// The flag the error is about (with its dashes), when there is one.
+    pub fn flag(&self) -> Option<&str> {
+        match &self.kind {
+            ErrorKind::UnknownFlag(f)
+            | ErrorKind::MissingValue(f)
+            | ErrorKind::SwitchWithValue(f)
+            | ErrorKind::NotUnicode(f) => Some(f),
+            ErrorKind::InvalidValue { flag, .. } => Some(flag),
+            ErrorKind::UnexpectedArgument(_) => None,
+        }
+    }
+
+    fn new(kind: ErrorKind) -> Self {
+        ConfigError { kind }
+    }
+
+    fn invalid(flag: &Flag, problem: Invalid) -> Self {
+        let value = if flag.secret {
+            None
+        } else {
+            Some(display_value(&problem.value))
+        };
+        ConfigError::new(ErrorKind::InvalidValue {
+            flag: format!("--{}", flag.name),
+            value,
+            expected: problem.expected.into_owned(),
+        })
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            ErrorKind::UnknownFlag(flag) => write!(f, "unknown flag {flag} (see --help)"),
+            ErrorKind::MissingValue(flag) => write!(f, "missing value for {flag}"),
+            ErrorKind::SwitchWithValue(flag) => {
+                write!(
+                    f,
+                    "unexpected value for {flag}: it is a switch and takes no value"
+                )
+            }
+            ErrorKind::UnexpectedArgument(arg) => {
+                write!(
+                    f,
+                    "unexpected argument '{arg}' (flags start with --; see --help)"
+                )
+            }
+            ErrorKind::InvalidValue {
+                flag,
+                value: Some(value),
+                expected,
+            } => write!(f, "invalid value '{value}' for {flag}: {expected}"),
+            ErrorKind::InvalidValue {
+                flag,
+                value: None,
+                expected,
+            } => write!(f, "invalid value for {flag}: {expected}"),
+            ErrorKind::NotUnicode(flag) => {
+                write!(f, "invalid value for {flag}: expected valid UTF-8")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Longest stretch of a user-supplied value echoed back in an error.
+const MAX_ECHO_CHARS: usize = 80;
+
+/// Escapes control characters (so the message stays one line) and shortens long values.
+fn display_value(raw: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in raw.chars().enumerate() {
+        if i == MAX_ECHO_CHARS {
+            out.push_str("...");
+            break;
+        }
+        if c == '\'' || c == '\\' || c.is_control() {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The `--version` text.
+pub fn version_text() -> String {
+    format!("tollgate {}", env!("CARGO_PKG_VERSION"))
+}
+
+/// The `--help` text, generated from the flag table.
+pub fn help_text() -> String {
+    flags::render_help()
+}
+
+/// Parses the command line (without `argv[0]`).
+///
+/// `--help`/`-h` and `--version`/`-V` end parsing where they appear. Valued flags accept
+/// `--flag VALUE` and `--flag=VALUE`; multi-value flags take every following argument up to
+/// the next flag and may be repeated. A single-valued flag given twice keeps the last value.
+pub fn parse_args<I: IntoIterator<Item = OsString>>(args: I) -> Result<Command, ConfigError> {
+    let mut parser = lexopt::Parser::from_args(args);
+    let mut config = Config::default();
+    loop {
+        let arg = match parser.next() {
+            Ok(Some(arg)) => arg,
+            Ok(None) => break,
+            Err(err) => return Err(from_lexopt(err)),
+        };
+        let flag = match arg {
+            Arg::Short('h') => return Ok(Command::Help(help_text())),
+            Arg::Short('V') => return Ok(Command::Version(version_text())),
+            Arg::Long("help") => {
+                reject_attached_value(&mut parser, "--help")?;
+                return Ok(Command::Help(help_text()));
+            }
+            Arg::Long("version") => {
+                reject_attached_value(&mut parser, "--version")?;
+                return Ok(Command::Version(version_text()));
+            }
+            Arg::Short(c) => {
+                return Err(ConfigError::new(ErrorKind::UnknownFlag(format!(
+                    "-{}",
+                    display_value(c.encode_utf8(&mut [0; 4]))
+                ))))
+            }
+            Arg::Long(name) => match flags::lookup(name) {
+                Some(flag) => flag,
+                None => {
+                    return Err(ConfigError::new(ErrorKind::UnknownFlag(format!(
+                        "--{}",
+                        display_value(name)
+                    ))))
+                }
+            },
+            Arg::Value(value) => {
+                return Err(ConfigError::new(ErrorKind::UnexpectedArgument(
+                    display_value(&value.to_string_lossy()),
+                )))
+            }
+        };
+        apply_flag(flag, &mut parser, &mut config)?;
+    }
+    Ok(Command::Run(Box::new(config)))
+}
+
+/// Reads the value(s) of one known flag from the parser and stores them.
+fn apply_flag(
+    flag: &'static Flag,
+    parser: &mut lexopt::Parser,
+    config: &mut Config,
+) -> Result<(), ConfigError> {
+    let dashed = || format!("--{}", flag.name);
+    match flag.kind {
+        Kind::Switch(set) => {
+            reject_attached_value(parser, &dashed())?;
+            set(config);
+            Ok(())
+        }
+        Kind::One { set, .. } => {
+            let raw = match parser.optional_value() {
+                Some(attached) => attached,
+                None => match parser.value() {
+                    Ok(next) if !looks_like_flag(&next) => next,
+                    _ => return Err(ConfigError::new(ErrorKind::MissingValue(dashed()))),
+                },
+            };
+            let value = raw
+                .into_string()
+                .map_err(|_| ConfigError::new(ErrorKind::NotUnicode(dashed())))?;
+            set(config, &value).map_err(|problem| ConfigError::invalid(flag, problem))
+        }
+        Kind::Many { set, .. } => {
+            let raw: Vec<OsString> = match parser.values() {
+                Ok(values) => values.collect(),
+                Err(_) => return Err(ConfigError::new(ErrorKind::MissingValue(dashed()))),
+            };
+            let mut values = Vec::with_capacity(raw.len());
+            for value in raw {
+                let value = value
+                    .into_string()
+                    .map_err(|_| ConfigError::new(ErrorKind::NotUnicode(dashed())))?;
+                values.push(value);
+            }
+            set(config, &values).map_err(|problem| ConfigError::invalid(flag, problem))
+        }
+    }
+}
+
+/// A switch (or `--help`) written as `--switch=value`.
+fn reject_attached_value(parser: &mut lexopt::Parser, dashed: &str) -> Result<(), ConfigError> {
+    match parser.optional_value() {
+        Some(_) => Err(ConfigError::new(ErrorKind::SwitchWithValue(
+            dashed.to_owned(),
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// `--x` or `-x` (a letter) is taken for a flag, not a value; `-1` and `-` are values.
+fn looks_like_flag(value: &std::ffi::OsStr) -> bool {
+    let bytes = value.as_encoded_bytes();
+    match bytes {
+        [b'-', b'-', ..] => true,
+        [b'-', second, ..] => second.is_ascii_alphabetic(),
+        _ => false,
+    }
+}
+
+/// Maps the parser's own errors (only reachable in corner cases) to one-line messages.
+fn from_lexopt(err: lexopt::Error) -> ConfigError {
+    match err {
+        lexopt::Error::MissingValue { option } => ConfigError::new(ErrorKind::MissingValue(
+            option.unwrap_or_else(|| "a flag".to_owned()),
+        )),
+        lexopt::Error::UnexpectedValue { option, .. } => {
+            ConfigError::new(ErrorKind::SwitchWithValue(option))
+        }
+        lexopt::Error::UnexpectedOption(option) => {
+            ConfigError::new(ErrorKind::UnknownFlag(display_value(&option)))
+        }
+        lexopt::Error::UnexpectedArgument(value) => ConfigError::new(
+            ErrorKind::UnexpectedArgument(display_value(&value.to_string_lossy())),
+        ),
+        lexopt::Error::NonUnicodeValue(_) => {
+            ConfigError::new(ErrorKind::NotUnicode("a flag".to_owned()))
+        }
+        lexopt::Error::ParsingFailed { value, .. } => {
+            ConfigError::new(ErrorKind::UnexpectedArgument(display_value(&value)))
+        }
+        lexopt::Error::Custom(err) => ConfigError::new(ErrorKind::UnexpectedArgument(
+            display_value(&err.to_string()),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests;

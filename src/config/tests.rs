@@ -1,0 +1,511 @@
+use std::ffi::OsString;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::flags::{Group, Kind, FLAGS};
+use super::*;
+
+fn parse(args: &[&str]) -> Result<Command, ConfigError> {
+    parse_args(args.iter().map(OsString::from))
+}
+
+fn run(args: &[&str]) -> Config {
+    match parse(args) {
+        Ok(Command::Run(config)) => *config,
+        Ok(other) => panic!("expected Run for {args:?}, got {other:?}"),
+        Err(err) => panic!("expected Run for {args:?}, got error: {err}"),
+    }
+}
+
+fn error(args: &[&str]) -> String {
+    match parse(args) {
+        Err(err) => {
+            let text = err.to_string();
+            assert!(!text.contains('\n'), "error must be one line: {text:?}");
+            text
+        }
+        Ok(other) => panic!("expected an error for {args:?}, got {other:?}"),
+    }
+}
+
+#[test]
+fn defaults() {
+    let c = run(&[]);
+    assert_eq!(c.host, "0.0.0.0".parse::<IpAddr>().unwrap());
+    assert_eq!(c.port, 30000);
+    assert!(c.worker_urls.is_empty());
+    assert_eq!(c.policy, PolicyName::RoundRobin);
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(c.runtime_worker_threads, cpus);
+    assert!(c.runtime_worker_threads >= 1);
+    assert_eq!(c.io_engine, IoEngine::Auto);
+    assert_eq!(c.request_timeout, Duration::from_secs(1800));
+    assert_eq!(c.max_payload_size, 536_870_912);
+    assert_eq!(c.shutdown_grace_period, Duration::from_secs(180));
+    assert_eq!(c.upstream_pool_idle_timeout, Some(Duration::from_secs(3)));
+    assert_eq!(c.header_read_timeout, Duration::from_secs(30));
+    assert_eq!(c.keep_alive_timeout, Duration::from_secs(75));
+    assert_eq!(c.log_level, LogLevel::Info);
+    assert!(!c.log_json);
+    assert_eq!(c.log_dir, None);
+    assert!(c.api_key.is_none());
+    assert_eq!(c.prometheus_host, "0.0.0.0".parse::<IpAddr>().unwrap());
+    assert_eq!(c.prometheus_port, 29000);
+    assert_eq!(format!("{c:?}"), format!("{:?}", Config::default()));
+}
+
+#[test]
+fn every_flag_parsed() {
+    let c = run(&[
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8080",
+        "--worker-urls",
+        "http://w1:8000",
+        "https://w2.example.com",
+        "--policy",
+        "cache_aware",
+        "--runtime-worker-threads",
+        "3",
+        "--io-engine",
+        "epoll",
+        "--request-timeout-secs",
+        "60",
+        "--max-payload-size",
+        "4MiB",
+        "--shutdown-grace-period-secs",
+        "0",
+        "--upstream-pool-idle-timeout-secs",
+        "0",
+        "--header-read-timeout-secs",
+        "5",
+        "--keep-alive-timeout-secs",
+        "9",
+        "--log-level",
+        "debug",
+        "--log-json",
+        "--log-dir",
+        "/var/log/tollgate",
+        "--api-key",
+        "sk-test",
+        "--prometheus-host",
+        "::1",
+        "--prometheus-port",
+        "9100",
+    ]);
+    assert_eq!(c.host, "127.0.0.1".parse::<IpAddr>().unwrap());
+    assert_eq!(c.port, 8080);
+    assert_eq!(c.worker_urls, ["http://w1:8000", "https://w2.example.com"]);
+    assert_eq!(c.policy, PolicyName::CacheAware);
+    assert_eq!(c.runtime_worker_threads, 3);
+    assert_eq!(c.io_engine, IoEngine::Epoll);
+    assert_eq!(c.request_timeout, Duration::from_secs(60));
+    assert_eq!(c.max_payload_size, 4 * 1024 * 1024);
+    assert_eq!(c.shutdown_grace_period, Duration::ZERO);
+    assert_eq!(c.upstream_pool_idle_timeout, None);
+    assert_eq!(c.header_read_timeout, Duration::from_secs(5));
+    assert_eq!(c.keep_alive_timeout, Duration::from_secs(9));
+    assert_eq!(c.log_level, LogLevel::Debug);
+    assert!(c.log_json);
+    assert_eq!(c.log_dir, Some(PathBuf::from("/var/log/tollgate")));
+    assert_eq!(c.api_key.as_ref().map(Secret::expose), Some("sk-test"));
+    assert_eq!(c.prometheus_host, "::1".parse::<IpAddr>().unwrap());
+    assert_eq!(c.prometheus_port, 9100);
+}
+
+#[test]
+fn equals_syntax() {
+    let c = run(&[
+        "--port=0",
+        "--policy=random",
+        "--worker-urls=http://a:1",
+        "--api-key=-starts-with-dash",
+    ]);
+    assert_eq!(c.port, 0);
+    assert_eq!(c.policy, PolicyName::Random);
+    assert_eq!(c.worker_urls, ["http://a:1"]);
+    assert_eq!(
+        c.api_key.as_ref().map(Secret::expose),
+        Some("-starts-with-dash")
+    );
+}
+
+#[test]
+fn choices() {
+    for policy in PolicyName::ALL {
+        assert_eq!(run(&["--policy", policy.as_str()]).policy, *policy);
+    }
+    for level in LogLevel::ALL {
+        assert_eq!(run(&["--log-level", level.as_str()]).log_level, *level);
+    }
+    for engine in IoEngine::ALL {
+        assert_eq!(run(&["--io-engine", engine.as_str()]).io_engine, *engine);
+    }
+    let names: Vec<&str> = PolicyName::ALL.iter().map(PolicyName::as_str).collect();
+    assert_eq!(
+        names,
+        [
+            "random",
+            "round_robin",
+            "power_of_two",
+            "cache_aware",
+            "prefix_hash",
+            "consistent_hashing",
+            "manual",
+            "bucket"
+        ]
+    );
+}
+
+#[test]
+fn byte_sizes() {
+    for (text, bytes) in [
+        ("1", 1u64),
+        ("1024", 1024),
+        ("2K", 2048),
+        ("2k", 2048),
+        ("2KiB", 2048),
+        ("3M", 3 << 20),
+        ("3MiB", 3 << 20),
+        ("1G", 1 << 30),
+        ("1GiB", 1 << 30),
+        ("7B", 7),
+    ] {
+        assert_eq!(
+            run(&["--max-payload-size", text]).max_payload_size,
+            bytes,
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn multi_values_and_repeats() {
+    let c = run(&[
+        "--worker-urls",
+        "http://a",
+        "http://b",
+        "--policy",
+        "random",
+    ]);
+    assert_eq!(c.worker_urls, ["http://a", "http://b"]);
+    assert_eq!(c.policy, PolicyName::Random);
+
+    let c = run(&[
+        "--worker-urls",
+        "http://a",
+        "--port",
+        "1",
+        "--worker-urls",
+        "https://b",
+        "http://c",
+    ]);
+    assert_eq!(c.worker_urls, ["http://a", "https://b", "http://c"]);
+
+    // `=` limits the flag to one value; the next word is then a positional argument.
+    let err = error(&["--worker-urls=http://a", "http://b"]);
+    assert!(err.contains("unexpected argument 'http://b'"), "{err}");
+}
+
+#[test]
+fn last_single_value_wins() {
+    let c = run(&[
+        "--port",
+        "1",
+        "--port",
+        "2",
+        "--log-level=warn",
+        "--log-level",
+        "error",
+    ]);
+    assert_eq!(c.port, 2);
+    assert_eq!(c.log_level, LogLevel::Error);
+}
+
+#[test]
+fn bad_values_name_the_flag() {
+    let cases: &[(&[&str], &str, &str)] = &[
+        (&["--host", "localhost"], "--host", "IP address"),
+        (&["--port", "abc"], "--port", "0-65535"),
+        (&["--port", "65536"], "--port", "0-65535"),
+        (&["--port", "-1"], "--port", "0-65535"),
+        (&["--worker-urls", "grpc://w:1"], "--worker-urls", "http://"),
+        (
+            &["--worker-urls", "HTTP://w:1"],
+            "--worker-urls",
+            "lowercase",
+        ),
+        (&["--worker-urls", "http://"], "--worker-urls", "host"),
+        (&["--worker-urls", "http:///x"], "--worker-urls", "host"),
+        (
+            &["--worker-urls", "http://a b"],
+            "--worker-urls",
+            "valid URL",
+        ),
+        (&["--worker-urls", "w:1"], "--worker-urls", "http://"),
+        (&["--policy", "fastest"], "--policy", "round_robin"),
+        (
+            &["--runtime-worker-threads", "0"],
+            "--runtime-worker-threads",
+            "1-",
+        ),
+        (
+            &["--runtime-worker-threads", "x"],
+            "--runtime-worker-threads",
+            "1-",
+        ),
+        (&["--io-engine", "kqueue"], "--io-engine", "epoll"),
+        (
+            &["--request-timeout-secs", "0"],
+            "--request-timeout-secs",
+            "1-",
+        ),
+        (
+            &["--request-timeout-secs", "1.5"],
+            "--request-timeout-secs",
+            "seconds",
+        ),
+        (
+            &["--request-timeout-secs", "99999999999"],
+            "--request-timeout-secs",
+            "seconds",
+        ),
+        (
+            &["--max-payload-size", "0"],
+            "--max-payload-size",
+            "byte count",
+        ),
+        (
+            &["--max-payload-size", "10X"],
+            "--max-payload-size",
+            "suffix",
+        ),
+        (
+            &["--max-payload-size", "KiB"],
+            "--max-payload-size",
+            "byte count",
+        ),
+        (
+            &["--max-payload-size", "99999999999G"],
+            "--max-payload-size",
+            "byte count",
+        ),
+        (
+            &["--shutdown-grace-period-secs", "-5"],
+            "--shutdown-grace-period-secs",
+            "0-",
+        ),
+        (
+            &["--upstream-pool-idle-timeout-secs", "x"],
+            "--upstream-pool-idle-timeout-secs",
+            "0-",
+        ),
+        (
+            &["--header-read-timeout-secs", "0"],
+            "--header-read-timeout-secs",
+            "1-",
+        ),
+        (
+            &["--keep-alive-timeout-secs", "0"],
+            "--keep-alive-timeout-secs",
+            "1-",
+        ),
+        (&["--log-level", "loud"], "--log-level", "info"),
+        (&["--log-dir", ""], "--log-dir", "directory"),
+        (&["--api-key", ""], "--api-key", "non-empty"),
+        (
+            &["--prometheus-host", "x"],
+            "--prometheus-host",
+            "IP address",
+        ),
+        (
+            &["--prometheus-port", "http"],
+            "--prometheus-port",
+            "1-65535",
+        ),
+        (
+            &["--prometheus-port", "0"],
+            "--prometheus-port",
+            "Port must be > 0",
+        ),
+    ];
+    for (args, flag, expected) in cases {
+        let err = error(args);
+        assert!(err.contains(flag), "{args:?}: {err}");
+        assert!(err.contains(expected), "{args:?}: {err}");
+        if let Err(e) = parse(args) {
+            assert_eq!(e.flag(), Some(*flag));
+        }
+    }
+    assert_eq!(
+        error(&["--port", "abc"]),
+        "invalid value 'abc' for --port: expected an integer 0-65535"
+    );
+    assert_eq!(
+        error(&["--prometheus-port", "0"]),
+        "invalid value '0' for --prometheus-port: Port must be > 0"
+    );
+}
+
+#[test]
+fn structural_errors() {
+    assert_eq!(error(&["--foo"]), "unknown flag --foo (see --help)");
+    assert_eq!(error(&["--foo=bar"]), "unknown flag --foo (see --help)");
+    assert_eq!(error(&["-x"]), "unknown flag -x (see --help)");
+    assert_eq!(error(&["--host"]), "missing value for --host");
+    assert_eq!(
+        error(&["--host", "--port", "1"]),
+        "missing value for --host"
+    );
+    assert_eq!(error(&["--api-key", "-k"]), "missing value for --api-key");
+    assert_eq!(error(&["--worker-urls"]), "missing value for --worker-urls");
+    assert_eq!(
+        error(&["--worker-urls", "--port", "1"]),
+        "missing value for --worker-urls"
+    );
+    assert!(error(&["--log-json=yes"]).contains("--log-json"));
+    assert!(error(&["--log-json=yes"]).contains("takes no value"));
+    assert!(error(&["--help=1"]).contains("--help"));
+    assert!(error(&["serve"]).starts_with("unexpected argument 'serve'"));
+    assert!(error(&["--log-json", "yes"]).starts_with("unexpected argument 'yes'"));
+    assert!(error(&["--", "--port"]).starts_with("unexpected argument '--port'"));
+    // Values with control characters stay on one line.
+    assert!(error(&["--port", "1\n2"]).contains("1\\n2"));
+}
+
+#[cfg(unix)]
+#[test]
+fn non_unicode_values_are_rejected() {
+    use std::os::unix::ffi::OsStringExt;
+    let args = vec![
+        OsString::from("--log-dir"),
+        OsString::from_vec(vec![b'/', 0xff, 0xfe]),
+    ];
+    let err = parse_args(args).map(|_| ()).unwrap_err();
+    assert_eq!(err.flag(), Some("--log-dir"));
+    assert!(err.to_string().contains("UTF-8"));
+}
+
+#[test]
+fn help_and_version() {
+    let version = format!("tollgate {}", env!("CARGO_PKG_VERSION"));
+    for args in [&["--version"][..], &["-V"], &["--port", "1", "--version"]] {
+        match parse(args) {
+            Ok(Command::Version(text)) => assert_eq!(text, version),
+            other => panic!("{args:?}: {other:?}"),
+        }
+    }
+    for args in [&["--help"][..], &["-h"], &["--log-json", "--help"]] {
+        match parse(args) {
+            Ok(Command::Help(text)) => assert_eq!(text, help_text()),
+            other => panic!("{args:?}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn help_lists_every_flag_with_default() {
+    let help = help_text();
+    assert!(help.starts_with("tollgate "));
+    assert!(help.contains("Usage: tollgate"));
+    assert!(help.contains("--help") && help.contains("--version"));
+    for flag in FLAGS {
+        let line = help
+            .lines()
+            .find(|line| line.trim_start().starts_with(&flag.synopsis()))
+            .unwrap_or_else(|| panic!("--{} missing from help", flag.name));
+        assert!(
+            line.contains(&format!("[default: {}]", flag.default)),
+            "{line}"
+        );
+        assert!(line.contains(flag.help), "{line}");
+    }
+    for group in Group::ALL {
+        if FLAGS.iter().any(|flag| flag.group == *group) {
+            assert!(
+                help.contains(&format!("\n{}:\n", group.title())),
+                "{group:?}"
+            );
+        }
+    }
+    for title in [
+        "Listener",
+        "Workers",
+        "Routing",
+        "Runtime",
+        "Limits and timeouts",
+        "Logging",
+        "Authentication",
+        "Metrics",
+    ] {
+        assert!(help.contains(&format!("\n{title}:\n")), "{title}");
+    }
+}
+
+/// The default printed in `--help` is the default `Config` actually has.
+#[test]
+fn help_defaults_match_config_defaults() {
+    let defaults = format!("{:?}", Config::default());
+    for flag in FLAGS {
+        match flag.kind {
+            Kind::Switch(_) => assert_eq!(flag.default, "off", "--{}", flag.name),
+            Kind::Many { .. } => assert_eq!(flag.default, "none", "--{}", flag.name),
+            Kind::One { .. } if flag.default == "none" => {}
+            Kind::One { set, .. } => {
+                let mut config = Config::default();
+                if set(&mut config, flag.default).is_ok() {
+                    assert_eq!(format!("{config:?}"), defaults, "--{}", flag.name);
+                } else {
+                    // Computed at startup; the help text describes it in words.
+                    assert_eq!(flag.name, "runtime-worker-threads");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn flag_names_are_unique_and_well_formed() {
+    for (i, flag) in FLAGS.iter().enumerate() {
+        assert!(!flag.name.starts_with('-'), "{}", flag.name);
+        assert!(
+            flag.name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'),
+            "{}",
+            flag.name
+        );
+        assert!(!matches!(flag.name, "help" | "version"));
+        assert!(!flag.help.contains('\n'), "{}", flag.name);
+        assert!(
+            FLAGS[i + 1..].iter().all(|other| other.name != flag.name),
+            "duplicate --{}",
+            flag.name
+        );
+    }
+}
+
+#[test]
+fn secrets_are_redacted() {
+    let c = run(&["--api-key", "sk-very-secret"]);
+    let debug = format!("{c:?}");
+    assert!(!debug.contains("sk-very-secret"), "{debug}");
+    assert!(debug.contains("<redacted>"));
+    let key = c
+        .api_key
+        .as_ref()
+        .map(|k| (format!("{k}"), format!("{k:?}")));
+    assert_eq!(
+        key,
+        Some(("<redacted>".to_owned(), "<redacted>".to_owned()))
+    );
+    // Secret flags never echo their value in errors.
+    let err = error(&["--api-key="]);
+    assert_eq!(err, "invalid value for --api-key: expected a non-empty key");
+    // URL credentials are not echoed either.
+    let err = error(&["--worker-urls", "ftp://user:hunter2@w"]);
+    assert!(!err.contains("hunter2"), "{err}");
+    assert!(err.contains("<redacted>@w"), "{err}");
+}

@@ -1,0 +1,173 @@
+//! The one place where gateway-generated errors become HTTP responses.
+//!
+//! Data-plane errors use the gateway envelope `{error:{type,code,message,param:null}}`,
+//! where `type` is the status's reason phrase, with the code repeated in `X-GW-Error-Code`.
+
+use std::fmt;
+
+use bytes::Bytes;
+use http::header::{HeaderValue, CONNECTION, CONTENT_TYPE};
+use http::{Response, StatusCode};
+use serde::Serialize;
+
+use super::body::RespBody;
+
+/// Header carrying the gateway error code.
+pub const ERROR_CODE_HEADER: &str = "x-gw-error-code";
+
+/// Every error the gateway itself answers on the data plane.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GatewayError {
+    /// No routable worker for the request.
+    NoAvailableWorkers,
+    /// A route of the contract that this build does not serve yet.
+    NotImplemented { route: &'static str },
+    /// The request body is larger than `--max-payload-size`.
+    PayloadTooLarge { limit: u64 },
+    /// The worker could not be reached (refused, unreachable, connect timeout).
+    UpstreamConnect,
+    /// The worker dropped the connection or sent an invalid response.
+    UpstreamBroken,
+    /// The worker did not answer within the request timeout.
+    UpstreamTimeout,
+    /// The worker's transport is registered but not served by this build (gRPC, ZMQ, TLS).
+    UnsupportedTransport { transport: &'static str },
+}
+
+impl GatewayError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            GatewayError::NoAvailableWorkers => StatusCode::SERVICE_UNAVAILABLE,
+            GatewayError::NotImplemented { .. } => StatusCode::NOT_IMPLEMENTED,
+            GatewayError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            GatewayError::UpstreamConnect
+            | GatewayError::UpstreamBroken
+            | GatewayError::UnsupportedTransport { .. } => StatusCode::BAD_GATEWAY,
+            GatewayError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+        }
+    }
+
+    /// The machine-readable code (envelope `code`, `X-GW-Error-Code`, metrics `error_code`).
+    pub fn code(&self) -> &'static str {
+        match self {
+            GatewayError::NoAvailableWorkers => "no_available_workers",
+            GatewayError::NotImplemented { .. } => "not_implemented",
+            GatewayError::PayloadTooLarge { .. } => "payload_too_large",
+            GatewayError::UpstreamConnect => "worker_connect_failed",
+            GatewayError::UpstreamBroken => "worker_connection_error",
+            GatewayError::UpstreamTimeout => "worker_timeout",
+            GatewayError::UnsupportedTransport { .. } => "worker_transport_unsupported",
+        }
+    }
+
+    /// Whether the connection must close after this answer (the request body was not read,
+    /// so the stream position is unknown).
+    fn closes_connection(&self) -> bool {
+        matches!(self, GatewayError::PayloadTooLarge { .. })
+    }
+}
+
+impl fmt::Display for GatewayError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GatewayError::NoAvailableWorkers => f.write_str("no available workers"),
+            GatewayError::NotImplemented { route } => {
+                write!(f, "{route} is not implemented by this gateway yet")
+            }
+            GatewayError::PayloadTooLarge { limit } => {
+                write!(f, "request body exceeds the maximum payload size of {limit} bytes")
+            }
+            GatewayError::UpstreamConnect => f.write_str("could not connect to the worker"),
+            GatewayError::UpstreamBroken => {
+                f.write_str("the worker closed the connection or sent an invalid response")
+            }
+            GatewayError::UpstreamTimeout => {
+                f.write_str("the worker did not answer within the request timeout")
+            }
+            GatewayError::UnsupportedTransport { transport } => {
+                write!(f, "{transport} workers are not served by this gateway yet")
+            }
+        }
+    }
+}
+
+impl std::error::Error for GatewayError {}
+
+#[derive(Serialize)]
+struct Envelope<'a> {
+    error: Inner<'a>,
+}
+
+#[derive(Serialize)]
+struct Inner<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    code: &'a str,
+    message: &'a str,
+    param: Option<()>,
+}
+
+/// Builds the enveloped error response.
+pub fn error_response(err: &GatewayError) -> Response<RespBody> {
+    let status = err.status();
+    let message = err.to_string();
+    let body = serde_json::to_vec(&Envelope {
+        error: Inner {
+            kind: status.canonical_reason().unwrap_or("Error"),
+            code: err.code(),
+            message: &message,
+            param: None,
+        },
+    })
+    .unwrap_or_default();
+    let mut resp = Response::new(RespBody::full(Bytes::from(body)));
+    *resp.status_mut() = status;
+    let headers = resp.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(ERROR_CODE_HEADER, HeaderValue::from_static(err.code()));
+    if err.closes_connection() {
+        headers.insert(CONNECTION, HeaderValue::from_static("close"));
+    }
+    resp
+}
+
+/// A response with no body, e.g. the bare 404 for unknown paths.
+pub fn empty(status: StatusCode) -> Response<RespBody> {
+    let mut resp = Response::new(RespBody::empty());
+    *resp.status_mut() = status;
+    resp
+}
+
+/// A small JSON response from a static or pre-rendered body.
+pub fn json(status: StatusCode, body: impl Into<Bytes>) -> Response<RespBody> {
+    let mut resp = Response::new(RespBody::full(body.into()));
+    *resp.status_mut() = status;
+    resp.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn envelope_has_every_field() {
+        let resp = error_response(&GatewayError::NoAvailableWorkers);
+        assert_eq!(resp.status(), 503);
+        assert_eq!(resp.headers()[ERROR_CODE_HEADER], "no_available_workers");
+        let body = resp.into_body().into_full().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["error"]["type"], "Service Unavailable");
+        assert_eq!(v["error"]["code"], "no_available_workers");
+        assert!(v["error"]["param"].is_null());
+        assert!(v["error"]["message"].as_str().unwrap().contains("no available"));
+    }
+
+    #[test]
+    fn payload_too_large_closes() {
+        let resp = error_response(&GatewayError::PayloadTooLarge { limit: 10 });
+        assert_eq!(resp.status(), 413);
+        assert_eq!(resp.headers()[CONNECTION], "close");
+    }
+}

@@ -1,0 +1,6 @@
+//! HTTP vocabulary shared by the server and the handlers: the route table, response
+//! bodies and the mapping of gateway errors to the wire.
+
+pub mod body;
+pub mod error;
+pub mod route;

@@ -1,0 +1,18 @@
+//! tollgate: a lean, high-throughput inference gateway.
+//!
+//! The request's path through the crate:
+//! `runtime` (thread-per-core accept loops) → `server` (one hyper connection, edge limits)
+//! → `http::route` (which route) → `app` (the route's owner) → `routing` (pick a worker)
+//! → `proxy` (forward to the worker, relay the answer back frame by frame).
+//! `workers` holds the fleet as a lock-free snapshot; `config` turns flags into a `Config`.
+
+pub mod app;
+pub mod config;
+pub mod http;
+pub mod logging;
+pub mod proxy;
+pub mod routing;
+pub mod runtime;
+pub mod server;
+pub mod startup;
+pub mod workers;

@@ -1,0 +1,37 @@
+//! The `tollgate` binary: parse flags, set up logging, run.
+
+use std::process::ExitCode;
+
+use tollgate::config::{parse_args, Command};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() -> ExitCode {
+    let config = match parse_args(std::env::args_os().skip(1)) {
+        Ok(Command::Run(config)) => config,
+        Ok(Command::Help(text)) | Ok(Command::Version(text)) => {
+            println!("{text}");
+            return ExitCode::SUCCESS;
+        }
+        Err(err) => {
+            eprintln!("tollgate: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    let _log = match tollgate::logging::init(&config) {
+        Ok(guard) => guard,
+        Err(err) => {
+            eprintln!("tollgate: cannot set up logging: {err}");
+            return ExitCode::from(1);
+        }
+    };
+    match tollgate::startup::run(*config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            tracing::error!("{err}");
+            eprintln!("tollgate: {err}");
+            ExitCode::from(1)
+        }
+    }
+}

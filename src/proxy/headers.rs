@@ -1,0 +1,181 @@
+//! Which headers cross the gateway.
+//!
+//! Towards HTTP workers only an allowlist passes (spec 2, "Forwarded to HTTP and PD
+//! workers"): everything else a client sends, `x-api-key` included, stays at the edge.
+//! Values are moved, not copied.
+
+use http::header::{HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use http::HeaderMap;
+
+/// Whether a client request header is forwarded to an HTTP worker.
+pub fn forwarded_to_worker(name: &HeaderName) -> bool {
+    let n = name.as_str();
+    matches!(
+        n,
+        "authorization"
+            | "anthropic-version"
+            | "anthropic-beta"
+            | "vendor-version"
+            | "vendor-beta"
+            | "x-request-id"
+            | "x-correlation-id"
+            | "traceparent"
+            | "tracestate"
+            | "x-gw-routing-key"
+    ) || n.starts_with("x-request-id-")
+}
+
+/// How the worker learns the body's media type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContentType {
+    /// JSON routes: the gateway states `application/json` itself.
+    Json,
+    /// Routes whose body format the client chooses (multipart uploads): the client's own
+    /// `Content-Type` (with its boundary) is passed on.
+    FromClient,
+}
+
+/// Builds the header map for the worker from the client's, consuming it.
+/// `worker_bearer` is sent only when the client sent no `Authorization` of its own.
+pub fn to_worker(
+    client: &mut HeaderMap,
+    content_type: ContentType,
+    worker_bearer: Option<&HeaderValue>,
+) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(8);
+    let mut client_content_type = None;
+    let mut last_name: Option<HeaderName> = None;
+    for (name, value) in client.drain() {
+        // `drain` yields the name only for the first of repeated values.
+        if let Some(n) = name {
+            last_name = Some(n);
+        }
+        let Some(name) = last_name.as_ref() else {
+            continue;
+        };
+        if *name == CONTENT_TYPE {
+            client_content_type.get_or_insert(value);
+        } else if forwarded_to_worker(name) {
+            out.append(name.clone(), value);
+        }
+    }
+    match (content_type, client_content_type) {
+        (ContentType::FromClient, Some(v)) => {
+            out.insert(CONTENT_TYPE, v);
+        }
+        (ContentType::FromClient, None) => {}
+        (ContentType::Json, _) => {
+            out.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        }
+    }
+    if !out.contains_key(AUTHORIZATION) {
+        if let Some(bearer) = worker_bearer {
+            out.insert(AUTHORIZATION, bearer.clone());
+        }
+    }
+    out
+}
+
+/// Headers that describe one hop, never relayed from the worker to the client.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    for name in [
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "transfer-encoding",
+        "upgrade",
+        "te",
+        "trailer",
+    ] {
+        headers.remove(name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut m = HeaderMap::new();
+        for (k, v) in pairs {
+            m.append(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        m
+    }
+
+    #[test]
+    fn allowlist_passes_and_drops() {
+        let mut client = map(&[
+            ("authorization", "Bearer c"),
+            ("x-api-key", "secret"),
+            ("anthropic-version", "2023-06-01"),
+            ("vendor-beta", "b"),
+            ("x-request-id", "1"),
+            ("x-request-id-span", "2"),
+            ("x-correlation-id", "3"),
+            ("traceparent", "t"),
+            ("tracestate", "s"),
+            ("x-gw-routing-key", "k"),
+            ("cookie", "c"),
+            ("content-type", "text/plain"),
+            ("host", "gw"),
+            ("accept-encoding", "gzip"),
+        ]);
+        let out = to_worker(&mut client, ContentType::Json, None);
+        for kept in [
+            "authorization",
+            "anthropic-version",
+            "vendor-beta",
+            "x-request-id",
+            "x-request-id-span",
+            "x-correlation-id",
+            "traceparent",
+            "tracestate",
+            "x-gw-routing-key",
+        ] {
+            assert!(out.contains_key(kept), "{kept} should pass");
+        }
+        for dropped in ["x-api-key", "cookie", "host", "accept-encoding"] {
+            assert!(!out.contains_key(dropped), "{dropped} should be dropped");
+        }
+        assert_eq!(out[CONTENT_TYPE], "application/json");
+        assert_eq!(out[AUTHORIZATION], "Bearer c");
+    }
+
+    #[test]
+    fn worker_key_only_without_client_authorization() {
+        let bearer = HeaderValue::from_static("Bearer w");
+        let mut client = map(&[("authorization", "Bearer c")]);
+        let out = to_worker(&mut client, ContentType::Json, Some(&bearer));
+        assert_eq!(out[AUTHORIZATION], "Bearer c");
+        let mut client = map(&[]);
+        let out = to_worker(&mut client, ContentType::Json, Some(&bearer));
+        assert_eq!(out[AUTHORIZATION], "Bearer w");
+    }
+
+    #[test]
+    fn repeated_values_keep_their_name_and_multipart_type_passes() {
+        let mut client = map(&[
+            ("x-request-id-a", "1"),
+            ("x-request-id-a", "2"),
+            ("content-type", "multipart/form-data; boundary=xyz"),
+        ]);
+        let out = to_worker(&mut client, ContentType::FromClient, None);
+        assert_eq!(out.get_all("x-request-id-a").iter().count(), 2);
+        assert_eq!(out[CONTENT_TYPE], "multipart/form-data; boundary=xyz");
+    }
+
+    #[test]
+    fn hop_by_hop_removed() {
+        let mut h = map(&[
+            ("connection", "keep-alive"),
+            ("transfer-encoding", "chunked"),
+            ("content-type", "text/event-stream"),
+        ]);
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1);
+    }
+}

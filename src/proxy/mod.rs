@@ -1,0 +1,136 @@
+//! Forwarding to HTTP workers: select, dispatch, relay.
+//!
+//! The request body streams to the worker unread (counted against the payload limit), and
+//! the worker's response streams back frame by frame. Each data-plane thread owns its own
+//! connection pool, so pooled connections never cross threads.
+
+pub mod headers;
+
+use std::time::{Duration, Instant};
+
+use http::uri::{self, Scheme, Uri};
+use http::{Request, Response, Version};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+
+use crate::config::Config;
+use crate::http::body::{is_body_too_large, LimitedBody, RespBody};
+use crate::http::error::GatewayError;
+use crate::routing::{Policy, RequestFacts};
+use crate::workers::Registry;
+
+pub use headers::ContentType;
+
+/// Idle connections kept per worker, per thread.
+pub const POOL_MAX_IDLE_PER_HOST: usize = 500;
+/// Time allowed to establish a TCP connection to a worker.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A thread's client towards HTTP workers.
+pub type UpstreamClient = Client<HttpConnector, LimitedBody>;
+
+/// Builds one thread's upstream client and pool.
+pub fn client(config: &Config) -> UpstreamClient {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(POOL_MAX_IDLE_PER_HOST)
+        .pool_idle_timeout(config.upstream_pool_idle_timeout)
+        .pool_timer(TokioTimer::new())
+        .timer(TokioTimer::new())
+        .build(connector)
+}
+
+/// The body length the client declared, if any.
+fn declared_length(req: &Request<Incoming>) -> Option<u64> {
+    req.headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// What a forward needs from the gateway; borrowed for the duration of one request.
+pub struct Forward<'a> {
+    pub config: &'a Config,
+    pub registry: &'a Registry,
+    pub policy: &'a dyn Policy,
+    pub client: &'a UpstreamClient,
+}
+
+impl Forward<'_> {
+    /// Forwards `req` to one routable worker and relays its answer.
+    pub async fn send(
+        &self,
+        req: Request<Incoming>,
+        content_type: ContentType,
+    ) -> Result<Response<RespBody>, GatewayError> {
+        let limit = self.config.max_payload_size;
+        if declared_length(&req).is_some_and(|len| len > limit) {
+            return Err(GatewayError::PayloadTooLarge { limit });
+        }
+        let deadline = Instant::now() + self.config.request_timeout;
+
+        let worker = {
+            let snap = self.registry.snapshot();
+            let routable = snap.routable();
+            let idx = self
+                .policy
+                .select(routable, &RequestFacts::default())
+                .ok_or(GatewayError::NoAvailableWorkers)?;
+            routable
+                .get(idx)
+                .cloned()
+                .ok_or(GatewayError::NoAvailableWorkers)?
+        };
+        let (scheme, authority) =
+            worker
+                .http_origin()
+                .ok_or(GatewayError::UnsupportedTransport {
+                    transport: worker.connection_mode().as_str(),
+                })?;
+        if *scheme == Scheme::HTTPS {
+            return Err(GatewayError::UnsupportedTransport { transport: "https" });
+        }
+
+        let (mut parts, body) = req.into_parts();
+        let mut uri_parts = uri::Parts::default();
+        uri_parts.scheme = Some(scheme.clone());
+        uri_parts.authority = Some(authority.clone());
+        uri_parts.path_and_query = parts.uri.path_and_query().cloned();
+        let uri = Uri::from_parts(uri_parts).map_err(|_| GatewayError::UpstreamBroken)?;
+
+        let mut upstream = Request::new(LimitedBody::new(body, limit));
+        *upstream.method_mut() = parts.method;
+        *upstream.uri_mut() = uri;
+        *upstream.version_mut() = Version::HTTP_11;
+        *upstream.headers_mut() =
+            headers::to_worker(&mut parts.headers, content_type, worker.bearer.as_ref());
+
+        let load = worker.track();
+        let response =
+            match tokio::time::timeout_at(deadline.into(), self.client.request(upstream)).await {
+                Err(_) => return Err(GatewayError::UpstreamTimeout),
+                Ok(Err(err)) => {
+                    if is_body_too_large(&err) {
+                        return Err(GatewayError::PayloadTooLarge { limit });
+                    }
+                    tracing::debug!(worker = %worker.url, error = %err, "worker request failed");
+                    return Err(if err.is_connect() {
+                        GatewayError::UpstreamConnect
+                    } else {
+                        GatewayError::UpstreamBroken
+                    });
+                }
+                Ok(Ok(resp)) => resp,
+            };
+        let (mut head, body) = response.into_parts();
+        headers::strip_hop_by_hop(&mut head.headers);
+        Ok(Response::from_parts(
+            head,
+            RespBody::relay(body, deadline, load),
+        ))
+    }
+}

@@ -1,0 +1,238 @@
+//! Thread-per-core data plane.
+//!
+//! One OS thread per core, each with its own single-threaded runtime and its own
+//! `SO_REUSEPORT` listener; connections never move between threads. The runtime is
+//! tokio-uring (io_uring) or plain tokio (epoll), chosen once at startup. The main thread
+//! runs the control runtime: signals now, health checks and other background jobs later.
+
+mod uring_io;
+
+use std::cell::Cell;
+use std::io;
+use std::net::{SocketAddr, TcpListener};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use tokio::sync::watch;
+
+use crate::app::{Gateway, ThreadCtx};
+use crate::config::IoEngine;
+use crate::server::{self, listener, tokio_io::CheckedStream};
+
+pub use uring_io::UringIo;
+
+/// The IO engine actually in use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    Uring,
+    Epoll,
+}
+
+impl Engine {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Engine::Uring => "io_uring",
+            Engine::Epoll => "epoll",
+        }
+    }
+}
+
+/// Whether this kernel and sandbox let us create an io_uring instance.
+fn probe_uring() -> Result<(), io::Error> {
+    io_uring::IoUring::new(8).map(|_| ())
+}
+
+/// Resolves `--io-engine` to an engine, with the reason for the log line.
+pub fn choose_engine(requested: IoEngine) -> Result<(Engine, String), String> {
+    match requested {
+        IoEngine::Epoll => Ok((Engine::Epoll, "requested with --io-engine epoll".into())),
+        IoEngine::Uring => match probe_uring() {
+            Ok(()) => Ok((Engine::Uring, "requested with --io-engine uring".into())),
+            Err(e) => Err(format!(
+                "--io-engine uring: io_uring is not available here ({e}); use --io-engine epoll or auto"
+            )),
+        },
+        IoEngine::Auto => match probe_uring() {
+            Ok(()) => Ok((Engine::Uring, "io_uring is available".into())),
+            Err(e) => Ok((Engine::Epoll, format!("io_uring is not available ({e})"))),
+        },
+    }
+}
+
+/// Counts a thread's open connections, so shutdown can wait for them.
+#[derive(Clone, Default)]
+struct OpenConns(Rc<Cell<usize>>);
+
+struct OpenConn(OpenConns);
+
+impl OpenConns {
+    fn open(&self) -> OpenConn {
+        self.0.set(self.0.get() + 1);
+        OpenConn(self.clone())
+    }
+
+    fn count(&self) -> usize {
+        self.0.get()
+    }
+}
+
+impl Drop for OpenConn {
+    fn drop(&mut self) {
+        let c = &(self.0).0;
+        c.set(c.get().saturating_sub(1));
+    }
+}
+
+/// After shutdown: waits for this thread's connections to finish, at most `grace`.
+async fn drain(open: &OpenConns, grace: Duration) {
+    let waited = tokio::time::timeout(grace, async {
+        while open.count() > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    if waited.is_err() {
+        tracing::warn!(
+            connections = open.count(),
+            "shutdown grace period over; closing remaining connections"
+        );
+    }
+}
+
+/// Logs an accept error and backs off briefly so a full fd table does not spin the thread.
+async fn accept_failed(err: io::Error) {
+    tracing::warn!(error = %err, "accept failed");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
+async fn run_epoll(
+    listener: TcpListener,
+    ctx: Arc<ThreadCtx>,
+    mut shutdown: watch::Receiver<bool>,
+) -> io::Result<()> {
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    let builder = Rc::new(server::builder(&ctx.gateway.config));
+    let open = OpenConns::default();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let _ = stream.set_nodelay(true);
+                    let io = TokioIo::new(CheckedStream::new(stream));
+                    let (ctx, builder, rx, guard) =
+                        (ctx.clone(), builder.clone(), shutdown.clone(), open.open());
+                    tokio::task::spawn_local(async move {
+                        server::serve(io, ctx, &builder, rx).await;
+                        drop(guard);
+                    });
+                }
+                Err(err) => accept_failed(err).await,
+            },
+            _ = shutdown.changed() => break,
+        }
+    }
+    drop(listener);
+    drain(&open, ctx.gateway.config.shutdown_grace_period).await;
+    Ok(())
+}
+
+async fn run_uring(
+    listener: TcpListener,
+    ctx: Arc<ThreadCtx>,
+    mut shutdown: watch::Receiver<bool>,
+) -> io::Result<()> {
+    let listener = tokio_uring::net::TcpListener::from_std(listener);
+    let builder = Rc::new(server::builder(&ctx.gateway.config));
+    let open = OpenConns::default();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let _ = stream.set_nodelay(true);
+                    let io = UringIo::new(stream);
+                    let (ctx, builder, rx, guard) =
+                        (ctx.clone(), builder.clone(), shutdown.clone(), open.open());
+                    tokio_uring::spawn(async move {
+                        server::serve(io, ctx, &builder, rx).await;
+                        drop(guard);
+                    });
+                }
+                Err(err) => accept_failed(err).await,
+            },
+            _ = shutdown.changed() => break,
+        }
+    }
+    drop(listener);
+    drain(&open, ctx.gateway.config.shutdown_grace_period).await;
+    Ok(())
+}
+
+/// Runs one data-plane thread to completion (shutdown drained).
+fn run_thread(
+    engine: Engine,
+    listener: TcpListener,
+    gateway: Arc<Gateway>,
+    shutdown: watch::Receiver<bool>,
+) -> io::Result<()> {
+    match engine {
+        Engine::Epoll => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let local = tokio::task::LocalSet::new();
+            local.block_on(&rt, async move {
+                let ctx = Arc::new(ThreadCtx::new(gateway));
+                run_epoll(listener, ctx, shutdown).await
+            })
+        }
+        Engine::Uring => tokio_uring::start(async move {
+            let ctx = Arc::new(ThreadCtx::new(gateway));
+            run_uring(listener, ctx, shutdown).await
+        }),
+    }
+}
+
+/// The running data plane: its address and its threads.
+pub struct DataPlane {
+    pub local_addr: SocketAddr,
+    threads: Vec<JoinHandle<io::Result<()>>>,
+}
+
+impl DataPlane {
+    /// Binds the listeners and starts `threads` data-plane threads.
+    pub fn start(
+        gateway: Arc<Gateway>,
+        engine: Engine,
+        addr: SocketAddr,
+        threads: usize,
+        shutdown: watch::Receiver<bool>,
+    ) -> io::Result<DataPlane> {
+        let (local_addr, listeners) = listener::bind_reuseport(addr, threads)?;
+        let mut handles = Vec::with_capacity(listeners.len());
+        for (i, listener) in listeners.into_iter().enumerate() {
+            let (gateway, shutdown) = (gateway.clone(), shutdown.clone());
+            let handle = std::thread::Builder::new()
+                .name(format!("tollgate-data-{i}"))
+                .spawn(move || run_thread(engine, listener, gateway, shutdown))?;
+            handles.push(handle);
+        }
+        Ok(DataPlane {
+            local_addr,
+            threads: handles,
+        })
+    }
+
+    /// Waits for every data-plane thread to finish draining.
+    pub fn join(self) {
+        for handle in self.threads {
+            match handle.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(err)) => tracing::error!(error = %err, "data-plane thread failed"),
+                Err(_) => tracing::error!("data-plane thread panicked"),
+            }
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! hyper IO over an io_uring socket (tokio-uring).
+//!
+//! io_uring operations own their buffers until the kernel completes them, so this adapter
+//! keeps one read and one write buffer per connection, lends each to the in-flight
+//! operation and gets it back on completion: no allocation per read or write beyond the
+//! operation's future. Reads are copied into hyper's buffer (leftovers kept for the next
+//! call); writes are copied out of hyper's and completed before the next write or flush,
+//! so a write error surfaces on the following call. The framing check of
+//! [`crate::server::Sniffer`] sits in the read path exactly as on the epoll engine.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{ready, Context, Poll};
+
+use hyper::rt::{Read, ReadBufCursor, Write};
+use tokio_uring::net::TcpStream;
+
+use crate::server::Sniffer;
+
+const READ_BUF: usize = 16 * 1024;
+const WRITE_CHUNK: usize = 64 * 1024;
+
+type ReadOp = Pin<Box<dyn Future<Output = (io::Result<usize>, Vec<u8>)>>>;
+type WriteOp = Pin<Box<dyn Future<Output = (io::Result<()>, Vec<u8>)>>>;
+
+enum ReadState {
+    /// Buffer at rest; `pos..len` holds bytes read but not yet handed to hyper.
+    Idle { buf: Vec<u8>, pos: usize },
+    Busy(ReadOp),
+}
+
+enum WriteState {
+    Idle(Vec<u8>),
+    Busy(WriteOp),
+}
+
+pub struct UringIo {
+    stream: Rc<TcpStream>,
+    read: ReadState,
+    write: WriteState,
+    sniffer: Sniffer,
+}
+
+impl UringIo {
+    pub fn new(stream: TcpStream) -> UringIo {
+        UringIo {
+            stream: Rc::new(stream),
+            read: ReadState::Idle {
+                buf: Vec::with_capacity(READ_BUF),
+                pos: 0,
+            },
+            write: WriteState::Idle(Vec::with_capacity(READ_BUF)),
+            sniffer: Sniffer::default(),
+        }
+    }
+
+    /// Completes the in-flight write, if any.
+    fn poll_write_done(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if let WriteState::Busy(op) = &mut self.write {
+            let (res, mut buf) = ready!(op.as_mut().poll(cx));
+            buf.clear();
+            self.write = WriteState::Idle(buf);
+            res?;
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Starts writing `data` (copied into the connection's write buffer).
+    fn start_write(&mut self, data: &[u8]) -> usize {
+        let WriteState::Idle(buf) = &mut self.write else {
+            return 0;
+        };
+        let n = data.len().min(WRITE_CHUNK);
+        let mut buf = std::mem::take(buf);
+        buf.extend_from_slice(&data[..n]);
+        let stream = self.stream.clone();
+        self.write = WriteState::Busy(Box::pin(async move {
+            let (res, buf) = stream.write_all(buf).await;
+            (res, buf)
+        }));
+        n
+    }
+
+    /// Writes the 400 for a conflicting request, then reports end of stream to hyper.
+    fn poll_reject(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        loop {
+            ready!(self.poll_write_done(cx))?;
+            let rest = self.sniffer.pending_reply();
+            if rest.is_empty() {
+                return Poll::Ready(Ok(()));
+            }
+            let n = self.start_write(rest);
+            self.sniffer.reply_written(n);
+        }
+    }
+}
+
+impl Read for UringIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        mut cursor: ReadBufCursor<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.sniffer.is_rejecting() {
+            return this.poll_reject(cx);
+        }
+        loop {
+            match &mut this.read {
+                ReadState::Idle { buf, pos } => {
+                    if *pos < buf.len() {
+                        let n = cursor.remaining().min(buf.len() - *pos);
+                        cursor.put_slice(&buf[*pos..*pos + n]);
+                        *pos += n;
+                        return Poll::Ready(Ok(()));
+                    }
+                    let mut buf = std::mem::take(buf);
+                    buf.clear();
+                    let stream = this.stream.clone();
+                    this.read = ReadState::Busy(Box::pin(async move { stream.read(buf).await }));
+                }
+                ReadState::Busy(op) => {
+                    let (res, buf) = ready!(op.as_mut().poll(cx));
+                    let admitted = match &res {
+                        Ok(n) => this.sniffer.admit(buf.get(..*n).unwrap_or_default()),
+                        Err(_) => true,
+                    };
+                    this.read = ReadState::Idle { buf, pos: 0 };
+                    match res {
+                        Err(e) => return Poll::Ready(Err(e)),
+                        // End of stream: hand hyper nothing.
+                        Ok(0) => return Poll::Ready(Ok(())),
+                        Ok(_) if !admitted => {
+                            if let ReadState::Idle { buf, .. } = &mut this.read {
+                                buf.clear();
+                            }
+                            return this.poll_reject(cx);
+                        }
+                        Ok(_) => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Write for UringIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        ready!(this.poll_write_done(cx))?;
+        Poll::Ready(Ok(this.start_write(data)))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.get_mut().poll_write_done(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.poll_write_done(cx))?;
+        match this.stream.shutdown(std::net::Shutdown::Write) {
+            Ok(()) => Poll::Ready(Ok(())),
+            Err(e) if e.kind() == io::ErrorKind::NotConnected => Poll::Ready(Ok(())),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+}

@@ -1,0 +1,279 @@
+//! Shared harness of the black-box tests: start the real `tollgate` binary and bundled
+//! `mock-worker` processes on 127.0.0.1, and talk to them over real sockets.
+//!
+//! `TOLLGATE_TEST_IO_ENGINE` (auto, uring, epoll) picks the gateway's IO engine, so CI runs
+//! the same suite on both engines.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+pub const GATEWAY: &str = env!("CARGO_BIN_EXE_tollgate");
+pub const MOCK: &str = env!("CARGO_BIN_EXE_mock-worker");
+
+/// A child process killed on drop, with its stderr captured for assertions and failures.
+pub struct Proc {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub log: Arc<Mutex<String>>,
+}
+
+impl Proc {
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn log_text(&self) -> String {
+        self.log.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    /// Sends SIGTERM and waits up to `timeout` for the exit status.
+    pub fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let end = Instant::now() + timeout;
+        while Instant::now() < end {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn capture<R: Read + Send + 'static>(reader: R, log: Arc<Mutex<String>>) {
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(reader).lines();
+        while let Some(Ok(line)) = lines.next() {
+            if std::env::var_os("TOLLGATE_TEST_VERBOSE").is_some() {
+                eprintln!("{line}");
+            }
+            if let Ok(mut l) = log.lock() {
+                l.push_str(&line);
+                l.push('\n');
+            }
+        }
+    });
+}
+
+/// Starts a mock worker with extra flags; returns once it listens.
+pub fn mock(args: &[&str]) -> Proc {
+    let mut child = Command::new(MOCK)
+        .args(["--host", "127.0.0.1", "--port", "0"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn mock-worker");
+    let stdout = child.stdout.take().expect("mock stdout");
+    let mut first = String::new();
+    let mut reader = BufReader::new(stdout);
+    reader.read_line(&mut first).expect("mock prints its address");
+    let addr: SocketAddr = first
+        .trim()
+        .strip_prefix("LISTENING ")
+        .unwrap_or_else(|| panic!("unexpected mock output {first:?}"))
+        .parse()
+        .expect("mock address");
+    let log = Arc::new(Mutex::new(String::new()));
+    capture(reader, log.clone());
+    if let Some(err) = child.stderr.take() {
+        capture(err, log.clone());
+    }
+    Proc { child, addr, log }
+}
+
+/// A port that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+pub fn io_engine() -> String {
+    std::env::var("TOLLGATE_TEST_IO_ENGINE").unwrap_or_else(|_| "auto".into())
+}
+
+/// Starts the gateway with extra flags and waits until it accepts connections.
+pub fn gateway(args: &[&str]) -> Proc {
+    gateway_with_env(args, &[])
+}
+
+pub fn gateway_with_env(args: &[&str], env: &[(&str, &str)]) -> Proc {
+    let port = free_port();
+    let engine = io_engine();
+    let mut cmd = Command::new(GATEWAY);
+    cmd.args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--runtime-worker-threads", "2", "--io-engine", &engine])
+        .args(["--log-level", "debug"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("spawn tollgate");
+    let log = Arc::new(Mutex::new(String::new()));
+    if let Some(out) = child.stdout.take() {
+        capture(out, log.clone());
+    }
+    if let Some(err) = child.stderr.take() {
+        capture(err, log.clone());
+    }
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if TcpStream::connect(addr).is_ok() {
+            break;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!(
+                "tollgate exited early ({status}):\n{}",
+                log.lock().map(|l| l.clone()).unwrap_or_default()
+            );
+        }
+        assert!(Instant::now() < deadline, "tollgate did not start listening");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Proc { child, addr, log }
+}
+
+/// A response read whole.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+}
+
+impl Reply {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", String::from_utf8_lossy(&self.body)))
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// HTTP/1.1 or h2c (prior knowledge) client.
+pub fn client(h2: bool) -> Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>> {
+    Client::builder(TokioExecutor::new())
+        .http2_only(h2)
+        .build_http()
+}
+
+pub async fn send(
+    client: &Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: impl Into<Bytes>,
+) -> Reply {
+    let mut req = http::Request::builder().method(method).uri(url);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req.body(Full::new(body.into())).expect("request");
+    let resp = tokio::time::timeout(Duration::from_secs(30), client.request(req))
+        .await
+        .expect("response within 30 s")
+        .expect("response");
+    let (parts, body) = resp.into_parts();
+    let body = tokio::time::timeout(Duration::from_secs(30), body.collect())
+        .await
+        .expect("body within 30 s")
+        .expect("body")
+        .to_bytes();
+    Reply {
+        status: parts.status.as_u16(),
+        headers: parts.headers,
+        body,
+    }
+}
+
+/// Shorthand: HTTP/1.1 request with a JSON body.
+pub async fn post_json(url: &str, body: &serde_json::Value) -> Reply {
+    send(
+        &client(false),
+        "POST",
+        url,
+        &[("content-type", "application/json")],
+        serde_json::to_vec(body).expect("json"),
+    )
+    .await
+}
+
+pub async fn get(url: &str) -> Reply {
+    send(&client(false), "GET", url, &[], Bytes::new()).await
+}
+
+/// The mock worker's request log.
+pub async fn mock_requests(mock: &Proc) -> Vec<serde_json::Value> {
+    let reply = get(&format!("{}/mock/requests", mock.url())).await;
+    match reply.json() {
+        serde_json::Value::Array(items) => items,
+        other => panic!("unexpected request log {other}"),
+    }
+}
+
+/// Writes raw bytes on a fresh connection and reads until the peer closes or `timeout`.
+pub fn raw_exchange(addr: SocketAddr, bytes: &[u8], timeout: Duration) -> (Vec<u8>, bool) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(timeout)).expect("timeout");
+    s.write_all(bytes).expect("write");
+    let mut out = Vec::new();
+    let mut buf = [0u8; 8192];
+    let closed = loop {
+        match s.read(&mut buf) {
+            Ok(0) => break true,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,
+            Err(_) => break false,
+        }
+    };
+    (out, closed)
+}
+
+/// Status code of the first response in raw HTTP/1.1 bytes.
+pub fn raw_status(bytes: &[u8]) -> Option<u16> {
+    let text = std::str::from_utf8(bytes.get(..12)?).ok()?;
+    text.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()
+}
+
+/// Polls `f` until it returns true or `timeout` passes.
+pub async fn eventually<F, Fut>(timeout: Duration, mut f: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let end = Instant::now() + timeout;
+    while Instant::now() < end {
+        if f().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    false
+}
