@@ -92,7 +92,9 @@ impl Body for MockBody {
             MockBody::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
             MockBody::Stream(stream) => match stream.rx.poll_recv(cx) {
                 Poll::Pending => Poll::Pending,
-                Poll::Ready(Some(StreamItem::Data(bytes))) => Poll::Ready(Some(Ok(Frame::data(bytes)))),
+                Poll::Ready(Some(StreamItem::Data(bytes))) => {
+                    Poll::Ready(Some(Ok(Frame::data(bytes))))
+                }
                 Poll::Ready(Some(StreamItem::Abort)) => {
                     stream.ended = true;
                     Poll::Ready(Some(Err(Aborted)))
@@ -158,7 +160,9 @@ mod tests {
         rt().block_on(async {
             let stats = Arc::new(Stats::default());
             let (tx, body) = MockBody::channel(Inflight::new(stats.clone()));
-            tx.send(StreamItem::Data(Bytes::from_static(b"a"))).await.unwrap();
+            tx.send(StreamItem::Data(Bytes::from_static(b"a")))
+                .await
+                .unwrap();
             drop(tx);
             let bytes = body.collect().await.unwrap().to_bytes();
             assert_eq!(&bytes[..], b"a");

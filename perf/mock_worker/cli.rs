@@ -223,9 +223,7 @@ where
                 flags.request_log_capacity = parsed_value(&mut parser, "--request-log-capacity")?
             }
             Long("fail-rate") => flags.fail_rate = parsed_value(&mut parser, "--fail-rate")?,
-            Long("fail-status") => {
-                flags.fail_status = parsed_value(&mut parser, "--fail-status")?
-            }
+            Long("fail-status") => flags.fail_status = parsed_value(&mut parser, "--fail-status")?,
             Long("drop-after-tokens") => {
                 flags.drop_after_tokens = Some(parsed_value(&mut parser, "--drop-after-tokens")?)
             }

@@ -149,7 +149,9 @@ impl LiveConfig {
             ttft_ms: overrides
                 .ttft_ms
                 .unwrap_or_else(|| self.ttft_ms.load(Relaxed)),
-            itl_ms: overrides.itl_ms.unwrap_or_else(|| self.itl_ms.load(Relaxed)),
+            itl_ms: overrides
+                .itl_ms
+                .unwrap_or_else(|| self.itl_ms.load(Relaxed)),
             output_tokens: overrides
                 .output_tokens
                 .unwrap_or_else(|| self.output_tokens.load(Relaxed)),
@@ -174,7 +176,9 @@ impl LiveConfig {
         }
         set(patch.ttft_ms, |v| self.ttft_ms.store(v, Relaxed));
         set(patch.itl_ms, |v| self.itl_ms.store(v, Relaxed));
-        set(patch.output_tokens, |v| self.output_tokens.store(v, Relaxed));
+        set(patch.output_tokens, |v| {
+            self.output_tokens.store(v, Relaxed)
+        });
         set(patch.fail_rate, |v| {
             self.fail_rate_bits.store(v.to_bits(), Relaxed)
         });
@@ -288,9 +292,7 @@ impl RequestOverrides {
                 "itl_ms" => overrides.itl_ms = Some(uint(key, v)?),
                 "output_tokens" => overrides.output_tokens = Some(uint(key, v)?),
                 "fail_status" => overrides.fail_status = Some(status(key, v)?),
-                "drop_after_tokens" => {
-                    overrides.drop_after_tokens = Some(optional_uint(key, v)?)
-                }
+                "drop_after_tokens" => overrides.drop_after_tokens = Some(optional_uint(key, v)?),
                 "stall" => overrides.stall = Some(boolean(key, v)?),
                 "slow_headers_ms" => overrides.slow_headers_ms = Some(uint(key, v)?),
                 other => return Err(format!("unknown mock override '{other}'")),
@@ -375,9 +377,15 @@ mod tests {
     fn null_clears_drop_after_tokens() {
         let cfg = live();
         cfg.apply(&ConfigPatch::parse(&json!({"drop_after_tokens": 4})).unwrap());
-        assert_eq!(cfg.knobs(&RequestOverrides::default()).drop_after_tokens, Some(4));
+        assert_eq!(
+            cfg.knobs(&RequestOverrides::default()).drop_after_tokens,
+            Some(4)
+        );
         cfg.apply(&ConfigPatch::parse(&json!({"drop_after_tokens": null})).unwrap());
-        assert_eq!(cfg.knobs(&RequestOverrides::default()).drop_after_tokens, None);
+        assert_eq!(
+            cfg.knobs(&RequestOverrides::default()).drop_after_tokens,
+            None
+        );
         assert_eq!(cfg.to_json()["drop_after_tokens"], Value::Null);
     }
 

@@ -32,7 +32,9 @@ pub fn handle(state: &AppState, parts: &Parts, body: &Bytes) -> Response<MockBod
             ok_json(&json!({"cleared": true}))
         }
         (&Method::GET, "/mock/config") => ok_json(&config_json(state)),
-        (&Method::POST | &Method::PUT | &Method::PATCH, "/mock/config") => patch_config(state, body),
+        (&Method::POST | &Method::PUT | &Method::PATCH, "/mock/config") => {
+            patch_config(state, body)
+        }
         (&Method::GET, "/mock/stats") => {
             let mut stats = state.stats.to_json();
             stats["cache_hit_rate"] = json!(state.load_snapshot().cache_hit_rate);

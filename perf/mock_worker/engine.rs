@@ -1,18 +1,15 @@
 //! Non-inference engine endpoints: health, model listing, the probes a
 //! gateway uses to detect the engine type, load reports and metrics.
 
-use http::StatusCode;
+use http::{Response, StatusCode};
 use serde_json::{json, Value};
 
+use crate::body::MockBody;
 use crate::cli::Runtime;
 use crate::metrics::{self, Scrape};
 use crate::reqlog::now_ms;
 use crate::respond::{self, ok_json};
 use crate::state::{AppState, CONTEXT_LENGTH, MAX_RUNNING_REQUESTS, MAX_TOTAL_NUM_TOKENS};
-
-use http::Response;
-
-use crate::body::MockBody;
 
 pub const SGLANG_VERSION: &str = "0.5.0-mock";
 pub const VLLM_VERSION: &str = "0.9.0-mock";

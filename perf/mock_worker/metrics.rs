@@ -25,25 +25,89 @@ pub fn render(style: MetricsStyle, scrape: &Scrape) -> String {
     let load = &scrape.load;
     match style {
         MetricsStyle::Sglang => {
-            out.gauge("sglang:num_running_reqs", "The number of running requests.", load.running);
-            out.gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", load.waiting);
+            out.gauge(
+                "sglang:num_running_reqs",
+                "The number of running requests.",
+                load.running,
+            );
+            out.gauge(
+                "sglang:num_queue_reqs",
+                "The number of requests in the waiting queue.",
+                load.waiting,
+            );
             out.gauge("sglang:token_usage", "The token usage.", load.token_usage);
-            out.gauge("sglang:gen_throughput", "The generation throughput (token/s).", load.gen_throughput);
-            out.gauge("sglang:cache_hit_rate", "The prefix cache hit rate.", load.cache_hit_rate);
-            out.gauge("sglang:max_total_num_tokens", "Maximum total number of tokens.", MAX_TOTAL_NUM_TOKENS);
-            out.counter("sglang:prompt_tokens_total", "Number of prefill tokens processed.", scrape.prompt_tokens_total);
-            out.counter("sglang:generation_tokens_total", "Number of generation tokens processed.", scrape.generation_tokens_total);
-            out.counter("sglang:num_requests_total", "Number of requests processed.", scrape.requests_total);
+            out.gauge(
+                "sglang:gen_throughput",
+                "The generation throughput (token/s).",
+                load.gen_throughput,
+            );
+            out.gauge(
+                "sglang:cache_hit_rate",
+                "The prefix cache hit rate.",
+                load.cache_hit_rate,
+            );
+            out.gauge(
+                "sglang:max_total_num_tokens",
+                "Maximum total number of tokens.",
+                MAX_TOTAL_NUM_TOKENS,
+            );
+            out.counter(
+                "sglang:prompt_tokens_total",
+                "Number of prefill tokens processed.",
+                scrape.prompt_tokens_total,
+            );
+            out.counter(
+                "sglang:generation_tokens_total",
+                "Number of generation tokens processed.",
+                scrape.generation_tokens_total,
+            );
+            out.counter(
+                "sglang:num_requests_total",
+                "Number of requests processed.",
+                scrape.requests_total,
+            );
         }
         MetricsStyle::Vllm => {
-            out.gauge("vllm:num_requests_running", "Number of requests in model execution batches.", load.running);
-            out.gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", load.waiting);
-            out.gauge("vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage.", load.token_usage);
-            out.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", load.token_usage);
-            out.gauge("vllm:gpu_prefix_cache_hit_rate", "GPU prefix cache block hit rate.", load.cache_hit_rate);
-            out.counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.", scrape.prompt_tokens_total);
-            out.counter("vllm:generation_tokens_total", "Number of generation tokens processed.", scrape.generation_tokens_total);
-            out.counter("vllm:request_success_total", "Count of processed requests.", scrape.requests_total);
+            out.gauge(
+                "vllm:num_requests_running",
+                "Number of requests in model execution batches.",
+                load.running,
+            );
+            out.gauge(
+                "vllm:num_requests_waiting",
+                "Number of requests waiting to be processed.",
+                load.waiting,
+            );
+            out.gauge(
+                "vllm:gpu_cache_usage_perc",
+                "GPU KV-cache usage. 1 means 100 percent usage.",
+                load.token_usage,
+            );
+            out.gauge(
+                "vllm:kv_cache_usage_perc",
+                "KV-cache usage. 1 means 100 percent usage.",
+                load.token_usage,
+            );
+            out.gauge(
+                "vllm:gpu_prefix_cache_hit_rate",
+                "GPU prefix cache block hit rate.",
+                load.cache_hit_rate,
+            );
+            out.counter(
+                "vllm:prompt_tokens_total",
+                "Number of prefill tokens processed.",
+                scrape.prompt_tokens_total,
+            );
+            out.counter(
+                "vllm:generation_tokens_total",
+                "Number of generation tokens processed.",
+                scrape.generation_tokens_total,
+            );
+            out.counter(
+                "vllm:request_success_total",
+                "Count of processed requests.",
+                scrape.requests_total,
+            );
         }
     }
     out.text

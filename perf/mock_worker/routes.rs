@@ -209,7 +209,10 @@ mod tests {
         );
         assert_eq!(post("/flush_cache"), Route::FlushCache);
         assert_eq!(post("/nope"), Route::NotFound);
-        assert_eq!(get(Runtime::Sglang, "/v1/chat/completions"), Route::NotFound);
+        assert_eq!(
+            get(Runtime::Sglang, "/v1/chat/completions"),
+            Route::NotFound
+        );
         assert_eq!(
             resolve(Runtime::Sglang, &Method::DELETE, "/health"),
             Route::NotFound

@@ -150,7 +150,11 @@ pub fn classify(body: &Value, model: &str) -> Result<Value, String> {
         .map(|(index, item)| {
             let positive = (hash_of(item_text(item)) % 1000) as f64 / 1000.0;
             let probs = [1.0 - positive, positive];
-            let label = if positive >= 0.5 { "positive" } else { "negative" };
+            let label = if positive >= 0.5 {
+                "positive"
+            } else {
+                "negative"
+            };
             json!({"index": index, "label": label, "probs": probs, "num_classes": 2})
         })
         .collect();
@@ -195,7 +199,9 @@ pub fn tokenize(body: &Value) -> Result<Value, String> {
             body.get("messages")
                 .map(|_| prompt::extract(Api::Chat, body).text)
         })
-        .ok_or_else(|| "one of 'prompt', 'content', 'text' or 'messages' is required".to_string())?;
+        .ok_or_else(|| {
+            "one of 'prompt', 'content', 'text' or 'messages' is required".to_string()
+        })?;
     let tokens = tokenize_text(&text);
     Ok(json!({
         "count": tokens.len(),
@@ -266,7 +272,10 @@ mod tests {
         .unwrap();
         let results = v["results"].as_array().unwrap();
         assert_eq!(results.len(), 3);
-        let mut indices: Vec<u64> = results.iter().map(|r| r["index"].as_u64().unwrap()).collect();
+        let mut indices: Vec<u64> = results
+            .iter()
+            .map(|r| r["index"].as_u64().unwrap())
+            .collect();
         indices.sort();
         assert_eq!(indices, [0, 1, 2]);
         let scores: Vec<f64> = results
@@ -274,7 +283,11 @@ mod tests {
             .map(|r| r["relevance_score"].as_f64().unwrap())
             .collect();
         assert!(scores.windows(2).all(|w| w[0] >= w[1]));
-        let top = rerank(&json!({"query": "q", "documents": ["a", "b"], "top_n": 1}), "m").unwrap();
+        let top = rerank(
+            &json!({"query": "q", "documents": ["a", "b"], "top_n": 1}),
+            "m",
+        )
+        .unwrap();
         assert_eq!(top["results"].as_array().unwrap().len(), 1);
         assert!(rerank(&json!({"query": "q"}), "m").is_err());
     }
@@ -314,9 +327,6 @@ mod tests {
         assert!(detokenize(&json!({})).is_err());
         let count = count_tokens(&json!({"messages": [{"role": "user", "content": "12345678"}]}));
         assert_eq!(count["input_tokens"], 2);
-        assert_eq!(
-            transcription(42)["text"],
-            "mock transcription of 42 bytes"
-        );
+        assert_eq!(transcription(42)["text"], "mock transcription of 42 bytes");
     }
 }

@@ -144,8 +144,14 @@ mod tests {
         let role = data_of(&events[0]);
         assert_eq!(role["object"], "chat.completion.chunk");
         assert_eq!(role["choices"][0]["delta"]["role"], "assistant");
-        assert_eq!(data_of(&events[1])["choices"][0]["delta"]["content"], "tok0 ");
-        assert_eq!(data_of(&events[2])["choices"][0]["delta"]["content"], "tok1 ");
+        assert_eq!(
+            data_of(&events[1])["choices"][0]["delta"]["content"],
+            "tok0 "
+        );
+        assert_eq!(
+            data_of(&events[2])["choices"][0]["delta"]["content"],
+            "tok1 "
+        );
         assert_eq!(data_of(&events[3])["choices"][0]["finish_reason"], "length");
         let usage = data_of(&events[4]);
         assert_eq!(usage["choices"].as_array().map(Vec::len), Some(0));

@@ -86,6 +86,9 @@ mod tests {
         c.finish = Finish::Stop;
         let events = c.stream_all();
         assert_eq!(events.len(), 2);
-        assert_eq!(data_of(&events[0])["meta_info"]["finish_reason"]["type"], "stop");
+        assert_eq!(
+            data_of(&events[0])["meta_info"]["finish_reason"]["type"],
+            "stop"
+        );
     }
 }
