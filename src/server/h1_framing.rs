@@ -6,9 +6,10 @@
 //! afterwards) and never tells the handler, so the connection's IO adapter runs every byte
 //! it reads through an [`H1Framing`] and refuses the connection on [`Verdict::Conflict`].
 //!
-//! The tracker keeps a few words of state and never allocates or buffers: header names are
-//! matched and values parsed byte by byte as they arrive, uninteresting lines are skipped
-//! with `memchr`, and bodies are skipped by counting. Any split of the stream across
+//! The tracker keeps a few words of state and never allocates or buffers. Line ends are
+//! found with `memchr` and a whole line at hand is looked at as a slice; a line split
+//! across reads is followed byte by byte (name matched so far, value parsed so far) until
+//! its end arrives. Bodies are skipped by counting. Any split of the stream across
 //! [`H1Framing::feed`] calls gives the same verdicts.
 //!
 //! Where hyper would answer `400` itself (an unparsable `Content-Length`, a
@@ -25,7 +26,7 @@
 //!   never accepts an upgrade, and hyper keeps reading requests on the connection after
 //!   answering one without `101`.
 
-use memchr::{memchr, memchr2};
+use memchr::{memchr, memchr2, memchr_iter};
 
 /// The HTTP/2 connection preface; a stream starting with it is not HTTP/1.
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -294,13 +295,7 @@ impl H1Framing {
                     }
                     None => rest.len(),
                 },
-                _ => match rest.first() {
-                    Some(&b) => {
-                        self.chunk_byte(b);
-                        1
-                    }
-                    None => break,
-                },
+                _ => self.chunk_framing(rest),
             };
             rest = rest.get(used..).unwrap_or_default();
         }
@@ -330,28 +325,70 @@ impl H1Framing {
     /// `bytes` it used.
     fn head(&mut self, bytes: &[u8]) -> usize {
         let mut at = 0;
-        loop {
-            let rest = bytes.get(at..).unwrap_or_default();
-            if self.line == Line::Skip {
-                match memchr(b'\n', rest) {
-                    Some(nl) => at += nl + 1,
-                    None => return bytes.len(),
+        // The end of a line that began in an earlier read: byte by byte.
+        if !matches!(self.line, Line::Start | Line::Skip) {
+            for &b in bytes {
+                at += 1;
+                if b == b'\n' {
+                    if self.end_line() {
+                        return at;
+                    }
+                    break;
                 }
-                if self.end_line() {
-                    return at;
-                }
-                continue;
-            }
-            let Some(&b) = rest.first() else {
-                return bytes.len();
-            };
-            at += 1;
-            if b == b'\n' {
-                if self.end_line() {
-                    return at;
-                }
-            } else {
                 self.line = self.line_byte(b);
+                if self.line == Line::Skip {
+                    break;
+                }
+            }
+        }
+        // Whole lines: each looked at as a slice.
+        let rest = bytes.get(at..).unwrap_or_default();
+        let mut start = 0;
+        for nl in memchr_iter(b'\n', rest) {
+            if self.line == Line::Start {
+                self.line = self.whole_line(rest.get(start..nl).unwrap_or_default());
+            }
+            start = nl + 1;
+            if self.end_line() {
+                return at + start;
+            }
+        }
+        // The start of a line whose end has not arrived yet.
+        if self.line == Line::Start {
+            for &b in rest.get(start..).unwrap_or_default() {
+                self.line = self.line_byte(b);
+                if self.line == Line::Skip {
+                    break;
+                }
+            }
+        }
+        bytes.len()
+    }
+
+    /// The line state after all of `line` (a whole line, without its `\n`), exactly as
+    /// [`Self::line_byte`] would leave it byte by byte.
+    fn whole_line(&mut self, line: &[u8]) -> Line {
+        match line {
+            [] => Line::Start,
+            [b'\r'] => Line::StartCr,
+            _ if !self.in_head => Line::Skip,
+            _ => {
+                if let Some(value) = strip_name(line, CONTENT_LENGTH) {
+                    let digits = value
+                        .iter()
+                        .try_fold(Digits::Lead, |digits, &b| digits.step(b));
+                    match digits {
+                        Some(digits) => Line::Length(digits),
+                        None => {
+                            self.note_length(None);
+                            Line::Skip
+                        }
+                    }
+                } else if let Some(value) = strip_name(line, TRANSFER_ENCODING) {
+                    Line::Coding(value.iter().fold(Token::Lead, |token, &b| token.step(b)))
+                } else {
+                    Line::Skip
+                }
             }
         }
     }
@@ -462,6 +499,27 @@ impl H1Framing {
         self.chunked = false;
     }
 
+    /// Runs chunked framing bytes (size lines, CRLFs) until the state needs something else;
+    /// returns how many of `bytes` it used.
+    fn chunk_framing(&mut self, bytes: &[u8]) -> usize {
+        let mut used = 0;
+        for &b in bytes {
+            used += 1;
+            self.chunk_byte(b);
+            if matches!(
+                self.state,
+                State::ChunkData(_)
+                    | State::ChunkExt(_)
+                    | State::Trailer
+                    | State::Head
+                    | State::Disengaged
+            ) {
+                break;
+            }
+        }
+        used
+    }
+
     /// One byte of chunked framing (outside chunk data), as hyper's chunked decoder takes it.
     fn chunk_byte(&mut self, b: u8) {
         self.state = match (self.state, b) {
@@ -482,12 +540,21 @@ impl H1Framing {
             (State::ChunkDataCr, b'\r') => State::ChunkDataLf,
             (State::ChunkDataLf, b'\n') => State::ChunkStart,
             (State::TrailerStart, b'\r') => State::EndLf,
-            (State::TrailerStart | State::Trailer, b'\r') => State::TrailerLf,
+            (State::Trailer, b'\r') => State::TrailerLf,
             (State::TrailerStart | State::Trailer, _) => State::Trailer,
             (State::TrailerLf, b'\n') => State::TrailerStart,
             (State::EndLf, b'\n') => State::Head,
             _ => State::Disengaged,
         };
+    }
+}
+
+/// The rest of `line` after `name` (lowercase) and a colon, if it starts with them.
+fn strip_name<'a>(line: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
+    let (start, rest) = line.split_at_checked(name.len())?;
+    match rest.split_first() {
+        Some((b':', value)) if start.eq_ignore_ascii_case(name) => Some(value),
+        _ => None,
     }
 }
 
