@@ -23,7 +23,7 @@ else
 fi
 for engine in $engines; do
     step "integration tests on the $engine engine"
-    TOLLGATE_TEST_IO_ENGINE=$engine cargo test --test '*'
+    TOLLGATE_TEST_IO_ENGINE=$engine cargo test --no-fail-fast --test '*'
 done
 
 step "benches compile"

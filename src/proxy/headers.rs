@@ -76,8 +76,19 @@ pub fn to_worker(
     out
 }
 
-/// Headers that describe one hop, never relayed from the worker to the client.
+/// Headers that describe one hop, never relayed from the worker to the client: the fixed
+/// set, plus any header the `Connection` header names (RFC 9110 §7.6.1).
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    if let Some(connection) = headers.remove(http::header::CONNECTION) {
+        if let Ok(list) = connection.to_str() {
+            for token in list.split(',') {
+                let token = token.trim();
+                if !token.is_empty() {
+                    headers.remove(token);
+                }
+            }
+        }
+    }
     for name in [
         "connection",
         "keep-alive",
@@ -177,5 +188,13 @@ mod tests {
         ]);
         strip_hop_by_hop(&mut h);
         assert_eq!(h.len(), 1);
+        let mut h = map(&[
+            ("connection", "x-hop, close"),
+            ("x-hop", "1"),
+            ("x-end", "2"),
+        ]);
+        strip_hop_by_hop(&mut h);
+        assert!(!h.contains_key("x-hop"));
+        assert!(h.contains_key("x-end"));
     }
 }

@@ -144,6 +144,10 @@ async fn run_uring(
     ctx: Arc<ThreadCtx>,
     mut shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
+    // A pending io_uring accept keeps the listening socket open after it is dropped; a
+    // second handle lets shutdown stop the socket itself, so new connections are refused
+    // at once instead of queueing unanswered.
+    let stopper = listener.try_clone()?;
     let listener = tokio_uring::net::TcpListener::from_std(listener);
     let builder = Rc::new(server::builder(&ctx.gateway.config));
     let open = OpenConns::default();
@@ -165,6 +169,8 @@ async fn run_uring(
             _ = shutdown.changed() => break,
         }
     }
+    let _ = socket2::SockRef::from(&stopper).shutdown(std::net::Shutdown::Both);
+    drop(stopper);
     drop(listener);
     drain(&open, ctx.gateway.config.shutdown_grace_period).await;
     Ok(())

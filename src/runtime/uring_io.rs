@@ -27,7 +27,10 @@ type WriteOp = Pin<Box<dyn Future<Output = (io::Result<()>, Vec<u8>)>>>;
 
 enum ReadState {
     /// Buffer at rest; `pos..len` holds bytes read but not yet handed to hyper.
-    Idle { buf: Vec<u8>, pos: usize },
+    Idle {
+        buf: Vec<u8>,
+        pos: usize,
+    },
     Busy(ReadOp),
 }
 
@@ -94,6 +97,16 @@ impl UringIo {
             let n = self.start_write(rest);
             self.sniffer.reply_written(n);
         }
+    }
+}
+
+impl Drop for UringIo {
+    /// An io_uring read in flight keeps the socket's descriptor alive until it completes,
+    /// so dropping the adapter alone would leave an idle client connected until it sends
+    /// something. Shutting the socket down completes that read and closes the connection
+    /// now, as dropping an epoll socket does.
+    fn drop(&mut self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
     }
 }
 

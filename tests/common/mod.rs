@@ -87,7 +87,9 @@ pub fn mock(args: &[&str]) -> Proc {
     let stdout = child.stdout.take().expect("mock stdout");
     let mut first = String::new();
     let mut reader = BufReader::new(stdout);
-    reader.read_line(&mut first).expect("mock prints its address");
+    reader
+        .read_line(&mut first)
+        .expect("mock prints its address");
     let addr: SocketAddr = first
         .trim()
         .strip_prefix("LISTENING ")
@@ -152,7 +154,10 @@ pub fn gateway_with_env(args: &[&str], env: &[(&str, &str)]) -> Proc {
                 log.lock().map(|l| l.clone()).unwrap_or_default()
             );
         }
-        assert!(Instant::now() < deadline, "tollgate did not start listening");
+        assert!(
+            Instant::now() < deadline,
+            "tollgate did not start listening"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     Proc { child, addr, log }

@@ -1,0 +1,215 @@
+//! Command line, black box: help, flag errors (exit 2, one line naming the flag), and both
+//! IO engines starting and serving.
+
+mod common;
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{gateway, GATEWAY};
+
+/// Runs the gateway with `args` and returns its output; fails if it is still running after
+/// 10 s (it would be serving instead of refusing the flags).
+fn run(args: &[&str]) -> Output {
+    let mut child = Command::new(GATEWAY)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tollgate");
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(Some(_)) = child.try_wait() {
+            return child.wait_with_output().expect("output");
+        }
+        if Instant::now() >= end {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "tollgate {args:?} kept running:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+const GROUPS: &[&str] = &[
+    "Listener:",
+    "Workers:",
+    "Routing:",
+    "Runtime:",
+    "Limits and timeouts:",
+    "Logging:",
+    "Authentication:",
+    "Metrics:",
+];
+
+/// (group, flag) of every flag of this issue, in help order.
+const FLAGS: &[(&str, &str)] = &[
+    ("Listener:", "--host"),
+    ("Listener:", "--port"),
+    ("Workers:", "--worker-urls"),
+    ("Routing:", "--policy"),
+    ("Runtime:", "--runtime-worker-threads"),
+    ("Runtime:", "--io-engine"),
+    ("Limits and timeouts:", "--request-timeout-secs"),
+    ("Limits and timeouts:", "--max-payload-size"),
+    ("Limits and timeouts:", "--shutdown-grace-period-secs"),
+    ("Limits and timeouts:", "--upstream-pool-idle-timeout-secs"),
+    ("Limits and timeouts:", "--header-read-timeout-secs"),
+    ("Limits and timeouts:", "--keep-alive-timeout-secs"),
+    ("Logging:", "--log-level"),
+    ("Logging:", "--log-json"),
+    ("Logging:", "--log-dir"),
+    ("Authentication:", "--api-key"),
+    ("Metrics:", "--prometheus-host"),
+    ("Metrics:", "--prometheus-port"),
+];
+
+#[test]
+fn help_lists_every_group_and_flag() {
+    for switch in ["--help", "-h"] {
+        let out = run(&[switch]);
+        assert_eq!(out.status.code(), Some(0), "{switch}");
+        let help = String::from_utf8_lossy(&out.stdout).into_owned();
+        let lines: Vec<&str> = help.lines().collect();
+        // Each group heading on its own line, in order.
+        let mut group_at = Vec::new();
+        for group in GROUPS {
+            let at = lines
+                .iter()
+                .position(|l| l.trim() == *group)
+                .unwrap_or_else(|| panic!("{switch}: group {group} missing:\n{help}"));
+            group_at.push(at);
+        }
+        assert!(
+            group_at.windows(2).all(|w| w[0] < w[1]),
+            "groups out of order"
+        );
+        // Each flag listed as the first word of a line in its group's section.
+        for (group, flag) in FLAGS {
+            let g = GROUPS.iter().position(|x| x == group).expect("group");
+            let from = group_at[g];
+            let to = group_at.get(g + 1).copied().unwrap_or(lines.len());
+            let found = lines[from..to]
+                .iter()
+                .any(|l| l.split_whitespace().next() == Some(*flag));
+            assert!(found, "{switch}: {flag} not listed under {group}:\n{help}");
+        }
+        for flag in ["--help", "--version"] {
+            assert!(help.contains(flag), "{flag} missing");
+        }
+    }
+    let out = run(&["--version"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("tollgate "));
+}
+
+/// Exit status 2, nothing on stdout, and exactly one line on stderr that names `flag`.
+fn assert_rejected(args: &[&str], flag: &str) -> String {
+    let out = run(args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    assert!(out.stdout.is_empty(), "{args:?}: stdout {:?}", out.stdout);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{args:?}: one line expected: {stderr:?}");
+    assert!(stderr.ends_with('\n'), "{args:?}: {stderr:?}");
+    assert!(
+        lines[0].contains(flag),
+        "{args:?}: {flag} not named: {stderr:?}"
+    );
+    stderr
+}
+
+#[test]
+fn unknown_flag_exits_2_with_one_line() {
+    assert_rejected(&["--bogus-flag"], "--bogus-flag");
+    assert_rejected(
+        &["--port", "30001", "--no-such-thing", "1"],
+        "--no-such-thing",
+    );
+}
+
+#[test]
+fn bad_values_exit_2_with_one_line() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["--port", "banana"], "--port"),
+        (&["--port", "70000"], "--port"),
+        (&["--port=-1"], "--port"),
+        (&["--io-engine", "kqueue"], "--io-engine"),
+        (&["--policy", "fastest"], "--policy"),
+        (&["--max-payload-size", "12XB"], "--max-payload-size"),
+        (
+            &["--request-timeout-secs", "soon"],
+            "--request-timeout-secs",
+        ),
+        (
+            &["--keep-alive-timeout-secs", "-3"],
+            "--keep-alive-timeout-secs",
+        ),
+        (&["--log-level", "loud"], "--log-level"),
+        (
+            &["--runtime-worker-threads", "many"],
+            "--runtime-worker-threads",
+        ),
+        (&["--request-timeout-secs"], "--request-timeout-secs"),
+        (&["--worker-urls"], "--worker-urls"),
+    ];
+    for (args, flag) in cases {
+        assert_rejected(args, flag);
+    }
+}
+
+#[test]
+fn prometheus_port_zero_is_rejected() {
+    let stderr = assert_rejected(&["--prometheus-port", "0"], "--prometheus-port");
+    assert!(stderr.contains("Port must be > 0"), "{stderr:?}");
+}
+
+async fn engine_serves_health(engine: &str, log_name: &str) {
+    let gw = gateway(&["--io-engine", engine]);
+    let c = common::client(false);
+    for _ in 0..3 {
+        let reply = common::send(&c, "GET", &format!("{}/health", gw.url()), &[], "").await;
+        assert_eq!(reply.status, 200, "{engine}");
+    }
+    let reply = common::send(
+        &common::client(true),
+        "GET",
+        &format!("{}/liveness", gw.url()),
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{engine} over h2c");
+    let needle = format!("engine=\"{log_name}\"");
+    let named = common::eventually(Duration::from_secs(2), || {
+        let found = gw.log_text().contains(&needle);
+        async move { found }
+    })
+    .await;
+    assert!(
+        named,
+        "{engine}: startup log does not name the engine:\n{}",
+        gw.log_text()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn epoll_engine_starts_and_serves() {
+    engine_serves_health("epoll", "epoll").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uring_engine_starts_and_serves() {
+    let disabled = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "0".to_string());
+    if disabled != "0" {
+        eprintln!("io_uring disabled on this machine (io_uring_disabled={disabled}): skipped");
+        return;
+    }
+    engine_serves_health("uring", "io_uring").await;
+}
