@@ -20,7 +20,10 @@ pub fn init(config: &Config) -> io::Result<LogGuard> {
             std::fs::create_dir_all(dir)?;
             let appender = tracing_appender::rolling::daily(Path::new(dir), "tollgate.log");
             let (w, g) = tracing_appender::non_blocking(appender);
-            (tracing_subscriber::fmt::writer::BoxMakeWriter::new(w), Some(g))
+            (
+                tracing_subscriber::fmt::writer::BoxMakeWriter::new(w),
+                Some(g),
+            )
         }
         None => (
             tracing_subscriber::fmt::writer::BoxMakeWriter::new(io::stderr),

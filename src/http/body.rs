@@ -6,8 +6,8 @@
 //! soon as the worker writes them.
 
 use std::error::Error as StdError;
-use std::future::Future;
 use std::fmt;
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 use std::time::Instant;
@@ -236,7 +236,9 @@ impl Body for RespBody {
 
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
-            Kind::Full { data } => SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64)),
+            Kind::Full { data } => {
+                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
             Kind::Relay { relay } => relay.inner.size_hint(),
         }
     }

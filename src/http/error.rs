@@ -75,7 +75,10 @@ impl fmt::Display for GatewayError {
                 write!(f, "{route} is not implemented by this gateway yet")
             }
             GatewayError::PayloadTooLarge { limit } => {
-                write!(f, "request body exceeds the maximum payload size of {limit} bytes")
+                write!(
+                    f,
+                    "request body exceeds the maximum payload size of {limit} bytes"
+                )
             }
             GatewayError::UpstreamConnect => f.write_str("could not connect to the worker"),
             GatewayError::UpstreamBroken => {
@@ -161,7 +164,10 @@ mod tests {
         assert_eq!(v["error"]["type"], "Service Unavailable");
         assert_eq!(v["error"]["code"], "no_available_workers");
         assert!(v["error"]["param"].is_null());
-        assert!(v["error"]["message"].as_str().unwrap().contains("no available"));
+        assert!(v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no available"));
     }
 
     #[test]

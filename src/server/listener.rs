@@ -20,7 +20,10 @@ fn bind_one(addr: SocketAddr) -> io::Result<TcpListener> {
 
 /// Binds `count` listeners on `addr`. With port 0 the first socket picks a free port and
 /// the others join it, so `--port 0` works for tests.
-pub fn bind_reuseport(addr: SocketAddr, count: usize) -> io::Result<(SocketAddr, Vec<TcpListener>)> {
+pub fn bind_reuseport(
+    addr: SocketAddr,
+    count: usize,
+) -> io::Result<(SocketAddr, Vec<TcpListener>)> {
     let first = bind_one(addr)?;
     let local = first.local_addr()?;
     let mut all = Vec::with_capacity(count.max(1));

@@ -62,9 +62,8 @@ mod tests {
     fn withholds_conflicting_heads_and_replies() {
         let mut s = Sniffer::default();
         assert!(s.admit(b"POST /a HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\nhi"));
-        assert!(!s.admit(
-            b"POST /a HTTP/1.1\r\ncontent-length: 5\r\ntransfer-encoding: chunked\r\n\r\n"
-        ));
+        assert!(!s
+            .admit(b"POST /a HTTP/1.1\r\ncontent-length: 5\r\ntransfer-encoding: chunked\r\n\r\n"));
         assert!(s.is_rejecting());
         assert_eq!(s.pending_reply(), CONFLICT_REPLY);
         s.reply_written(10);

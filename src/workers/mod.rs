@@ -337,7 +337,10 @@ mod tests {
         let reg = Registry::new();
         let a = worker("http://127.0.0.1:1");
         reg.insert(a.clone());
-        assert!(reg.snapshot().routable().is_empty(), "pending is not routable");
+        assert!(
+            reg.snapshot().routable().is_empty(),
+            "pending is not routable"
+        );
         reg.set_status(&a, Status::Ready);
         assert_eq!(reg.snapshot().routable().len(), 1);
         reg.set_status(&a, Status::Draining);

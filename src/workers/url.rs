@@ -8,9 +8,17 @@ use http::uri::{Authority, Scheme};
 /// The transport a worker URL selects, with what the data plane needs pre-parsed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Transport {
-    Http { scheme: Scheme, authority: Authority },
-    Grpc { tls: bool, authority: Authority },
-    Zmq { path: String },
+    Http {
+        scheme: Scheme,
+        authority: Authority,
+    },
+    Grpc {
+        tls: bool,
+        authority: Authority,
+    },
+    Zmq {
+        path: String,
+    },
 }
 
 /// A validated worker URL.
@@ -140,7 +148,9 @@ mod tests {
             Transport::Grpc { tls: true, .. }
         ));
         assert_eq!(
-            parse_worker_url("ipc:///tmp/engine.sock").unwrap().transport,
+            parse_worker_url("ipc:///tmp/engine.sock")
+                .unwrap()
+                .transport,
             Transport::Zmq {
                 path: "/tmp/engine.sock".into()
             }
@@ -174,9 +184,6 @@ mod tests {
             parse_worker_url("ipc://"),
             Err(WorkerUrlError::MissingIpcPath)
         );
-        assert_eq!(
-            parse_worker_url("http://a b"),
-            Err(WorkerUrlError::Invalid)
-        );
+        assert_eq!(parse_worker_url("http://a b"), Err(WorkerUrlError::Invalid));
     }
 }
