@@ -246,7 +246,7 @@ pub static FLAGS: &[Flag] = &[
         "ENGINE",
         "auto",
         Group::Runtime,
-        "I/O engine: auto (probe io_uring, fall back to epoll), uring, epoll",
+        "I/O engine: auto (epoll, the faster here; logs whether io_uring is available), uring, epoll",
         |c, v| {
             c.io_engine = choice(v, IoEngine::ALL, IoEngine::as_str)?;
             Ok(())
@@ -303,7 +303,7 @@ pub static FLAGS: &[Flag] = &[
         "SECS",
         "30",
         Group::LimitsAndTimeouts,
-        "Time a client has to send the request head (then 408)",
+        "Time a client has to send its request head, else the connection is closed",
         |c, v| {
             c.header_read_timeout = seconds(v, 1)?;
             Ok(())
@@ -343,7 +343,7 @@ pub static FLAGS: &[Flag] = &[
         "DIR",
         "none",
         Group::Logging,
-        "Also write logs to files in this directory",
+        "Write logs to daily-rotated files in this directory instead of stderr",
         |c, v| {
             if v.is_empty() {
                 return Err(Invalid::new(v, "expected a directory path"));
@@ -539,6 +539,7 @@ fn redact_userinfo(v: &str) -> Cow<'_, str> {
 // --help
 
 /// The full `--help` text: usage header, then every flag by group with its default.
+/// No trailing newline.
 pub fn render_help() -> String {
     const BUILTIN: &[(&str, &str)] = &[
         ("-h, --help", "Print this help and exit"),
@@ -584,6 +585,10 @@ pub fn render_help() -> String {
                 flag.default
             );
         }
+    }
+    // Callers print it with `println!`.
+    if out.ends_with('\n') {
+        out.pop();
     }
     out
 }
