@@ -6,10 +6,11 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 
+use crate::auth::gate::Authenticator;
 use crate::config::Config;
 use crate::http::body::RespBody;
 use crate::http::error::{self, error_response, GatewayError};
-use crate::http::route::{match_route, Route, RouteMatch};
+use crate::http::route::{match_route, Route, RouteGroup, RouteMatch};
 use crate::proxy::{self, ContentType, Forward, UpstreamClient};
 use crate::routing::Policy;
 use crate::workers::Registry;
@@ -19,6 +20,7 @@ pub struct Gateway {
     pub config: Config,
     pub registry: Registry,
     pub policy: Box<dyn Policy>,
+    pub auth: Authenticator,
 }
 
 /// One data-plane thread's view: the shared gateway plus what the thread owns alone.
@@ -44,15 +46,44 @@ impl ThreadCtx {
 }
 
 /// Serves one request. Never fails: every error becomes a response here.
-pub async fn handle(ctx: &ThreadCtx, req: Request<Incoming>) -> Response<RespBody> {
+pub async fn handle(ctx: &ThreadCtx, mut req: Request<Incoming>) -> Response<RespBody> {
     let route = match match_route(req.method(), req.uri().path()) {
+        // The RL control plane is mounted only with `--enable-rl`, which this build does
+        // not offer yet: its paths do not exist (404), whatever the method.
+        RouteMatch::Found(route) if is_rl(route) => return error::empty(StatusCode::NOT_FOUND),
         RouteMatch::Found(route) => route,
         RouteMatch::NotFound => return error::empty(StatusCode::NOT_FOUND),
+        RouteMatch::MethodNotAllowed if req.uri().path().starts_with("/v1/rl/") => {
+            return error::empty(StatusCode::NOT_FOUND)
+        }
         RouteMatch::MethodNotAllowed => return error::empty(StatusCode::METHOD_NOT_ALLOWED),
     };
+    let auth = &ctx.gateway.auth;
+    match route.group() {
+        RouteGroup::Public => {}
+        RouteGroup::DataPlane => match auth.data_plane(req.headers()) {
+            Ok(Some(tenant)) => {
+                req.extensions_mut().insert(tenant);
+            }
+            Ok(None) => {}
+            Err(denied) => return denied.into_response(),
+        },
+        RouteGroup::ControlPlane => {
+            if let Err(denied) = auth
+                .control_plane(req.method(), req.uri().path(), req.headers())
+                .await
+            {
+                return denied.into_response();
+            }
+        }
+    }
     let result = match route {
         Route::Health | Route::Liveness => Ok(error::empty(StatusCode::OK)),
         Route::Readiness => Ok(readiness(&ctx.gateway)),
+        // WASM routes need `--enable-wasm` (not in this build yet): 500 with an empty body.
+        Route::WasmList | Route::WasmAdd | Route::WasmDelete => {
+            Ok(error::empty(StatusCode::INTERNAL_SERVER_ERROR))
+        }
         Route::AudioTranscriptions => ctx.forward().send(req, ContentType::FromClient).await,
         r if is_forwarded(r) => ctx.forward().send(req, ContentType::Json).await,
         r => Err(GatewayError::NotImplemented {
@@ -60,6 +91,19 @@ pub async fn handle(ctx: &ThreadCtx, req: Request<Incoming>) -> Response<RespBod
         }),
     };
     result.unwrap_or_else(|err| error_response(&err))
+}
+
+/// Routes of the RL control plane (`/v1/rl/*`).
+fn is_rl(route: Route) -> bool {
+    matches!(
+        route,
+        Route::RlWorkersList
+            | Route::RlWorkerGet
+            | Route::RlWorkerEngineGet
+            | Route::RlWorkerEnginePost
+            | Route::RlEngineFanoutGet
+            | Route::RlEngineFanoutPost
+    )
 }
 
 /// Inference routes that go to a worker unchanged.

@@ -7,6 +7,7 @@
 //! `workers` holds the fleet as a lock-free snapshot; `config` turns flags into a `Config`.
 
 pub mod app;
+pub mod auth;
 pub mod config;
 pub mod http;
 pub mod logging;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use crate::app::Gateway;
+use crate::auth::gate::Authenticator;
 use crate::config::Config;
 use crate::routing;
 use crate::runtime::{choose_engine, DataPlane};
@@ -60,17 +61,18 @@ pub fn run(config: Config) -> Result<(), String> {
     register_startup_workers(&config, &registry)?;
     let threads = config.runtime_worker_threads;
     let addr = SocketAddr::new(config.host, config.port);
-    let gateway = Arc::new(Gateway {
-        config,
-        registry,
-        policy,
-    });
-
     let control = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .thread_name("tollgate-control")
         .build()
         .map_err(|e| format!("cannot start the control runtime: {e}"))?;
+    let auth = control.block_on(Authenticator::new(&config));
+    let gateway = Arc::new(Gateway {
+        config,
+        registry,
+        policy,
+        auth,
+    });
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let plane = DataPlane::start(gateway, engine, addr, threads, shutdown_rx)
         .map_err(|e| format!("cannot listen on {addr}: {e}"))?;

@@ -12,6 +12,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{Config, IoEngine, LogLevel, PolicyName, Secret};
+use crate::auth::keys::{ControlPlaneKey, TenantKey};
+use crate::auth::Role;
 
 /// Help sections, printed in declaration order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -368,6 +370,103 @@ pub static FLAGS: &[Flag] = &[
         },
     )
     .secret(),
+    Flag::one(
+        "tenant-api-key",
+        "TENANT:KEY",
+        "none",
+        Group::Authentication,
+        "Data-plane key of one tenant (identity auth:<TENANT>); repeatable",
+        |c, v| {
+            let key = TenantKey::parse(v).map_err(|e| Invalid::new(v, e))?;
+            c.tenant_api_keys.push(key);
+            Ok(())
+        },
+    )
+    .secret(),
+    Flag::many(
+        "control-plane-api-keys",
+        "ID:NAME:ROLE:KEY",
+        "none (env CONTROL_PLANE_API_KEYS: one key)",
+        Group::Authentication,
+        "Control-plane keys, ROLE admin or user; only admin may use the control plane",
+        |c, values| {
+            for v in values {
+                let key = ControlPlaneKey::parse(v).map_err(|e| Invalid::new(v, e))?;
+                c.control_plane_api_keys.push(key);
+            }
+            Ok(())
+        },
+    )
+    .secret(),
+    Flag::one(
+        "jwt-issuer",
+        "URL",
+        "none (env JWT_ISSUER)",
+        Group::Authentication,
+        "OIDC issuer of control-plane JWTs; needs --jwt-audience",
+        |c, v| {
+            c.jwt_issuer = Some(http_url(v)?);
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "jwt-audience",
+        "AUD",
+        "none (env JWT_AUDIENCE)",
+        Group::Authentication,
+        "Audience control-plane JWTs must carry; needs --jwt-issuer",
+        |c, v| {
+            if v.is_empty() {
+                return Err(Invalid::new(v, "expected a non-empty audience"));
+            }
+            c.jwt_audience = Some(v.to_owned());
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "jwt-jwks-uri",
+        "URL",
+        "none: discovered (env JWT_JWKS_URI)",
+        Group::Authentication,
+        "Key set of the issuer; otherwise read from its OIDC discovery document",
+        |c, v| {
+            c.jwt_jwks_uri = Some(http_url(v)?);
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "jwt-role-claim",
+        "CLAIM",
+        "roles",
+        Group::Authentication,
+        "JWT claim holding the caller's roles",
+        |c, v| {
+            if v.is_empty() {
+                return Err(Invalid::new(v, "expected a claim name"));
+            }
+            c.jwt_role_claim = v.to_owned();
+            Ok(())
+        },
+    ),
+    Flag::many(
+        "jwt-role-mapping",
+        "IDP_ROLE=ROLE",
+        "none",
+        Group::Authentication,
+        "Maps an IdP role to admin or user; first mapped value wins; repeatable",
+        |c, values| {
+            for v in values {
+                c.jwt_role_mapping.push(role_mapping(v)?);
+            }
+            Ok(())
+        },
+    ),
+    Flag::switch(
+        "disable-audit-logging",
+        Group::Authentication,
+        "No control-plane audit records (target smg::audit)",
+        |c| c.disable_audit_logging = true,
+    ),
     // Metrics
     Flag::one(
         "prometheus-host",
@@ -406,6 +505,29 @@ pub const MAX_THREADS: u64 = 4096;
 
 /// Upper bound of every `*-secs` flag: one year keeps `Instant` arithmetic far from overflow.
 pub const MAX_SECS: u64 = 365 * 24 * 60 * 60;
+
+/// An absolute `http://` or `https://` URL with a host (the stricter IdP rules are applied
+/// when JWT authentication starts).
+pub fn http_url(v: &str) -> Result<String, Invalid> {
+    const EXPECTED: &str = "expected an absolute http:// or https:// URL";
+    let uri: http::Uri = v.parse().map_err(|_| Invalid::new(v, EXPECTED))?;
+    let scheme_ok = matches!(uri.scheme_str(), Some("http") | Some("https"));
+    if !scheme_ok || uri.host().map_or(true, str::is_empty) {
+        return Err(Invalid::new(v, EXPECTED));
+    }
+    Ok(v.to_owned())
+}
+
+/// `idp_role=gateway_role`, gateway role `admin` or `user`.
+pub fn role_mapping(v: &str) -> Result<(String, Role), Invalid> {
+    const EXPECTED: &str = "expected idp_role=admin or idp_role=user";
+    let (idp, role) = v.split_once('=').ok_or_else(|| Invalid::new(v, EXPECTED))?;
+    let role = Role::parse(role).ok_or_else(|| Invalid::new(v, EXPECTED))?;
+    if idp.is_empty() {
+        return Err(Invalid::new(v, EXPECTED));
+    }
+    Ok((idp.to_owned(), role))
+}
 
 pub fn ip_addr(v: &str) -> Result<IpAddr, Invalid> {
     v.parse()

@@ -20,6 +20,9 @@ use lexopt::Arg;
 
 use flags::{Flag, Invalid, Kind};
 
+use crate::auth::keys::{ControlPlaneKey, TenantKey};
+use crate::auth::Role;
+
 /// What the command line asks the binary to do.
 #[derive(Debug)]
 pub enum Command {
@@ -207,6 +210,22 @@ pub struct Config {
     pub log_dir: Option<PathBuf>,
     /// `--api-key`: data-plane shared key, and the key of workers from `--worker-urls`.
     pub api_key: Option<Secret>,
+    /// `--tenant-api-key`: data-plane keys that resolve to a tenant identity.
+    pub tenant_api_keys: Vec<TenantKey>,
+    /// `--control-plane-api-keys` (or `CONTROL_PLANE_API_KEYS`): control-plane keys.
+    pub control_plane_api_keys: Vec<ControlPlaneKey>,
+    /// `--jwt-issuer` (or `JWT_ISSUER`): OIDC issuer of control-plane JWTs.
+    pub jwt_issuer: Option<String>,
+    /// `--jwt-audience` (or `JWT_AUDIENCE`): expected `aud` of control-plane JWTs.
+    pub jwt_audience: Option<String>,
+    /// `--jwt-jwks-uri` (or `JWT_JWKS_URI`): key set URI; discovered from the issuer if unset.
+    pub jwt_jwks_uri: Option<String>,
+    /// `--jwt-role-claim`: the claim that holds roles.
+    pub jwt_role_claim: String,
+    /// `--jwt-role-mapping`: IdP role to gateway role, first match wins.
+    pub jwt_role_mapping: Vec<(String, Role)>,
+    /// `--disable-audit-logging`: no control-plane audit records.
+    pub disable_audit_logging: bool,
     /// `--prometheus-host`: address of the metrics listener.
     pub prometheus_host: IpAddr,
     /// `--prometheus-port`: port of the metrics listener (> 0).
@@ -234,6 +253,14 @@ impl Default for Config {
             log_json: false,
             log_dir: None,
             api_key: None,
+            tenant_api_keys: Vec::new(),
+            control_plane_api_keys: Vec::new(),
+            jwt_issuer: None,
+            jwt_audience: None,
+            jwt_jwks_uri: None,
+            jwt_role_claim: "roles".to_owned(),
+            jwt_role_mapping: Vec::new(),
+            disable_audit_logging: false,
             prometheus_host: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             prometheus_port: 29000,
         }
@@ -265,6 +292,12 @@ enum ErrorKind {
     },
     /// The value is not valid UTF-8 (never echoed).
     NotUnicode(String),
+    /// A flag that needs another one: `--jwt-issuer` without `--jwt-audience`.
+    Requires { flag: String, needs: String },
+    /// Values of one flag that contradict each other or another flag (secrets never echoed).
+    Conflict { flag: String, problem: String },
+    /// An environment variable's value did not validate (the value is never echoed).
+    InvalidEnv { var: &'static str, expected: String },
 }
 
 impl ConfigError {
@@ -275,7 +308,10 @@ impl ConfigError {
             | ErrorKind::MissingValue(f)
             | ErrorKind::SwitchWithValue(f)
             | ErrorKind::NotUnicode(f) => Some(f),
-            ErrorKind::InvalidValue { flag, .. } => Some(flag),
+            ErrorKind::InvalidValue { flag, .. }
+            | ErrorKind::Requires { flag, .. }
+            | ErrorKind::Conflict { flag, .. } => Some(flag),
+            ErrorKind::InvalidEnv { var, .. } => Some(var),
             ErrorKind::UnexpectedArgument(_) => None,
         }
     }
@@ -328,6 +364,13 @@ impl fmt::Display for ConfigError {
             ErrorKind::NotUnicode(flag) => {
                 write!(f, "invalid value for {flag}: expected valid UTF-8")
             }
+            ErrorKind::Requires { flag, needs } => {
+                write!(f, "{flag} requires {needs} (both must be set)")
+            }
+            ErrorKind::Conflict { flag, problem } => write!(f, "invalid {flag}: {problem}"),
+            ErrorKind::InvalidEnv { var, expected } => {
+                write!(f, "invalid value of environment variable {var}: {expected}")
+            }
         }
     }
 }
@@ -370,6 +413,118 @@ pub fn help_text() -> String {
 /// `--flag VALUE` and `--flag=VALUE`; multi-value flags take every following argument up to
 /// the next flag and may be repeated. A single-valued flag given twice keeps the last value.
 pub fn parse_args<I: IntoIterator<Item = OsString>>(args: I) -> Result<Command, ConfigError> {
+    parse_args_with_env(args, |_| None)
+}
+
+/// [`parse_args`], then the environment variables of the native binary
+/// (`CONTROL_PLANE_API_KEYS`, `JWT_ISSUER`, `JWT_AUDIENCE`, `JWT_JWKS_URI`), each used only
+/// when its flag was not given, then the checks that span several flags.
+pub fn parse_args_with_env<I, E>(args: I, env: E) -> Result<Command, ConfigError>
+where
+    I: IntoIterator<Item = OsString>,
+    E: Fn(&str) -> Option<String>,
+{
+    match parse_flags(args)? {
+        Command::Run(mut config) => {
+            apply_env(&mut config, env)?;
+            check_combinations(&config)?;
+            Ok(Command::Run(config))
+        }
+        other => Ok(other),
+    }
+}
+
+/// Environment variables fill what the flags left unset.
+fn apply_env<E: Fn(&str) -> Option<String>>(
+    config: &mut Config,
+    env: E,
+) -> Result<(), ConfigError> {
+    let invalid = |var: &'static str, expected: &str| {
+        ConfigError::new(ErrorKind::InvalidEnv {
+            var,
+            expected: expected.to_owned(),
+        })
+    };
+    if config.control_plane_api_keys.is_empty() {
+        if let Some(raw) = env("CONTROL_PLANE_API_KEYS").filter(|v| !v.is_empty()) {
+            let key = ControlPlaneKey::parse(&raw)
+                .map_err(|expected| invalid("CONTROL_PLANE_API_KEYS", expected))?;
+            config.control_plane_api_keys.push(key);
+        }
+    }
+    let urls = [
+        ("JWT_ISSUER", &mut config.jwt_issuer),
+        ("JWT_JWKS_URI", &mut config.jwt_jwks_uri),
+    ];
+    for (var, slot) in urls {
+        if slot.is_none() {
+            if let Some(raw) = env(var).filter(|v| !v.is_empty()) {
+                let url = flags::http_url(&raw).map_err(|e| invalid(var, &e.expected))?;
+                *slot = Some(url);
+            }
+        }
+    }
+    if config.jwt_audience.is_none() {
+        config.jwt_audience = env("JWT_AUDIENCE").filter(|v| !v.is_empty());
+    }
+    Ok(())
+}
+
+/// Rules that involve more than one flag.
+fn check_combinations(config: &Config) -> Result<(), ConfigError> {
+    let requires = |flag: &str, needs: &str| {
+        ConfigError::new(ErrorKind::Requires {
+            flag: flag.to_owned(),
+            needs: needs.to_owned(),
+        })
+    };
+    match (&config.jwt_issuer, &config.jwt_audience) {
+        (Some(_), None) => return Err(requires("--jwt-issuer", "--jwt-audience")),
+        (None, Some(_)) => return Err(requires("--jwt-audience", "--jwt-issuer")),
+        _ => {}
+    }
+    if config.jwt_jwks_uri.is_some() && config.jwt_issuer.is_none() {
+        return Err(requires("--jwt-jwks-uri", "--jwt-issuer"));
+    }
+    let conflict = |flag: &str, problem: &str| {
+        ConfigError::new(ErrorKind::Conflict {
+            flag: flag.to_owned(),
+            problem: problem.to_owned(),
+        })
+    };
+    let mut seen = std::collections::HashSet::new();
+    for tenant in &config.tenant_api_keys {
+        let key = tenant.key.expose();
+        if config.api_key.as_ref().is_some_and(|k| k.expose() == key) {
+            return Err(conflict(
+                "--tenant-api-key",
+                "a tenant key equals --api-key; every key must identify one caller",
+            ));
+        }
+        if !seen.insert(key) {
+            return Err(conflict(
+                "--tenant-api-key",
+                "two tenant entries share one key; every key must identify one caller",
+            ));
+        }
+    }
+    let mut ids = std::collections::HashSet::new();
+    for key in &config.control_plane_api_keys {
+        if !ids.insert(key.id.as_str()) {
+            return Err(conflict(
+                "--control-plane-api-keys",
+                &format!(
+                    "key id '{}' is used twice; ids must be unique",
+                    display_value(&key.id)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The flags alone.
+fn parse_flags<I: IntoIterator<Item = OsString>>(args: I) -> Result<Command, ConfigError> {
     let mut parser = lexopt::Parser::from_args(args);
     let mut config = Config::default();
     loop {

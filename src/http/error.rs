@@ -141,6 +141,17 @@ pub fn empty(status: StatusCode) -> Response<RespBody> {
     resp
 }
 
+/// A plain-text response (control-plane auth answers).
+pub fn plain(status: StatusCode, text: &'static str) -> Response<RespBody> {
+    let mut resp = Response::new(RespBody::full(Bytes::from_static(text.as_bytes())));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
+}
+
 /// A small JSON response from a static or pre-rendered body.
 pub fn json(status: StatusCode, body: impl Into<Bytes>) -> Response<RespBody> {
     let mut resp = Response::new(RespBody::full(body.into()));
