@@ -3,36 +3,15 @@
 
 mod common;
 
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Output;
+use std::time::Duration;
 
-use common::{gateway, GATEWAY};
+use common::{gateway, run_to_exit};
 
 /// Runs the gateway with `args` and returns its output; fails if it is still running after
 /// 10 s (it would be serving instead of refusing the flags).
 fn run(args: &[&str]) -> Output {
-    let mut child = Command::new(GATEWAY)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn tollgate");
-    let end = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(Some(_)) = child.try_wait() {
-            return child.wait_with_output().expect("output");
-        }
-        if Instant::now() >= end {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
-            panic!(
-                "tollgate {args:?} kept running:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    run_to_exit(args, &[])
 }
 
 const GROUPS: &[&str] = &[

@@ -165,12 +165,21 @@ async fn client_authorization_is_passed_as_sent() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn api_key_is_sent_when_the_client_sends_none() {
-    // The worker requires the key, so a 200 proves it was sent.
+async fn shared_key_reaches_the_worker_as_sent() {
+    // `--api-key` guards the data plane and is also the worker's key: the client presents
+    // it, the worker receives it unchanged, and `x-api-key` stays at the gateway.
     let upstream = mock(&["--api-key", "gwkey"]);
     let gw = gateway(&["--worker-urls", &upstream.url(), "--api-key", "gwkey"]);
     for h2 in [false, true] {
-        let reply = post_chat(&gw, h2, &[("x-api-key", "client-side")]).await;
+        let reply = post_chat(
+            &gw,
+            h2,
+            &[
+                ("authorization", "Bearer gwkey"),
+                ("x-api-key", "client-side"),
+            ],
+        )
+        .await;
         assert_eq!(reply.status, 200, "{}", reply.text());
         let seen = last_request(&upstream).await;
         assert_eq!(seen["headers"]["authorization"], "Bearer gwkey");
@@ -179,16 +188,24 @@ async fn api_key_is_sent_when_the_client_sends_none() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn client_authorization_wins_over_api_key() {
+async fn client_authorization_wins_over_the_worker_key() {
     let upstream = mock(&["--api-key", "gwkey"]);
-    let gw = gateway(&["--worker-urls", &upstream.url(), "--api-key", "gwkey"]);
+    let gw = gateway(&[
+        "--worker-urls",
+        &upstream.url(),
+        "--api-key",
+        "gwkey",
+        "--tenant-api-key",
+        "acme:tenant-token",
+    ]);
     for h2 in [false, true] {
-        let reply = post_chat(&gw, h2, &[("authorization", "Bearer client-token")]).await;
-        // The worker sees the client's key, which it does not accept: its 401 is relayed.
+        let reply = post_chat(&gw, h2, &[("authorization", "Bearer tenant-token")]).await;
+        // The gateway accepts the tenant key and passes it on instead of its own worker key;
+        // the worker does not accept it, and its 401 is relayed.
         assert_eq!(reply.status, 401, "{}", reply.text());
         assert_eq!(reply.json()["error"]["type"], "authentication_error");
         let seen = last_request(&upstream).await;
-        assert_eq!(seen["headers"]["authorization"], "Bearer client-token");
+        assert_eq!(seen["headers"]["authorization"], "Bearer tenant-token");
     }
 }
 

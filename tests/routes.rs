@@ -498,3 +498,29 @@ async fn random_policy_uses_every_worker() {
         "a worker was never chosen: {order:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rl_routes_are_not_mounted_and_wasm_needs_enable_wasm() {
+    let gw = gateway(&[]);
+    let c = client(false);
+    for (method, path) in [
+        ("GET", "/v1/rl/workers"),
+        ("GET", "/v1/rl/workers/7a0b5b8e-1111-4222-8333-444455556666"),
+        ("POST", "/v1/rl/workers/w1/engine/update_weights"),
+        ("GET", "/v1/rl/engine/get_weights?selector=a%3Db"),
+        ("DELETE", "/v1/rl/workers"),
+    ] {
+        let reply = send(&c, method, &format!("{}{path}", gw.url()), &[], "").await;
+        assert_eq!(reply.status, 404, "{method} {path}");
+        assert!(reply.body.is_empty(), "{method} {path}");
+    }
+    for (method, path) in [
+        ("GET", "/wasm"),
+        ("POST", "/wasm"),
+        ("DELETE", "/wasm/5f1d4a4e-0000-4000-8000-000000000000"),
+    ] {
+        let reply = send(&c, method, &format!("{}{path}", gw.url()), &[], "").await;
+        assert_eq!(reply.status, 500, "{method} {path}");
+        assert!(reply.body.is_empty(), "{method} {path}");
+    }
+}

@@ -116,6 +116,36 @@ pub fn io_engine() -> String {
     std::env::var("TOLLGATE_TEST_IO_ENGINE").unwrap_or_else(|_| "auto".into())
 }
 
+/// Runs the gateway with `args` and extra environment until it exits, and returns its
+/// output; fails if it is still running after 10 s (it would be serving instead of
+/// refusing its configuration).
+pub fn run_to_exit(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut cmd = Command::new(GATEWAY);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("spawn tollgate");
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(Some(_)) = child.try_wait() {
+            return child.wait_with_output().expect("output");
+        }
+        if Instant::now() >= end {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "tollgate {args:?} kept running instead of exiting:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Starts the gateway with extra flags and waits until it accepts connections.
 pub fn gateway(args: &[&str]) -> Proc {
     gateway_with_env(args, &[])
