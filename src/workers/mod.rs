@@ -6,6 +6,7 @@
 //! inside the shared [`Worker`], so publishing a snapshot is only needed when membership
 //! or a worker's static description changes.
 
+pub mod spec;
 mod url;
 
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};

@@ -72,6 +72,11 @@ pub fn parse_worker_url(raw: &str) -> Result<WorkerUrl, WorkerUrlError> {
         return Err(WorkerUrlError::UppercaseScheme);
     }
     let rest = rest.trim_end_matches('/');
+    // Blanks and control characters inside a URL are never meant; refusing them keeps the
+    // stored form re-parsable (`ipc:// /` must not become `ipc:// `).
+    if rest.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(WorkerUrlError::Invalid);
+    }
     match scheme {
         "ipc" => {
             if rest.is_empty() {
@@ -185,5 +190,7 @@ mod tests {
             Err(WorkerUrlError::MissingIpcPath)
         );
         assert_eq!(parse_worker_url("http://a b"), Err(WorkerUrlError::Invalid));
+        assert_eq!(parse_worker_url("ipc:// /"), Err(WorkerUrlError::Invalid));
+        assert_eq!(parse_worker_url("ipc://a\t/"), Err(WorkerUrlError::Invalid));
     }
 }
