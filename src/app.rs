@@ -2,17 +2,23 @@
 
 use std::sync::Arc;
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 
+use crate::admin;
 use crate::auth::gate::Authenticator;
 use crate::config::Config;
-use crate::http::body::RespBody;
+use crate::http::body::{is_body_too_large, RespBody};
 use crate::http::error::{self, error_response, GatewayError};
-use crate::http::route::{match_route, Route, RouteGroup, RouteMatch};
+use crate::http::route::{match_route, path_param, Route, RouteGroup, RouteMatch};
 use crate::proxy::{self, ContentType, Forward, UpstreamClient};
 use crate::routing::Policy;
+use crate::workers::calls::{call_client, CallClient};
+use crate::workers::jobs::Jobs;
 use crate::workers::Registry;
 
 /// Everything the data plane shares across threads. Built once at startup.
@@ -21,18 +27,26 @@ pub struct Gateway {
     pub registry: Registry,
     pub policy: Box<dyn Policy>,
     pub auth: Authenticator,
+    /// Queued worker changes and their status.
+    pub jobs: Jobs,
 }
 
 /// One data-plane thread's view: the shared gateway plus what the thread owns alone.
 pub struct ThreadCtx {
     pub gateway: Arc<Gateway>,
     pub client: UpstreamClient,
+    /// The gateway's own calls to workers (fan-out, forwarded information routes).
+    pub calls: CallClient,
 }
 
 impl ThreadCtx {
     pub fn new(gateway: Arc<Gateway>) -> ThreadCtx {
         let client = proxy::client(&gateway.config);
-        ThreadCtx { gateway, client }
+        ThreadCtx {
+            gateway,
+            client,
+            calls: call_client(),
+        }
     }
 
     fn forward(&self) -> Forward<'_> {
@@ -84,6 +98,24 @@ pub async fn handle(ctx: &ThreadCtx, mut req: Request<Incoming>) -> Response<Res
         Route::WasmList | Route::WasmAdd | Route::WasmDelete => {
             Ok(error::empty(StatusCode::INTERNAL_SERVER_ERROR))
         }
+        Route::Models => Ok(admin::models(&ctx.gateway)),
+        Route::GetModelInfo | Route::GetServerInfo | Route::HealthGenerate => {
+            Ok(admin::forward_info(&ctx.gateway, &ctx.calls, route.template()).await)
+        }
+        Route::FlushCache => Ok(admin::flush_cache(&ctx.gateway, &ctx.calls).await),
+        Route::StartProfile | Route::StopProfile => {
+            let start = route == Route::StartProfile;
+            match read_admin_body(req.into_body()).await {
+                Ok(body) => Ok(admin::profile(&ctx.gateway, &ctx.calls, start, body).await),
+                Err(err) => Ok(err.into_response()),
+            }
+        }
+        Route::WorkersCreate
+        | Route::WorkersList
+        | Route::WorkerGet
+        | Route::WorkerPatch
+        | Route::WorkerReplace
+        | Route::WorkerDelete => Ok(workers_route(&ctx.gateway, route, req).await),
         Route::AudioTranscriptions => ctx.forward().send(req, ContentType::FromClient).await,
         r if is_forwarded(r) => ctx.forward().send(req, ContentType::Json).await,
         r => Err(GatewayError::NotImplemented {
@@ -91,6 +123,68 @@ pub async fn handle(ctx: &ThreadCtx, mut req: Request<Incoming>) -> Response<Res
         }),
     };
     result.unwrap_or_else(|err| error_response(&err))
+}
+
+/// Largest body of an administration request.
+const MAX_ADMIN_BODY: usize = 1024 * 1024;
+/// Time a client has to send an administration request's body.
+const ADMIN_BODY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why an administration body could not be read.
+enum BodyError {
+    TooLarge,
+    Broken,
+    TooSlow,
+}
+
+impl BodyError {
+    fn into_response(self) -> Response<RespBody> {
+        match self {
+            BodyError::TooLarge => error_response(&GatewayError::PayloadTooLarge {
+                limit: MAX_ADMIN_BODY as u64,
+            }),
+            BodyError::Broken => error::empty(StatusCode::BAD_REQUEST),
+            BodyError::TooSlow => error::empty(StatusCode::REQUEST_TIMEOUT),
+        }
+    }
+}
+
+/// Reads a whole administration body (bounded in size and time).
+async fn read_admin_body(body: Incoming) -> Result<Bytes, BodyError> {
+    let limited = Limited::new(body, MAX_ADMIN_BODY);
+    match tokio::time::timeout(ADMIN_BODY_TIMEOUT, limited.collect()).await {
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(err)) if is_body_too_large(err.as_ref()) => Err(BodyError::TooLarge),
+        Ok(Err(_)) => Err(BodyError::Broken),
+        Err(_) => Err(BodyError::TooSlow),
+    }
+}
+
+/// `/workers` and `/workers/{worker_id}`.
+async fn workers_route(
+    gateway: &Gateway,
+    route: Route,
+    req: Request<Incoming>,
+) -> Response<RespBody> {
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path();
+    let id = path_param(path, 1);
+    match route {
+        Route::WorkersList => admin::workers::list(gateway, parts.uri.query()),
+        Route::WorkerGet => admin::workers::get(gateway, id),
+        Route::WorkerDelete => admin::workers::delete(gateway, id),
+        _ => {
+            let body = match read_admin_body(body).await {
+                Ok(body) => body,
+                Err(err) => return err.into_response(),
+            };
+            match route {
+                Route::WorkersCreate => admin::workers::create(gateway, &parts.headers, &body),
+                Route::WorkerPatch => admin::workers::patch(gateway, id, &parts.headers, &body),
+                _ => admin::workers::replace(gateway, id, &parts.headers, &body),
+            }
+        }
+    }
 }
 
 /// Routes of the RL control plane (`/v1/rl/*`).

@@ -6,6 +6,7 @@
 //! → `proxy` (forward to the worker, relay the answer back frame by frame).
 //! `workers` holds the fleet as a lock-free snapshot; `config` turns flags into a `Config`.
 
+pub mod admin;
 pub mod app;
 pub mod auth;
 pub mod config;

@@ -10,25 +10,9 @@ use crate::auth::gate::Authenticator;
 use crate::config::Config;
 use crate::routing;
 use crate::runtime::{choose_engine, DataPlane};
-use crate::workers::{parse_worker_url, Registry, RuntimeType, Status, Worker, WorkerType};
-
-/// Registers the `--worker-urls` workers. They carry the gateway `--api-key` as their key.
-fn register_startup_workers(config: &Config, registry: &Registry) -> Result<(), String> {
-    for raw in &config.worker_urls {
-        let url = parse_worker_url(raw).map_err(|e| format!("--worker-urls {raw}: {e}"))?;
-        let key = config.api_key.as_ref().map(|k| k.expose());
-        let worker = Arc::new(Worker::new(
-            url,
-            WorkerType::Regular,
-            RuntimeType::Unspecified,
-            key,
-        ));
-        registry.insert(worker.clone());
-        registry.set_status(&worker, Status::Ready);
-        tracing::info!(worker = %worker.url, id = %worker.id, "worker registered");
-    }
-    Ok(())
-}
+use crate::workers::jobs::Jobs;
+use crate::workers::lifecycle;
+use crate::workers::Registry;
 
 /// Resolves once SIGTERM or SIGINT arrives.
 async fn shutdown_signal() {
@@ -57,8 +41,7 @@ pub fn run(config: Config) -> Result<(), String> {
             "policy not available in this build yet; routing with round_robin"
         );
     }
-    let registry = Registry::new();
-    register_startup_workers(&config, &registry)?;
+    let registry = Registry::with_aliases(config.model_aliases.clone());
     let threads = config.runtime_worker_threads;
     let addr = SocketAddr::new(config.host, config.port);
     let control = tokio::runtime::Builder::new_current_thread()
@@ -67,12 +50,16 @@ pub fn run(config: Config) -> Result<(), String> {
         .build()
         .map_err(|e| format!("cannot start the control runtime: {e}"))?;
     let auth = control.block_on(Authenticator::new(&config));
+    let (jobs, job_queue) = Jobs::new();
     let gateway = Arc::new(Gateway {
         config,
         registry,
         policy,
         auth,
+        jobs,
     });
+    control.block_on(lifecycle::register_startup(&gateway))?;
+    control.spawn(lifecycle::run_jobs(gateway.clone(), job_queue));
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let plane = DataPlane::start(gateway, engine, addr, threads, shutdown_rx)
         .map_err(|e| format!("cannot listen on {addr}: {e}"))?;

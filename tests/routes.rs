@@ -379,9 +379,9 @@ async fn routes_not_built_yet_answer_501() {
     let upstream = mock(&[]);
     let gw = gateway(&["--worker-urls", &upstream.url()]);
     let cases = [
-        ("GET", "/workers"),
-        ("GET", "/v1/models"),
-        ("POST", "/flush_cache"),
+        ("GET", "/v1/tokenizers"),
+        ("POST", "/parse/reasoning"),
+        ("GET", "/loads"),
         ("GET", "/v1/responses/resp_1"),
         ("POST", "/v1/conversations"),
     ];

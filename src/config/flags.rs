@@ -218,7 +218,109 @@ pub static FLAGS: &[Flag] = &[
             Ok(())
         },
     ),
+    Flag::one(
+        "health-check-timeout-secs",
+        "SECS",
+        "5",
+        Group::Workers,
+        "Timeout of one health probe (also of registration probes)",
+        |c, v| {
+            c.health_check_timeout = seconds(v, 1)?;
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "health-check-interval-secs",
+        "SECS",
+        "60",
+        Group::Workers,
+        "Time between health probes of a worker",
+        |c, v| {
+            c.health_check_interval = seconds(v, 1)?;
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "health-success-threshold",
+        "N",
+        "2",
+        Group::Workers,
+        "Consecutive successful probes that make a worker ready",
+        |c, v| {
+            c.health_success_threshold = integer(v, 1, 1000)? as u32;
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "health-failure-threshold",
+        "N",
+        "3",
+        Group::Workers,
+        "Consecutive failed probes that take a worker out of rotation",
+        |c, v| {
+            c.health_failure_threshold = integer(v, 1, 1000)? as u32;
+            Ok(())
+        },
+    ),
+    Flag::switch(
+        "disable-health-check",
+        Group::Workers,
+        "Never probe workers; they are routable as soon as they are registered",
+        |c| c.disable_health_check = true,
+    ),
+    Flag::one(
+        "drain-settle-secs",
+        "SECS",
+        "5",
+        Group::Workers,
+        "How long a removed ready worker drains before it goes (0: at once)",
+        |c, v| {
+            c.drain_settle = seconds(v, 0)?;
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "worker-startup-timeout-secs",
+        "SECS",
+        "1800",
+        Group::Workers,
+        "How long registration keeps probing a worker that does not answer",
+        |c, v| {
+            c.worker_startup_timeout = seconds(v, 1)?;
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "worker-startup-check-interval",
+        "SECS",
+        "30",
+        Group::Workers,
+        "Time between registration probes of a worker that does not answer yet",
+        |c, v| {
+            c.worker_startup_check_interval = seconds(v, 1)?;
+            Ok(())
+        },
+    ),
     // Routing
+    Flag::many(
+        "model-alias",
+        "ALIAS=MODEL",
+        "none",
+        Group::Routing,
+        "Another name for a served model; requests naming ALIAS go to MODEL's workers",
+        |c, values| {
+            for v in values {
+                c.model_aliases.push(model_alias(v)?);
+            }
+            Ok(())
+        },
+    ),
+    Flag::switch(
+        "enable-igw",
+        Group::Routing,
+        "Several models behind one gateway: each request goes to workers of its \"model\"",
+        |c| c.enable_igw = true,
+    ),
     Flag::one(
         "policy",
         "NAME",
@@ -516,6 +618,17 @@ pub fn http_url(v: &str) -> Result<String, Invalid> {
         return Err(Invalid::new(v, EXPECTED));
     }
     Ok(v.to_owned())
+}
+
+/// `alias=canonical`, both non-empty and different.
+pub fn model_alias(v: &str) -> Result<(String, String), Invalid> {
+    const EXPECTED: &str = "expected alias=model with two different non-empty names";
+    match v.split_once('=') {
+        Some((alias, model)) if !alias.is_empty() && !model.is_empty() && alias != model => {
+            Ok((alias.to_owned(), model.to_owned()))
+        }
+        _ => Err(Invalid::new(v, EXPECTED)),
+    }
 }
 
 /// `idp_role=gateway_role`, gateway role `admin` or `user`.

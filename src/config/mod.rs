@@ -183,6 +183,27 @@ pub struct Config {
     pub port: u16,
     /// `--worker-urls`: workers registered at startup (`http://` or `https://`, with a host).
     pub worker_urls: Vec<String>,
+    /// `--health-check-timeout-secs`: probe timeout, registration probes included.
+    pub health_check_timeout: Duration,
+    /// `--health-check-interval-secs`: time between probes of a worker.
+    pub health_check_interval: Duration,
+    /// `--health-success-threshold`: consecutive successes that make a worker ready.
+    pub health_success_threshold: u32,
+    /// `--health-failure-threshold`: consecutive failures that take it out of rotation.
+    pub health_failure_threshold: u32,
+    /// `--disable-health-check`: workers are routable on registration and never probed.
+    pub disable_health_check: bool,
+    /// `--drain-settle-secs`: how long a removed ready worker drains.
+    pub drain_settle: Duration,
+    /// `--worker-startup-timeout-secs`: how long registration waits for a worker to answer.
+    pub worker_startup_timeout: Duration,
+    /// `--worker-startup-check-interval`: time between registration probes.
+    pub worker_startup_check_interval: Duration,
+    /// `--model-alias alias=canonical`: extra names of served models.
+    pub model_aliases: Vec<(String, String)>,
+    /// `--enable-igw`: several models behind one gateway; requests go to workers of their
+    /// `model`.
+    pub enable_igw: bool,
     /// `--policy`: routing policy.
     pub policy: PolicyName,
     /// `--runtime-worker-threads`: data-plane threads, one runtime each (>= 1).
@@ -238,6 +259,16 @@ impl Default for Config {
             host: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             port: 30000,
             worker_urls: Vec::new(),
+            health_check_timeout: Duration::from_secs(5),
+            health_check_interval: Duration::from_secs(60),
+            health_success_threshold: 2,
+            health_failure_threshold: 3,
+            disable_health_check: false,
+            drain_settle: Duration::from_secs(5),
+            worker_startup_timeout: Duration::from_secs(1800),
+            worker_startup_check_interval: Duration::from_secs(30),
+            model_aliases: Vec::new(),
+            enable_igw: false,
             policy: PolicyName::RoundRobin,
             runtime_worker_threads: std::thread::available_parallelism()
                 .map(|n| n.get())

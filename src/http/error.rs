@@ -152,6 +152,17 @@ pub fn plain(status: StatusCode, text: &'static str) -> Response<RespBody> {
     resp
 }
 
+/// A plain-text response with a message built at run time (body validation errors).
+pub fn plain_owned(status: StatusCode, text: String) -> Response<RespBody> {
+    let mut resp = Response::new(RespBody::full(Bytes::from(text)));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
+}
+
 /// A small JSON response from a static or pre-rendered body.
 pub fn json(status: StatusCode, body: impl Into<Bytes>) -> Response<RespBody> {
     let mut resp = Response::new(RespBody::full(body.into()));

@@ -32,19 +32,10 @@ impl Policy for RoundRobin {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workers::{parse_worker_url, RuntimeType, WorkerType};
 
     fn workers(n: usize) -> Vec<Arc<Worker>> {
         (0..n)
-            .map(|i| {
-                let url = parse_worker_url(&format!("http://127.0.0.1:{}", 1000 + i)).unwrap();
-                Arc::new(Worker::new(
-                    url,
-                    WorkerType::Regular,
-                    RuntimeType::Generic,
-                    None,
-                ))
-            })
+            .map(|i| Arc::new(Worker::for_url(&format!("http://127.0.0.1:{}", 1000 + i)).unwrap()))
             .collect()
     }
 

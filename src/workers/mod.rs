@@ -6,16 +6,25 @@
 //! inside the shared [`Worker`], so publishing a snapshot is only needed when membership
 //! or a worker's static description changes.
 
+pub mod calls;
+pub mod detect;
+pub mod jobs;
+pub mod lifecycle;
 pub mod spec;
 mod url;
 
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use http::uri::{Authority, Scheme};
 use http::HeaderValue;
 use uuid::Uuid;
+
+use crate::config::{Config, Secret};
+use spec::{HealthOverrides, WorkerPatch, WorkerSpec};
 
 pub use url::{parse_worker_url, Transport, WorkerUrl, WorkerUrlError};
 
@@ -58,7 +67,7 @@ impl WorkerType {
 }
 
 /// The engine behind a worker. `Unspecified` means "detect at registration".
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RuntimeType {
     Sglang,
     Vllm,
@@ -67,6 +76,7 @@ pub enum RuntimeType {
     Tokenspeed,
     Generic,
     External,
+    #[default]
     Unspecified,
 }
 
@@ -118,7 +128,72 @@ impl Status {
     }
 }
 
-/// One registered worker. Shared by every snapshot that lists it.
+/// Health settings of one worker: the gateway's flags with the spec's `health` overrides
+/// applied. External providers are never probed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HealthConfig {
+    pub timeout: Duration,
+    pub check_interval: Duration,
+    pub success_threshold: u32,
+    pub failure_threshold: u32,
+    pub disabled: bool,
+    pub drain_settle: Duration,
+}
+
+impl HealthConfig {
+    pub fn resolve(config: &Config, overrides: &HealthOverrides, runtime: RuntimeType) -> Self {
+        let secs = |value: Option<u64>, default: Duration| {
+            value.map_or(default, |s| Duration::from_secs(s.min(MAX_SECS)))
+        };
+        let count = |value: Option<u64>, default: u32| {
+            value.map_or(default, |n| n.clamp(1, u64::from(u32::MAX)) as u32)
+        };
+        HealthConfig {
+            timeout: secs(overrides.timeout_secs, config.health_check_timeout)
+                .max(Duration::from_secs(1)),
+            check_interval: secs(overrides.check_interval_secs, config.health_check_interval)
+                .max(Duration::from_secs(1)),
+            success_threshold: count(overrides.success_threshold, config.health_success_threshold),
+            failure_threshold: count(overrides.failure_threshold, config.health_failure_threshold),
+            disabled: runtime == RuntimeType::External
+                || overrides
+                    .disable_health_check
+                    .unwrap_or(config.disable_health_check),
+            drain_settle: secs(overrides.drain_settle_secs, config.drain_settle),
+        }
+    }
+}
+
+/// Upper bound of any per-worker duration override, as for the flags.
+const MAX_SECS: u64 = 365 * 24 * 60 * 60;
+
+/// What a worker's engine told registration about itself.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Discovered {
+    /// `Unspecified` when detection was skipped or found nothing.
+    pub runtime: RuntimeType,
+    /// Models listed by the engine (`/v1/models`), in its order.
+    pub models: Vec<String>,
+    /// Labels read from the engine; the spec's labels win over these.
+    pub labels: BTreeMap<String, String>,
+    /// Whether the gateway speaks HTTP/2 to it.
+    pub http2: bool,
+}
+
+/// The figures that change per request or per probe. Shared by every version of a worker
+/// (a PATCH publishes a new `Worker` value that keeps the same `Live`), so no in-flight
+/// count or health streak is lost when the description changes.
+#[derive(Debug, Default)]
+pub struct Live {
+    status: AtomicU8,
+    load: AtomicUsize,
+    successes: AtomicU32,
+    failures: AtomicU32,
+    /// Set when the worker leaves the registry; its background tasks stop.
+    retired: AtomicBool,
+}
+
+/// One registered worker: an immutable description plus shared live figures.
 #[derive(Debug)]
 pub struct Worker {
     pub id: Uuid,
@@ -126,46 +201,113 @@ pub struct Worker {
     pub url: String,
     pub transport: Transport,
     pub worker_type: WorkerType,
+    /// The runtime in effect: the spec's, else the detected one.
     pub runtime: RuntimeType,
     /// Pre-built `Bearer <key>` for the gateway's own calls and for client requests that
     /// carry no `Authorization`; marked sensitive so it never shows in debug output.
     pub bearer: Option<HeaderValue>,
-    status: AtomicU8,
-    load: AtomicUsize,
+    /// The spec as registered (with PATCHes applied).
+    pub spec: WorkerSpec,
+    /// The model it serves: the first model card, else the model labels, else the first
+    /// model the engine lists.
+    pub model_id: Option<String>,
+    /// Every name requests may use for its models (ids and aliases). Empty: any model.
+    pub model_names: Vec<String>,
+    /// Discovered labels with the spec's labels merged over them.
+    pub labels: BTreeMap<String, String>,
+    pub health: HealthConfig,
+    pub http2: bool,
+    live: Arc<Live>,
 }
 
 impl Worker {
-    pub fn new(
-        url: WorkerUrl,
-        worker_type: WorkerType,
-        runtime: RuntimeType,
-        api_key: Option<&str>,
-    ) -> Worker {
-        let bearer = api_key.and_then(|k| {
-            let mut v = HeaderValue::try_from(format!("Bearer {k}")).ok()?;
-            v.set_sensitive(true);
-            Some(v)
-        });
+    /// Builds a worker from its spec and what registration discovered.
+    pub fn new(id: Uuid, spec: WorkerSpec, discovered: Discovered, config: &Config) -> Worker {
+        let runtime = match spec.effective_runtime() {
+            RuntimeType::Unspecified => discovered.runtime,
+            explicit => explicit,
+        };
+        let runtime = match runtime {
+            RuntimeType::Unspecified => RuntimeType::Generic,
+            known => known,
+        };
+        let model_id = spec
+            .models
+            .first()
+            .map(|card| card.id.clone())
+            .or_else(|| spec.model_id().map(str::to_owned))
+            .or_else(|| discovered.models.first().cloned());
+        let mut model_names: Vec<String> = Vec::new();
+        for card in &spec.models {
+            model_names.push(card.id.clone());
+            model_names.extend(card.aliases.iter().cloned());
+        }
+        if model_names.is_empty() {
+            model_names.extend(model_id.iter().cloned());
+            model_names.extend(discovered.models.iter().skip(1).cloned());
+        }
+        model_names.dedup();
+        let mut labels = discovered.labels;
+        labels.extend(spec.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
         Worker {
-            id: Uuid::new_v4(),
-            url: url.normalized,
-            transport: url.transport,
-            worker_type,
+            id,
+            url: spec.url.normalized.clone(),
+            transport: spec.url.transport.clone(),
+            worker_type: spec.worker_type,
             runtime,
-            bearer,
-            status: AtomicU8::new(Status::Pending as u8),
-            load: AtomicUsize::new(0),
+            bearer: bearer(spec.api_key.as_ref()),
+            health: HealthConfig::resolve(config, &spec.health, runtime),
+            model_id,
+            model_names,
+            labels,
+            http2: discovered.http2,
+            spec,
+            live: Arc::new(Live::default()),
+        }
+    }
+
+    /// A worker with a default spec and nothing discovered (benches, tests, tools).
+    pub fn for_url(url: &str) -> Result<Worker, WorkerUrlError> {
+        let spec = WorkerSpec::new(parse_worker_url(url)?);
+        Ok(Worker::new(
+            Uuid::new_v4(),
+            spec,
+            Discovered::default(),
+            &Config::default(),
+        ))
+    }
+
+    /// The worker after a PATCH: new description, same live figures.
+    pub fn patched(&self, patch: WorkerPatch, config: &Config) -> Worker {
+        let mut spec = self.spec.clone();
+        spec.apply_patch(patch);
+        let mut labels = self.labels.clone();
+        labels.extend(spec.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        Worker {
+            id: self.id,
+            url: self.url.clone(),
+            transport: self.transport.clone(),
+            worker_type: self.worker_type,
+            runtime: self.runtime,
+            bearer: bearer(spec.api_key.as_ref()),
+            health: HealthConfig::resolve(config, &spec.health, self.runtime),
+            model_id: self.model_id.clone(),
+            model_names: self.model_names.clone(),
+            labels,
+            http2: self.http2,
+            spec,
+            live: self.live.clone(),
         }
     }
 
     pub fn status(&self) -> Status {
-        Status::from_u8(self.status.load(Ordering::Acquire))
+        Status::from_u8(self.live.status.load(Ordering::Acquire))
     }
 
     /// Stores a status without republishing; use [`Registry::set_status`] for workers that
     /// are already registered.
     pub fn set_status(&self, status: Status) {
-        self.status.store(status as u8, Ordering::Release);
+        self.live.status.store(status as u8, Ordering::Release);
     }
 
     pub fn is_ready(&self) -> bool {
@@ -174,14 +316,39 @@ impl Worker {
 
     /// Requests the gateway has in flight to this worker.
     pub fn load(&self) -> usize {
-        self.load.load(Ordering::Relaxed)
+        self.live.load.load(Ordering::Relaxed)
     }
 
     /// Counts one request in flight until the returned guard drops (response fully relayed,
     /// failed, or abandoned by the client).
     pub fn track(self: &Arc<Self>) -> LoadGuard {
-        self.load.fetch_add(1, Ordering::Relaxed);
+        self.live.load.fetch_add(1, Ordering::Relaxed);
         LoadGuard(self.clone())
+    }
+
+    /// Records a probe result; returns the consecutive count of that kind.
+    pub fn record_probe(&self, ok: bool) -> u32 {
+        let (hit, reset) = if ok {
+            (&self.live.successes, &self.live.failures)
+        } else {
+            (&self.live.failures, &self.live.successes)
+        };
+        reset.store(0, Ordering::Relaxed);
+        hit.fetch_add(1, Ordering::Relaxed).saturating_add(1)
+    }
+
+    /// Whether the worker has left the registry (its background tasks stop).
+    pub fn is_retired(&self) -> bool {
+        self.live.retired.load(Ordering::Acquire)
+    }
+
+    fn retire(&self) {
+        self.live.retired.store(true, Ordering::Release);
+    }
+
+    /// Whether two values are versions of the same registered worker.
+    pub fn same_live(&self, other: &Worker) -> bool {
+        Arc::ptr_eq(&self.live, &other.live)
     }
 
     pub fn connection_mode(&self) -> ConnectionMode {
@@ -200,6 +367,19 @@ impl Worker {
             _ => None,
         }
     }
+
+    /// Whether the worker serves `model` (workers without a model list serve any).
+    pub fn serves(&self, model: &str) -> bool {
+        self.model_names.is_empty() || self.model_names.iter().any(|m| m == model)
+    }
+}
+
+/// `Bearer <key>` as a sensitive header value; `None` without a key or for a key that
+/// cannot be a header value.
+fn bearer(key: Option<&Secret>) -> Option<HeaderValue> {
+    let mut value = HeaderValue::try_from(format!("Bearer {}", key?.expose())).ok()?;
+    value.set_sensitive(true);
+    Some(value)
 }
 
 /// Decrements a worker's in-flight load when dropped.
@@ -214,27 +394,62 @@ impl LoadGuard {
 
 impl Drop for LoadGuard {
     fn drop(&mut self) {
-        self.0.load.fetch_sub(1, Ordering::Relaxed);
+        self.0.live.load.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
 /// An immutable view of the fleet.
 ///
-/// `routable` is computed when the snapshot is built, so selection on the hot path works
-/// on a ready-made slice. Every status change goes through [`Registry::set_status`], which
-/// republishes.
+/// Everything selection needs is computed when the snapshot is built (the routable
+/// workers, per model), so the hot path works on ready-made slices. Every status change
+/// goes through [`Registry::set_status`], which republishes.
 #[derive(Debug, Default)]
 pub struct Snapshot {
     workers: Vec<Arc<Worker>>,
+    by_id: HashMap<Uuid, Arc<Worker>>,
+    by_url: HashMap<String, Arc<Worker>>,
     routable: Vec<Arc<Worker>>,
+    /// Routable workers per model name (ids, card aliases and `--model-alias` names).
+    routable_by_model: HashMap<String, Vec<Arc<Worker>>>,
+    /// Routable workers without a model list: they serve any model.
+    routable_any_model: Vec<Arc<Worker>>,
 }
 
 impl Snapshot {
-    fn new(workers: Vec<Arc<Worker>>) -> Snapshot {
-        let routable = workers.iter().filter(|w| w.is_ready()).cloned().collect();
-        Snapshot { workers, routable }
+    fn new(workers: Vec<Arc<Worker>>, aliases: &[(String, String)]) -> Snapshot {
+        let routable: Vec<Arc<Worker>> = workers.iter().filter(|w| w.is_ready()).cloned().collect();
+        let mut routable_by_model: HashMap<String, Vec<Arc<Worker>>> = HashMap::new();
+        let mut routable_any_model = Vec::new();
+        for worker in &routable {
+            if worker.model_names.is_empty() {
+                routable_any_model.push(worker.clone());
+            }
+            for name in &worker.model_names {
+                routable_by_model
+                    .entry(name.clone())
+                    .or_default()
+                    .push(worker.clone());
+            }
+        }
+        for (alias, canonical) in aliases {
+            if let Some(list) = routable_by_model.get(canonical).cloned() {
+                routable_by_model
+                    .entry(alias.clone())
+                    .or_default()
+                    .extend(list);
+            }
+        }
+        Snapshot {
+            by_id: workers.iter().map(|w| (w.id, w.clone())).collect(),
+            by_url: workers.iter().map(|w| (w.url.clone(), w.clone())).collect(),
+            workers,
+            routable,
+            routable_by_model,
+            routable_any_model,
+        }
     }
 
+    /// Every registered worker, in registration order.
     pub fn all(&self) -> &[Arc<Worker>] {
         &self.workers
     }
@@ -244,23 +459,46 @@ impl Snapshot {
         &self.routable
     }
 
+    /// Routable workers that serve `model` (by id or alias); workers without a model list
+    /// are used when no worker names the model.
+    pub fn routable_for_model(&self, model: &str) -> &[Arc<Worker>] {
+        match self.routable_by_model.get(model) {
+            Some(list) => list,
+            None => &self.routable_any_model,
+        }
+    }
+
     pub fn by_id(&self, id: &Uuid) -> Option<&Arc<Worker>> {
-        self.workers.iter().find(|w| w.id == *id)
+        self.by_id.get(id)
     }
 
     pub fn by_url(&self, url: &str) -> Option<&Arc<Worker>> {
-        self.workers.iter().find(|w| w.url == url)
+        self.by_url.get(url)
     }
 
     pub fn ready_count(&self) -> usize {
         self.routable.len()
     }
+
+    /// Every model name served by a registered worker, in registration order, without
+    /// repeats (the `/v1/models` list).
+    pub fn model_ids(&self) -> Vec<&str> {
+        let mut seen = std::collections::HashSet::new();
+        self.workers
+            .iter()
+            .filter_map(|w| w.model_id.as_deref())
+            .filter(|id| seen.insert(*id))
+            .collect()
+    }
 }
 
-/// The registry: one atomically swapped snapshot.
+/// The registry: one atomically swapped snapshot. Writers (the control plane) are
+/// serialised by `rcu`; readers never wait.
 #[derive(Debug, Default)]
 pub struct Registry {
     current: ArcSwap<Snapshot>,
+    /// `--model-alias` pairs, applied to every snapshot.
+    aliases: Vec<(String, String)>,
 }
 
 impl Registry {
@@ -268,37 +506,67 @@ impl Registry {
         Registry::default()
     }
 
+    pub fn with_aliases(aliases: Vec<(String, String)>) -> Registry {
+        Registry {
+            current: ArcSwap::default(),
+            aliases,
+        }
+    }
+
     /// The current fleet. Lock-free; hold the guard only for the duration of a decision.
     pub fn snapshot(&self) -> arc_swap::Guard<Arc<Snapshot>> {
         self.current.load()
     }
 
-    /// Adds a worker. Writers are rare (control plane), so copying the list is fine.
-    pub fn insert(&self, worker: Arc<Worker>) {
+    fn publish(&self, mut change: impl FnMut(&mut Vec<Arc<Worker>>)) {
         self.current.rcu(|snap| {
             let mut workers = snap.workers.clone();
-            workers.push(worker.clone());
-            Snapshot::new(workers)
+            change(&mut workers);
+            Snapshot::new(workers, &self.aliases)
         });
+    }
+
+    /// Adds a worker, or replaces the registered worker with the same id in place (PATCH,
+    /// PUT). A replaced worker with other live figures (PUT) is retired.
+    pub fn upsert(&self, worker: Arc<Worker>) {
+        let mut replaced: Option<Arc<Worker>> = None;
+        self.publish(
+            |workers| match workers.iter_mut().find(|w| w.id == worker.id) {
+                Some(slot) => replaced = Some(std::mem::replace(slot, worker.clone())),
+                None => workers.push(worker.clone()),
+            },
+        );
+        if let Some(old) = replaced.filter(|old| !old.same_live(&worker)) {
+            old.retire();
+        }
+    }
+
+    /// Adds a worker (alias of [`Registry::upsert`] for a new id).
+    pub fn insert(&self, worker: Arc<Worker>) {
+        self.upsert(worker);
     }
 
     /// Changes a worker's status and republishes so selection sees it.
     pub fn set_status(&self, worker: &Worker, status: Status) {
+        if worker.status() == status {
+            return;
+        }
         worker.set_status(status);
-        self.current.rcu(|snap| Snapshot::new(snap.workers.clone()));
+        self.publish(|_| {});
     }
 
-    /// Removes a worker by id; returns it if it was present.
+    /// Removes a worker by id and retires it; returns it if it was present.
     pub fn remove(&self, id: &Uuid) -> Option<Arc<Worker>> {
         let mut removed = None;
-        self.current.rcu(|snap| {
-            let mut workers = snap.workers.clone();
+        self.publish(|workers| {
             removed = workers
                 .iter()
                 .position(|w| w.id == *id)
                 .map(|i| workers.remove(i));
-            Snapshot::new(workers)
         });
+        if let Some(worker) = &removed {
+            worker.retire();
+        }
         removed
     }
 }
@@ -307,14 +575,27 @@ impl Registry {
 mod tests {
     use super::*;
 
+    fn spec(url: &str) -> WorkerSpec {
+        WorkerSpec::new(parse_worker_url(url).unwrap())
+    }
+
     fn worker(url: &str) -> Arc<Worker> {
-        let parsed = parse_worker_url(url).unwrap();
         Arc::new(Worker::new(
-            parsed,
-            WorkerType::Regular,
-            RuntimeType::Unspecified,
-            None,
+            Uuid::new_v4(),
+            spec(url),
+            Discovered::default(),
+            &Config::default(),
         ))
+    }
+
+    fn serving(url: &str, models: &[&str]) -> Arc<Worker> {
+        let discovered = Discovered {
+            models: models.iter().map(|m| (*m).to_owned()).collect(),
+            ..Discovered::default()
+        };
+        let w = Worker::new(Uuid::new_v4(), spec(url), discovered, &Config::default());
+        w.set_status(Status::Ready);
+        Arc::new(w)
     }
 
     #[test]
@@ -372,13 +653,99 @@ mod tests {
 
     #[test]
     fn api_key_is_not_in_debug_output() {
-        let parsed = parse_worker_url("http://127.0.0.1:1").unwrap();
-        let w = Worker::new(
-            parsed,
-            WorkerType::Regular,
-            RuntimeType::Generic,
-            Some("sk-very-secret"),
-        );
+        let mut s = spec("http://127.0.0.1:1");
+        s.api_key = Some(Secret::new("sk-very-secret"));
+        let w = Worker::new(Uuid::new_v4(), s, Discovered::default(), &Config::default());
+        assert!(w.bearer.is_some());
         assert!(!format!("{w:?}").contains("sk-very-secret"));
+    }
+
+    #[test]
+    fn a_patch_keeps_live_figures() {
+        let reg = Registry::new();
+        let w = worker("http://127.0.0.1:1");
+        reg.insert(w.clone());
+        reg.set_status(&w, Status::Ready);
+        let _guard = w.track();
+        let patch = WorkerPatch {
+            priority: Some(7),
+            ..WorkerPatch::default()
+        };
+        let patched = Arc::new(w.patched(patch, &Config::default()));
+        reg.upsert(patched.clone());
+        let snap = reg.snapshot();
+        let now = snap.by_id(&w.id).unwrap();
+        assert_eq!(now.spec.priority, 7);
+        assert_eq!(now.load(), 1, "in-flight count survives the patch");
+        assert!(now.is_ready());
+        assert!(!w.is_retired(), "a patch does not retire the worker");
+        assert_eq!(snap.all().len(), 1);
+    }
+
+    #[test]
+    fn replacing_or_removing_retires() {
+        let reg = Registry::new();
+        let w = worker("http://127.0.0.1:1");
+        reg.insert(w.clone());
+        let replacement = Worker::new(
+            w.id,
+            spec(&w.url),
+            Discovered::default(),
+            &Config::default(),
+        );
+        reg.upsert(Arc::new(replacement));
+        assert!(w.is_retired());
+        let current = reg.snapshot().by_id(&w.id).unwrap().clone();
+        assert!(!current.is_retired());
+        reg.remove(&w.id);
+        assert!(current.is_retired());
+    }
+
+    #[test]
+    fn model_index_with_aliases_and_any_model_workers() {
+        let reg = Registry::with_aliases(vec![("fast".into(), "llama".into())]);
+        let a = serving("http://127.0.0.1:1", &["llama"]);
+        let b = serving("http://127.0.0.1:2", &["qwen"]);
+        let any = worker("http://127.0.0.1:3");
+        any.set_status(Status::Ready);
+        reg.insert(a.clone());
+        reg.insert(b.clone());
+        reg.insert(any.clone());
+        let snap = reg.snapshot();
+        let ids = |list: &[Arc<Worker>]| list.iter().map(|w| w.id).collect::<Vec<_>>();
+        assert_eq!(ids(snap.routable_for_model("llama")), [a.id]);
+        assert_eq!(ids(snap.routable_for_model("fast")), [a.id]);
+        assert_eq!(ids(snap.routable_for_model("qwen")), [b.id]);
+        assert_eq!(ids(snap.routable_for_model("other")), [any.id]);
+        assert_eq!(snap.model_ids(), ["llama", "qwen"]);
+        assert!(a.serves("llama") && !a.serves("qwen") && any.serves("qwen"));
+    }
+
+    #[test]
+    fn probe_streaks_reset_on_the_other_outcome() {
+        let w = worker("http://127.0.0.1:1");
+        assert_eq!(w.record_probe(true), 1);
+        assert_eq!(w.record_probe(true), 2);
+        assert_eq!(w.record_probe(false), 1);
+        assert_eq!(w.record_probe(true), 1);
+    }
+
+    #[test]
+    fn health_config_merges_overrides_over_flags() {
+        let config = Config::default();
+        let h = HealthConfig::resolve(&config, &HealthOverrides::default(), RuntimeType::Sglang);
+        assert_eq!(h.check_interval, Duration::from_secs(60));
+        assert_eq!((h.success_threshold, h.failure_threshold), (2, 3));
+        assert!(!h.disabled);
+        let overrides = HealthOverrides {
+            check_interval_secs: Some(2),
+            success_threshold: Some(0),
+            ..HealthOverrides::default()
+        };
+        let h = HealthConfig::resolve(&config, &overrides, RuntimeType::Generic);
+        assert_eq!(h.check_interval, Duration::from_secs(2));
+        assert_eq!(h.success_threshold, 1, "a threshold is at least one probe");
+        let h = HealthConfig::resolve(&config, &HealthOverrides::default(), RuntimeType::External);
+        assert!(h.disabled, "external providers are never probed");
     }
 }

@@ -407,6 +407,31 @@ pub struct WorkerSpec {
 }
 
 impl WorkerSpec {
+    /// A spec with every default, as `--worker-urls` workers get (their key is added by the
+    /// caller).
+    pub fn new(url: WorkerUrl) -> WorkerSpec {
+        WorkerSpec {
+            url,
+            runtime_type: RuntimeType::Unspecified,
+            worker_type: WorkerType::Regular,
+            api_key: None,
+            models: Vec::new(),
+            labels: BTreeMap::new(),
+            priority: DEFAULT_PRIORITY,
+            cost: DEFAULT_COST,
+            health: HealthOverrides::default(),
+            overload: OverloadOverrides::default(),
+            http_pool: HttpPoolOverrides::default(),
+            resilience: ResilienceOverrides::default(),
+            dp_size: None,
+            zmq_handshake_address: None,
+            bootstrap_port: None,
+            kv_connector: None,
+            kv_role: None,
+            kv_engine_id: None,
+        }
+    }
+
     /// The model ID the spec itself provides: the first card's ID, else the first non-empty
     /// label among `served_model_name`, `model_id`, `model_path`. `None` means the engine
     /// (or the gateway's `--model-path`) must supply it.

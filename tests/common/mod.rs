@@ -265,7 +265,22 @@ pub async fn get(url: &str) -> Reply {
 }
 
 /// The mock worker's request log.
+/// The mock's request log without the gateway's housekeeping (health probes and
+/// registration detection, sent with a `tollgate-probe/` user agent).
 pub async fn mock_requests(mock: &Proc) -> Vec<serde_json::Value> {
+    mock_requests_all(mock)
+        .await
+        .into_iter()
+        .filter(|r| {
+            !r["headers"]["user-agent"]
+                .as_str()
+                .is_some_and(|ua| ua.starts_with("tollgate-probe/"))
+        })
+        .collect()
+}
+
+/// The mock's whole request log, housekeeping included.
+pub async fn mock_requests_all(mock: &Proc) -> Vec<serde_json::Value> {
     let reply = get(&format!("{}/mock/requests", mock.url())).await;
     match reply.json() {
         serde_json::Value::Array(items) => items,

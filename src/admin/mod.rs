@@ -1,0 +1,62 @@
+//! Administration and information routes that talk to the fleet as a whole rather than
+//! relaying one client request to one worker.
+//!
+//! - [`fanout`]: `POST /flush_cache`, `POST /start_profile`, `POST /stop_profile` — one call
+//!   per worker, in parallel, and a summary of who succeeded and who failed.
+//! - [`info`]: `GET /v1/models` (answered from the registry) and `GET /get_model_info`,
+//!   `GET /get_server_info`, `GET /health_generate` (forwarded to one healthy worker).
+//! - [`workers`]: `/workers` and `/workers/{worker_id}` (registration jobs).
+//!
+//! Every handler returns a complete response and never panics; every worker call goes
+//! through [`crate::workers::calls`], which bounds it as a whole and presents the worker key.
+//! Authentication happens before these handlers run.
+
+pub mod fanout;
+pub mod info;
+pub mod workers;
+
+pub use fanout::{flush_cache, profile};
+pub use info::{forward_info, models};
+
+use bytes::Bytes;
+use http::{Response, StatusCode};
+use serde::Serialize;
+
+use crate::http::body::RespBody;
+use crate::http::error;
+
+/// One worker's failure in a fan-out summary.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Failure {
+    /// The worker URL as registered.
+    pub worker: String,
+    /// One line saying what went wrong.
+    pub error: String,
+}
+
+/// A JSON response from a serialisable value. Serialising these plain structs cannot fail;
+/// should it ever, the answer is a bare 500 rather than a panic.
+fn json_response<T: Serialize>(status: StatusCode, value: &T) -> Response<RespBody> {
+    match serde_json::to_vec(value) {
+        Ok(body) => error::json(status, Bytes::from(body)),
+        Err(_) => error::empty(StatusCode::INTERNAL_SERVER_ERROR),
+    }
+}
+
+/// The `{error, code}` body the administration endpoints use for their own refusals.
+#[derive(Serialize)]
+struct AdminError<'a> {
+    error: &'a str,
+    code: &'a str,
+}
+
+/// An `{error, code}` response.
+fn admin_error(status: StatusCode, code: &str, message: &str) -> Response<RespBody> {
+    json_response(
+        status,
+        &AdminError {
+            error: message,
+            code,
+        },
+    )
+}

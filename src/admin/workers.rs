@@ -1,0 +1,313 @@
+//! `/workers` routes: validate, answer at once, and leave the work to the job executor
+//! (spec 1, "Worker management"). Bodies: `{error, code}` for worker errors, plain text for
+//! body validation (415/400/422).
+
+use bytes::Bytes;
+use http::header::{HeaderValue, CONTENT_TYPE, LOCATION};
+use http::{HeaderMap, Response, StatusCode};
+use serde_json::{json, Map, Value};
+use uuid::Uuid;
+
+use crate::app::Gateway;
+use crate::http::body::RespBody;
+use crate::http::error;
+use crate::workers::jobs::{Job, SubmitError};
+use crate::workers::spec::{parse_patch, parse_spec, SpecError};
+use crate::workers::{Status, Worker, WorkerType};
+
+/// A worker-endpoint error: `{error: <message>, code: <CODE>}`.
+fn worker_error(status: StatusCode, code: &str, message: impl Into<String>) -> Response<RespBody> {
+    let body = json!({ "error": message.into(), "code": code });
+    error::json(status, Bytes::from(body.to_string()))
+}
+
+fn spec_error(err: &SpecError) -> Response<RespBody> {
+    match err.code() {
+        Some(code) => worker_error(err.status(), code, err.to_string()),
+        None => error::plain_owned(err.status(), err.to_string()),
+    }
+}
+
+fn submit_error(err: SubmitError) -> Response<RespBody> {
+    match err {
+        SubmitError::InProgress(id) => worker_error(
+            StatusCode::CONFLICT,
+            "WORKER_CREATE_IN_PROGRESS",
+            format!("Worker registration for this URL is in progress; poll /workers/{id}"),
+        ),
+        SubmitError::QueueFull => worker_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "INTERNAL_SERVER_ERROR",
+            "Worker job queue is full; retry later",
+        ),
+    }
+}
+
+fn accepted(id: Uuid, message: &str) -> Response<RespBody> {
+    let body = json!({ "status": "accepted", "worker_id": id, "message": message });
+    error::json(StatusCode::ACCEPTED, Bytes::from(body.to_string()))
+}
+
+/// `{worker_id}` as a UUID.
+fn worker_id(raw: Option<&str>) -> Option<Uuid> {
+    raw.and_then(|s| Uuid::parse_str(s).ok())
+}
+
+fn bad_id() -> Response<RespBody> {
+    worker_error(
+        StatusCode::BAD_REQUEST,
+        "BAD_REQUEST",
+        "worker_id must be a UUID",
+    )
+}
+
+fn not_found(id: &Uuid) -> Response<RespBody> {
+    worker_error(
+        StatusCode::NOT_FOUND,
+        "WORKER_NOT_FOUND",
+        format!("Worker {id} not found"),
+    )
+}
+
+fn content_type(headers: &HeaderMap) -> Option<&[u8]> {
+    headers.get(CONTENT_TYPE).map(HeaderValue::as_bytes)
+}
+
+/// `POST /workers`.
+pub fn create(gateway: &Gateway, headers: &HeaderMap, body: &[u8]) -> Response<RespBody> {
+    let spec = match parse_spec(content_type(headers), body) {
+        Ok(spec) => spec,
+        Err(err) => return spec_error(&err),
+    };
+    let url = spec.url.normalized.clone();
+    if let Some(existing) = gateway.registry.snapshot().by_url(&url) {
+        return worker_error(
+            StatusCode::CONFLICT,
+            "WORKER_ALREADY_EXISTS",
+            format!(
+                "Worker with this URL already exists with id {}",
+                existing.id
+            ),
+        );
+    }
+    if spec.api_key.is_none() && gateway.config.api_key.is_some() {
+        tracing::warn!(worker = %url, "worker added without api_key while --api-key is set; it gets no key");
+    }
+    let id = Uuid::new_v4();
+    let job = Job::Add {
+        id,
+        spec: Box::new(spec),
+    };
+    if let Err(err) = gateway.jobs.submit(&url, job) {
+        return submit_error(err);
+    }
+    let location = format!("/workers/{id}");
+    let body = json!({
+        "status": "accepted",
+        "worker_id": id,
+        "url": url,
+        "location": location,
+        "message": "Worker registration queued",
+    });
+    let mut resp = error::json(StatusCode::ACCEPTED, Bytes::from(body.to_string()));
+    if let Ok(value) = HeaderValue::try_from(location) {
+        resp.headers_mut().insert(LOCATION, value);
+    }
+    resp
+}
+
+/// `GET /workers[?model=]`.
+pub fn list(gateway: &Gateway, query: Option<&str>) -> Response<RespBody> {
+    let model = query.and_then(|q| {
+        q.split('&')
+            .filter_map(|pair| pair.split_once('='))
+            .find(|(k, _)| *k == "model")
+            .map(|(_, v)| percent_decode(v))
+    });
+    let snapshot = gateway.registry.snapshot();
+    let mut workers = Vec::new();
+    let (mut prefill, mut decode, mut regular) = (0, 0, 0);
+    for worker in snapshot.all() {
+        if model.as_deref().is_some_and(|m| !worker.serves(m)) {
+            continue;
+        }
+        match worker.worker_type {
+            WorkerType::Prefill => prefill += 1,
+            WorkerType::Decode => decode += 1,
+            WorkerType::Regular => regular += 1,
+            WorkerType::Encode => {}
+        }
+        workers.push(worker_object(gateway, worker));
+    }
+    let body = json!({
+        "total": workers.len(),
+        "workers": workers,
+        "stats": {"prefill_count": prefill, "decode_count": decode, "regular_count": regular},
+    });
+    error::json(StatusCode::OK, Bytes::from(body.to_string()))
+}
+
+/// `GET /workers/{worker_id}`.
+pub fn get(gateway: &Gateway, raw_id: Option<&str>) -> Response<RespBody> {
+    let Some(id) = worker_id(raw_id) else {
+        return bad_id();
+    };
+    if let Some(worker) = gateway.registry.snapshot().by_id(&id) {
+        let body = worker_object(gateway, worker);
+        return error::json(StatusCode::OK, Bytes::from(body.to_string()));
+    }
+    match gateway.jobs.registering(&id) {
+        // Registration still runs: a placeholder with the id, URL, status and job.
+        Some(url) => {
+            let mut body = json!({
+                "id": id,
+                "url": url,
+                "status": Status::Pending.as_str(),
+                "is_healthy": false,
+                "load": 0,
+            });
+            if let Some(job) = gateway.jobs.status(&id) {
+                body["job_status"] = job.to_json();
+            }
+            error::json(StatusCode::OK, Bytes::from(body.to_string()))
+        }
+        None => not_found(&id),
+    }
+}
+
+/// `PATCH /workers/{worker_id}`.
+pub fn patch(
+    gateway: &Gateway,
+    raw_id: Option<&str>,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Response<RespBody> {
+    let Some(id) = worker_id(raw_id) else {
+        return bad_id();
+    };
+    let patch = match parse_patch(content_type(headers), body) {
+        Ok(patch) => patch,
+        Err(err) => return spec_error(&err),
+    };
+    let Some(worker) = gateway.registry.snapshot().by_id(&id).cloned() else {
+        return not_found(&id);
+    };
+    match gateway.jobs.submit(&worker.url, Job::Patch { id, patch }) {
+        Ok(()) => accepted(id, "Worker update queued"),
+        Err(err) => submit_error(err),
+    }
+}
+
+/// `PUT /workers/{worker_id}`.
+pub fn replace(
+    gateway: &Gateway,
+    raw_id: Option<&str>,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Response<RespBody> {
+    let Some(id) = worker_id(raw_id) else {
+        return bad_id();
+    };
+    let spec = match parse_spec(content_type(headers), body) {
+        Ok(spec) => spec,
+        Err(err) => return spec_error(&err),
+    };
+    let Some(worker) = gateway.registry.snapshot().by_id(&id).cloned() else {
+        return not_found(&id);
+    };
+    if spec.url.normalized != worker.url {
+        return worker_error(
+            StatusCode::BAD_REQUEST,
+            "BAD_REQUEST",
+            "PUT cannot change the worker URL; remove the worker and add the new URL",
+        );
+    }
+    let job = Job::Replace {
+        id,
+        spec: Box::new(spec),
+    };
+    match gateway.jobs.submit(&worker.url, job) {
+        Ok(()) => accepted(id, "Worker replacement queued"),
+        Err(err) => submit_error(err),
+    }
+}
+
+/// `DELETE /workers/{worker_id}`.
+pub fn delete(gateway: &Gateway, raw_id: Option<&str>) -> Response<RespBody> {
+    let Some(id) = worker_id(raw_id) else {
+        return bad_id();
+    };
+    let Some(worker) = gateway.registry.snapshot().by_id(&id).cloned() else {
+        return not_found(&id);
+    };
+    match gateway.jobs.submit(&worker.url, Job::Remove { id }) {
+        Ok(()) => accepted(id, "Worker removal queued"),
+        Err(err) => submit_error(err),
+    }
+}
+
+/// The worker object: the echoed spec plus what the gateway knows. Never the key.
+fn worker_object(gateway: &Gateway, worker: &Worker) -> Value {
+    let mut object: Map<String, Value> = worker.spec.echo_json();
+    object.insert("id".into(), json!(worker.id));
+    object.insert("url".into(), json!(worker.url));
+    object.insert("runtime_type".into(), json!(worker.runtime.as_str()));
+    object.insert("labels".into(), json!(worker.labels));
+    if let Some(model) = &worker.model_id {
+        object.insert("model_id".into(), json!(model));
+    }
+    object.insert(
+        "connection_mode".into(),
+        json!(worker.connection_mode().as_str()),
+    );
+    object.insert("max_connection_attempts".into(), json!(1));
+    object.insert("is_healthy".into(), json!(worker.is_ready()));
+    object.insert("status".into(), json!(worker.status().as_str()));
+    object.insert("load".into(), json!(worker.load()));
+    object.insert("http2".into(), json!(worker.http2));
+    if let Some(job) = gateway.jobs.status(&worker.id) {
+        object.insert("job_status".into(), job.to_json());
+    }
+    Value::Object(object)
+}
+
+/// Decodes `%XX` escapes and `+` of a query value; malformed escapes are kept as written.
+fn percent_decode(raw: &str) -> String {
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3])
+                    .ok()
+                    .and_then(|h| u8::from_str_radix(h, 16).ok());
+                match hex {
+                    Some(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percent_decode;
+
+    #[test]
+    fn query_values_are_decoded() {
+        assert_eq!(percent_decode("meta-llama%2FLlama-3"), "meta-llama/Llama-3");
+        assert_eq!(percent_decode("a+b"), "a b");
+        assert_eq!(percent_decode("bad%zz"), "bad%zz");
+        assert_eq!(percent_decode("end%2"), "end%2");
+        assert_eq!(percent_decode("%41"), "A");
+    }
+}

@@ -1,0 +1,540 @@
+//! The gateway's own HTTP calls to workers: health probes, registration-time detection and
+//! administrative fan-out (`/flush_cache`, profiling, model and server information).
+//!
+//! These calls are few and small next to the data plane, so they share one plain pooled
+//! client per runtime instead of the tuned upstream pools, and every call is bounded as a
+//! whole (connect, request, body) so a stuck worker can never hold an admin request or a
+//! registration job. Spec 1, "What a worker receives": the gateway's own calls present the
+//! worker key as a bearer token.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{AUTHORIZATION, CONTENT_TYPE, USER_AGENT};
+use http::uri::{Authority, Scheme};
+use http::{HeaderMap, HeaderValue, Method, Request, StatusCode, Uri};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+
+use super::{Transport, Worker, WorkerUrl};
+
+/// The client for the gateway's own calls to workers.
+pub type CallClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// Largest reply body read from a worker. Detection and admin replies are a few KiB; the
+/// cap only stops a misbehaving worker from filling the gateway's memory.
+pub const MAX_CALL_BODY: usize = 16 * 1024 * 1024;
+/// Idle connections are kept this long, so periodic probes reuse them between intervals
+/// of the default health check but do not pile up for removed workers.
+const POOL_IDLE: Duration = Duration::from_secs(30);
+/// TCP connect bound, as the spec's `http_pool.connect_timeout_secs` default.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Builds the client for the gateway's own worker calls: `http://` and `https://` (webpki
+/// roots), HTTP/1.1, and HTTP/2 where TLS negotiates it.
+///
+/// Build one per tokio runtime: the pool spawns connection tasks on the runtime it is used
+/// from, and connections must not outlive it.
+pub fn call_client() -> CallClient {
+    let mut http = HttpConnector::new();
+    // The TLS wrapper needs `https://` URIs to reach it.
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    let connector = HttpsConnectorBuilder::new()
+        .with_webpki_roots()
+        .https_or_http()
+        .enable_http1()
+        .enable_http2()
+        .wrap_connector(http);
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(POOL_IDLE)
+        // Without a timer the pool never evicts idle connections.
+        .pool_timer(TokioTimer::new())
+        .build(connector)
+}
+
+/// A worker's complete reply.
+#[derive(Debug)]
+pub struct CallReply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+/// Why a call to a worker produced no reply (or, for [`probe_health`], no healthy one).
+///
+/// The messages go to logs and admin responses: they describe the failure, never the
+/// request headers, so the worker key cannot leak through them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallError {
+    /// The worker is reached over gRPC or ZMQ, not HTTP.
+    NotHttp,
+    /// No connection could be made (refused, DNS, TLS, connect timeout).
+    Connect(String),
+    /// No complete reply within the call's timeout.
+    Timeout,
+    /// The connection broke, or the request could not be built or sent.
+    Transport(String),
+    /// The reply body exceeds [`MAX_CALL_BODY`].
+    TooLarge,
+    /// A reply whose status is not 2xx where success was required.
+    Status(u16),
+}
+
+impl fmt::Display for CallError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CallError::NotHttp => f.write_str("worker is not reached over HTTP"),
+            CallError::Connect(reason) => write!(f, "connection failed: {reason}"),
+            CallError::Timeout => f.write_str("timed out"),
+            CallError::Transport(reason) => write!(f, "request failed: {reason}"),
+            CallError::TooLarge => {
+                write!(f, "reply body larger than {MAX_CALL_BODY} bytes")
+            }
+            CallError::Status(status) => write!(f, "answered {status}"),
+        }
+    }
+}
+
+impl StdError for CallError {}
+
+/// `User-Agent` of the gateway's administrative calls (fan-out, forwarded information).
+pub const AGENT: &str = concat!("tollgate/", env!("CARGO_PKG_VERSION"));
+/// `User-Agent` of health probes and registration detection, so engine logs (and tests)
+/// can tell the gateway's housekeeping from real traffic.
+pub const PROBE_AGENT: &str = concat!("tollgate-probe/", env!("CARGO_PKG_VERSION"));
+
+/// `method path_and_query` on a registered worker, with its key as bearer token.
+///
+/// `content-type: application/json` is set when a body is given. The whole exchange,
+/// including reading the body (capped at [`MAX_CALL_BODY`]), must finish within `timeout`.
+pub async fn call(
+    client: &CallClient,
+    worker: &Worker,
+    method: Method,
+    path_and_query: &str,
+    body: Option<Bytes>,
+    timeout: Duration,
+) -> Result<CallReply, CallError> {
+    let (scheme, authority) = worker.http_origin().ok_or(CallError::NotHttp)?;
+    let request = build_request(
+        scheme,
+        authority,
+        worker.bearer.as_ref(),
+        method,
+        path_and_query,
+        body,
+        AGENT,
+    )?;
+    bounded(client, request, timeout).await
+}
+
+/// As [`call`], for a URL that is not registered yet (registration, detection): the
+/// origin comes from `url` and the bearer value (`Bearer <key>`) is given explicitly.
+pub async fn call_url(
+    client: &CallClient,
+    url: &WorkerUrl,
+    bearer: Option<&HeaderValue>,
+    method: Method,
+    path_and_query: &str,
+    body: Option<Bytes>,
+    timeout: Duration,
+) -> Result<CallReply, CallError> {
+    let Transport::Http { scheme, authority } = &url.transport else {
+        return Err(CallError::NotHttp);
+    };
+    let request = build_request(
+        scheme,
+        authority,
+        bearer,
+        method,
+        path_and_query,
+        body,
+        PROBE_AGENT,
+    )?;
+    bounded(client, request, timeout).await
+}
+
+/// `GET /health` with the worker key: `Ok` on a 2xx reply within `timeout`, else the reason
+/// (a non-2xx reply is [`CallError::Status`]).
+pub async fn probe_health(
+    client: &CallClient,
+    url: &WorkerUrl,
+    bearer: Option<&HeaderValue>,
+    timeout: Duration,
+) -> Result<(), CallError> {
+    let reply = call_url(client, url, bearer, Method::GET, "/health", None, timeout).await?;
+    if reply.status.is_success() {
+        Ok(())
+    } else {
+        Err(CallError::Status(reply.status.as_u16()))
+    }
+}
+
+/// Sends `request` and reads its whole reply, all within `timeout`.
+async fn bounded(
+    client: &CallClient,
+    request: Request<Full<Bytes>>,
+    timeout: Duration,
+) -> Result<CallReply, CallError> {
+    tokio::time::timeout(timeout, send(client, request))
+        .await
+        .map_err(|_| CallError::Timeout)?
+}
+
+/// The request to send; a path that cannot be part of a URI is a transport error (the
+/// caller's mistake, reported rather than panicking).
+fn build_request(
+    scheme: &Scheme,
+    authority: &Authority,
+    bearer: Option<&HeaderValue>,
+    method: Method,
+    path_and_query: &str,
+    body: Option<Bytes>,
+    agent: &'static str,
+) -> Result<Request<Full<Bytes>>, CallError> {
+    let uri = Uri::builder()
+        .scheme(scheme.clone())
+        .authority(authority.clone())
+        .path_and_query(path_and_query)
+        .build()
+        .map_err(|e| CallError::Transport(format!("invalid request path: {e}")))?;
+    let has_body = body.is_some();
+    let mut request = Request::new(Full::new(body.unwrap_or_default()));
+    *request.method_mut() = method;
+    *request.uri_mut() = uri;
+    let headers = request.headers_mut();
+    headers.insert(USER_AGENT, HeaderValue::from_static(agent));
+    if let Some(bearer) = bearer {
+        headers.insert(AUTHORIZATION, bearer.clone());
+    }
+    if has_body {
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    }
+    Ok(request)
+}
+
+/// Sends the request and reads the reply body up to [`MAX_CALL_BODY`].
+async fn send(client: &CallClient, request: Request<Full<Bytes>>) -> Result<CallReply, CallError> {
+    let response = client.request(request).await.map_err(|e| {
+        if e.is_connect() {
+            CallError::Connect(reason(&e))
+        } else {
+            CallError::Transport(reason(&e))
+        }
+    })?;
+    let (parts, body) = response.into_parts();
+    let collected = Limited::new(body, MAX_CALL_BODY)
+        .collect()
+        .await
+        .map_err(|e| {
+            if e.is::<LengthLimitError>() {
+                CallError::TooLarge
+            } else {
+                CallError::Transport(reason(&*e))
+            }
+        })?;
+    Ok(CallReply {
+        status: parts.status,
+        headers: parts.headers,
+        body: collected.to_bytes(),
+    })
+}
+
+/// An error with its causes on one line (`client error (Connect): tcp connect error:
+/// Connection refused`): the outer hyper errors alone do not say what went wrong.
+fn reason(err: &(dyn StdError + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text.replace(['\n', '\r'], " ")
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::convert::Infallible;
+    use std::net::SocketAddr;
+    use std::sync::{Arc, Mutex};
+
+    use http::Response;
+    use hyper::service::service_fn;
+    use hyper_util::rt::TokioIo;
+    use uuid::Uuid;
+
+    use super::*;
+    use crate::config::{Config, Secret};
+    use crate::workers::spec::WorkerSpec;
+    use crate::workers::{parse_worker_url, Discovered};
+
+    /// One request as the test server saw it.
+    #[derive(Clone, Debug)]
+    pub(crate) struct Seen {
+        pub method: Method,
+        pub path: String,
+        pub headers: HeaderMap,
+        pub body: Bytes,
+    }
+
+    /// A plain-http server on 127.0.0.1 answering `answer(method, path, headers)` with
+    /// `(status, body)`. Returns its base URL and the requests it served.
+    pub(crate) async fn serve<F>(answer: F) -> (String, Arc<Mutex<Vec<Seen>>>)
+    where
+        F: Fn(&Method, &str, &HeaderMap) -> (u16, Vec<u8>) + Send + Sync + 'static,
+    {
+        let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .await
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let answer = Arc::new(answer);
+        let log = seen.clone();
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                let answer = answer.clone();
+                let log = log.clone();
+                let service = service_fn(move |req: Request<hyper::body::Incoming>| {
+                    let answer = answer.clone();
+                    let log = log.clone();
+                    async move {
+                        let (parts, body) = req.into_parts();
+                        let body = body.collect().await.unwrap().to_bytes();
+                        let path = parts
+                            .uri
+                            .path_and_query()
+                            .map_or("/", |p| p.as_str())
+                            .to_owned();
+                        let (status, out) = answer(&parts.method, &path, &parts.headers);
+                        log.lock().unwrap().push(Seen {
+                            method: parts.method,
+                            path,
+                            headers: parts.headers,
+                            body,
+                        });
+                        let resp = Response::builder()
+                            .status(status)
+                            .body(Full::new(Bytes::from(out)))
+                            .unwrap();
+                        Ok::<_, Infallible>(resp)
+                    }
+                });
+                tokio::spawn(async move {
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        (format!("http://{addr}"), seen)
+    }
+
+    /// A URL on which nothing listens: a port bound and released again.
+    pub(crate) async fn dead_url() -> String {
+        let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .await
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        drop(listener);
+        format!("http://{addr}")
+    }
+
+    /// A server that accepts connections and never answers.
+    async fn silent_url() -> String {
+        let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .await
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                held.push(stream);
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    pub(crate) fn bearer(key: &str) -> HeaderValue {
+        HeaderValue::try_from(format!("Bearer {key}")).unwrap()
+    }
+
+    const SECOND: Duration = Duration::from_secs(1);
+
+    #[tokio::test]
+    async fn call_url_sends_key_and_body_and_returns_the_reply() {
+        let (base, seen) = serve(|_, path, _| (201, format!("echo {path}").into_bytes())).await;
+        let url = parse_worker_url(&base).unwrap();
+        let client = call_client();
+        let key = bearer("sk-worker");
+        let reply = call_url(
+            &client,
+            &url,
+            Some(&key),
+            Method::POST,
+            "/flush_cache?x=1",
+            Some(Bytes::from_static(b"{}")),
+            SECOND,
+        )
+        .await
+        .unwrap();
+        assert_eq!(reply.status, StatusCode::CREATED);
+        assert_eq!(reply.body, "echo /flush_cache?x=1");
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 1);
+        assert_eq!(seen[0].method, Method::POST);
+        assert_eq!(seen[0].headers[AUTHORIZATION], "Bearer sk-worker");
+        assert_eq!(seen[0].headers[CONTENT_TYPE], "application/json");
+        assert_eq!(seen[0].body, "{}");
+    }
+
+    #[tokio::test]
+    async fn call_without_key_or_body_sends_neither_header() {
+        let (base, seen) = serve(|_, _, _| (200, Vec::new())).await;
+        let worker = Worker::for_url(&base).unwrap();
+        let client = call_client();
+        let reply = call(&client, &worker, Method::GET, "/v1/loads", None, SECOND)
+            .await
+            .unwrap();
+        assert_eq!(reply.status, StatusCode::OK);
+        let seen = seen.lock().unwrap();
+        assert!(seen[0].headers.get(AUTHORIZATION).is_none());
+        assert!(seen[0].headers.get(CONTENT_TYPE).is_none());
+        assert_eq!(seen[0].path, "/v1/loads");
+    }
+
+    #[tokio::test]
+    async fn call_presents_the_worker_key() {
+        let (base, seen) = serve(|_, _, _| (200, Vec::new())).await;
+        let mut spec = WorkerSpec::new(parse_worker_url(&base).unwrap());
+        spec.api_key = Some(Secret::new("sk-registered"));
+        let worker = Worker::new(
+            Uuid::new_v4(),
+            spec,
+            Discovered::default(),
+            &Config::default(),
+        );
+        let client = call_client();
+        call(&client, &worker, Method::GET, "/health", None, SECOND)
+            .await
+            .unwrap();
+        assert_eq!(
+            seen.lock().unwrap()[0].headers[AUTHORIZATION],
+            "Bearer sk-registered"
+        );
+    }
+
+    #[tokio::test]
+    async fn non_http_workers_are_refused_without_a_call() {
+        let client = call_client();
+        let worker = Worker::for_url("grpc://127.0.0.1:1").unwrap();
+        let err = call(&client, &worker, Method::GET, "/health", None, SECOND)
+            .await
+            .unwrap_err();
+        assert_eq!(err, CallError::NotHttp);
+        let url = parse_worker_url("ipc:///tmp/engine.sock").unwrap();
+        let err = probe_health(&client, &url, None, SECOND).await.unwrap_err();
+        assert_eq!(err, CallError::NotHttp);
+    }
+
+    #[tokio::test]
+    async fn a_dead_port_is_a_connect_error() {
+        let url = parse_worker_url(&dead_url().await).unwrap();
+        let client = call_client();
+        let key = bearer("sk-hidden");
+        let err = probe_health(&client, &url, Some(&key), SECOND)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, CallError::Connect(_)), "{err:?}");
+        let shown = err.to_string();
+        assert!(
+            !shown.contains('\n') && !shown.contains("sk-hidden"),
+            "{shown}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_silent_worker_times_out() {
+        let url = parse_worker_url(&silent_url().await).unwrap();
+        let client = call_client();
+        let started = std::time::Instant::now();
+        let err = probe_health(&client, &url, None, Duration::from_millis(200))
+            .await
+            .unwrap_err();
+        assert_eq!(err, CallError::Timeout);
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[tokio::test]
+    async fn probe_health_needs_a_2xx() {
+        let (base, seen) = serve(|_, path, headers| match path {
+            "/health" if headers.get(AUTHORIZATION).is_some() => (200, Vec::new()),
+            _ => (503, Vec::new()),
+        })
+        .await;
+        let url = parse_worker_url(&base).unwrap();
+        let client = call_client();
+        let key = bearer("k");
+        assert_eq!(
+            probe_health(&client, &url, Some(&key), SECOND).await,
+            Ok(())
+        );
+        assert_eq!(
+            probe_health(&client, &url, None, SECOND).await,
+            Err(CallError::Status(503))
+        );
+        let seen = seen.lock().unwrap();
+        assert!(seen
+            .iter()
+            .all(|s| s.method == Method::GET && s.path == "/health"));
+    }
+
+    #[tokio::test]
+    async fn oversized_replies_are_refused() {
+        let (base, _) = serve(|_, _, _| (200, vec![b'x'; MAX_CALL_BODY + 1])).await;
+        let url = parse_worker_url(&base).unwrap();
+        let client = call_client();
+        let err = call_url(
+            &client,
+            &url,
+            None,
+            Method::GET,
+            "/",
+            None,
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err, CallError::TooLarge);
+    }
+
+    #[test]
+    fn an_invalid_path_is_reported_not_panicked() {
+        let url = parse_worker_url("http://127.0.0.1:1").unwrap();
+        let Transport::Http { scheme, authority } = &url.transport else {
+            unreachable!()
+        };
+        let err = build_request(
+            scheme,
+            authority,
+            None,
+            Method::GET,
+            "bad path",
+            None,
+            AGENT,
+        )
+        .unwrap_err();
+        assert!(matches!(err, CallError::Transport(_)), "{err:?}");
+    }
+}

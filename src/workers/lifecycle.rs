@@ -1,0 +1,304 @@
+//! Worker lifecycles on the control runtime: the job executor (register, update, replace,
+//! remove) and one health watcher per registered worker. Nothing here runs on a data-plane
+//! thread; the data plane only sees the snapshots these tasks publish.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, Semaphore};
+use tokio::time::{sleep, Instant};
+use uuid::Uuid;
+
+use super::calls::{call_client, probe_health, CallClient};
+use super::detect::{detect, is_external_provider};
+use super::jobs::Job;
+use super::spec::{check_for_registration, WorkerSpec};
+use super::{Discovered, RuntimeType, Status, Transport, Worker};
+use crate::app::Gateway;
+
+/// Jobs that may run at once (registrations can wait on a worker for a long time).
+const CONCURRENT_JOBS: usize = 64;
+/// Probe spacing while a worker is pending, so a fresh worker is routable within seconds
+/// even with a long `check_interval`.
+const PENDING_PROBE_INTERVAL: Duration = Duration::from_secs(1);
+/// How often a watcher whose probes are disabled re-reads the worker's settings.
+const IDLE_RECHECK: Duration = Duration::from_secs(5);
+
+/// Drains the job queue until the gateway stops. Each job runs as its own task.
+pub async fn run_jobs(gateway: Arc<Gateway>, mut rx: mpsc::Receiver<Job>) {
+    let permits = Arc::new(Semaphore::new(CONCURRENT_JOBS));
+    let client = call_client();
+    while let Some(job) = rx.recv().await {
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            return;
+        };
+        let gateway = gateway.clone();
+        let client = client.clone();
+        tokio::spawn(async move {
+            let id = job.id();
+            gateway.jobs.processing(&id);
+            match execute(&gateway, &client, job).await {
+                Ok(()) => gateway.jobs.succeeded(&id),
+                Err(reason) => {
+                    tracing::warn!(worker_id = %id, reason = %reason, "worker job failed");
+                    gateway.jobs.failed(&id, reason);
+                }
+            }
+            drop(permit);
+        });
+    }
+}
+
+async fn execute(gateway: &Arc<Gateway>, client: &CallClient, job: Job) -> Result<(), String> {
+    match job {
+        Job::Add { id, spec } => {
+            let snapshot = gateway.registry.snapshot();
+            if let Some(existing) = snapshot.by_url(&spec.url.normalized) {
+                return Err(format!("URL already registered as worker {}", existing.id));
+            }
+            drop(snapshot);
+            let worker = register(gateway, client, id, *spec).await?;
+            admit(gateway, worker);
+            Ok(())
+        }
+        Job::Replace { id, spec } => {
+            let before = current(gateway, &id)?;
+            let worker = register(gateway, client, id, *spec).await?;
+            let now = current(gateway, &id)?;
+            if !now.same_live(&before) {
+                return Err("the worker was replaced while this job ran".into());
+            }
+            admit(gateway, worker);
+            Ok(())
+        }
+        Job::Patch { id, patch } => {
+            let worker = current(gateway, &id)?;
+            let patched = Arc::new(worker.patched(patch, &gateway.config));
+            gateway.registry.upsert(patched.clone());
+            if patched.health.disabled && patched.status() == Status::Pending {
+                gateway.registry.set_status(&patched, Status::Ready);
+            }
+            tracing::info!(worker = %patched.url, id = %id, "worker updated");
+            Ok(())
+        }
+        Job::Remove { id } => {
+            let worker = current(gateway, &id)?;
+            if worker.status() == Status::Ready && !worker.health.drain_settle.is_zero() {
+                gateway.registry.set_status(&worker, Status::Draining);
+                tracing::info!(worker = %worker.url, id = %id, "worker draining");
+                sleep(worker.health.drain_settle).await;
+            }
+            gateway.registry.remove(&id);
+            tracing::info!(worker = %worker.url, id = %id, "worker removed");
+            Ok(())
+        }
+    }
+}
+
+/// The registered worker with this id.
+fn current(gateway: &Gateway, id: &Uuid) -> Result<Arc<Worker>, String> {
+    gateway
+        .registry
+        .snapshot()
+        .by_id(id)
+        .cloned()
+        .ok_or_else(|| "the worker no longer exists".to_owned())
+}
+
+/// Full registration: checks, startup probing, detection. Returns the worker to admit.
+async fn register(
+    gateway: &Gateway,
+    client: &CallClient,
+    id: Uuid,
+    mut spec: WorkerSpec,
+) -> Result<Worker, String> {
+    check_for_registration(&spec)?;
+    let config = &gateway.config;
+    if spec.runtime_type == RuntimeType::Unspecified && is_external_provider(&spec.url) {
+        spec.runtime_type = RuntimeType::External;
+    }
+    let bearer = super::bearer(spec.api_key.as_ref());
+    let probe_worker = Worker::new(id, spec.clone(), Discovered::default(), config);
+    let discovered = match &spec.url.transport {
+        Transport::Http { .. } => {
+            if !probe_worker.health.disabled {
+                wait_until_answering(gateway, client, &spec, bearer.as_ref(), &probe_worker)
+                    .await?;
+            }
+            detect(
+                client,
+                &spec.url,
+                bearer.as_ref(),
+                spec.effective_runtime(),
+                probe_worker.health.timeout,
+            )
+            .await
+        }
+        // Stored so operators see them; no traffic until their transports exist.
+        Transport::Grpc { .. } | Transport::Zmq { .. } => Discovered::default(),
+    };
+    Ok(Worker::new(id, spec, discovered, config))
+}
+
+/// Startup probing: `/health` every `--worker-startup-check-interval` until it answers or
+/// `--worker-startup-timeout-secs` runs out.
+async fn wait_until_answering(
+    gateway: &Gateway,
+    client: &CallClient,
+    spec: &WorkerSpec,
+    bearer: Option<&http::HeaderValue>,
+    worker: &Worker,
+) -> Result<(), String> {
+    let config = &gateway.config;
+    let deadline = Instant::now() + config.worker_startup_timeout;
+    loop {
+        match probe_health(client, &spec.url, bearer, worker.health.timeout).await {
+            Ok(()) => return Ok(()),
+            Err(err) => {
+                let next = Instant::now() + config.worker_startup_check_interval;
+                if next >= deadline {
+                    return Err(format!(
+                        "worker did not answer /health within {} s: {err}",
+                        config.worker_startup_timeout.as_secs()
+                    ));
+                }
+                tracing::info!(worker = %spec.url.normalized, error = %err, "waiting for worker to answer");
+                tokio::time::sleep_until(next).await;
+            }
+        }
+    }
+}
+
+/// Registers the `--worker-urls` workers before the gateway listens. They carry the
+/// gateway `--api-key`, are detected (a dead worker simply learns nothing) and are routable
+/// at once, as the operator listed them; their health watchers then take over. Detection
+/// runs for all of them at the same time, so startup waits for one probe timeout at most.
+pub async fn register_startup(gateway: &Arc<Gateway>) -> Result<(), String> {
+    let config = &gateway.config;
+    let mut pending = Vec::new();
+    for raw in &config.worker_urls {
+        let url = super::parse_worker_url(raw).map_err(|e| format!("--worker-urls {raw}: {e}"))?;
+        let mut spec = WorkerSpec::new(url);
+        spec.api_key = config.api_key.clone();
+        if is_external_provider(&spec.url) {
+            spec.runtime_type = RuntimeType::External;
+        }
+        let timeout = config.health_check_timeout;
+        pending.push(tokio::spawn(async move {
+            let client = call_client();
+            let bearer = super::bearer(spec.api_key.as_ref());
+            let discovered = detect(
+                &client,
+                &spec.url,
+                bearer.as_ref(),
+                spec.effective_runtime(),
+                timeout,
+            )
+            .await;
+            (spec, discovered)
+        }));
+    }
+    for handle in pending {
+        let (spec, discovered) = handle
+            .await
+            .map_err(|e| format!("startup worker detection stopped: {e}"))?;
+        if gateway
+            .registry
+            .snapshot()
+            .by_url(&spec.url.normalized)
+            .is_some()
+        {
+            continue;
+        }
+        let worker = Arc::new(Worker::new(Uuid::new_v4(), spec, discovered, config));
+        publish(gateway, worker, Status::Ready);
+    }
+    Ok(())
+}
+
+/// Publishes a registered worker with the status its registration earned.
+fn admit(gateway: &Arc<Gateway>, worker: Worker) {
+    let worker = Arc::new(worker);
+    let status = match (&worker.transport, worker.health.disabled) {
+        (Transport::Grpc { .. } | Transport::Zmq { .. }, _) => Status::NotReady,
+        (_, true) => Status::Ready,
+        // The registration probe counts as the first success.
+        (_, false) if worker.record_probe(true) >= worker.health.success_threshold => Status::Ready,
+        (_, false) => Status::Pending,
+    };
+    publish(gateway, worker, status);
+}
+
+/// Puts the worker in the registry with `status` and starts its health watcher.
+fn publish(gateway: &Arc<Gateway>, worker: Arc<Worker>, status: Status) {
+    worker.set_status(status);
+    gateway.registry.upsert(worker.clone());
+    tracing::info!(
+        worker = %worker.url,
+        id = %worker.id,
+        runtime = worker.runtime.as_str(),
+        model = worker.model_id.as_deref().unwrap_or(""),
+        status = status.as_str(),
+        "worker registered"
+    );
+    if matches!(worker.transport, Transport::Http { .. }) {
+        tokio::spawn(watch(gateway.clone(), worker));
+    }
+}
+
+/// Probes one worker for as long as it (this version of it) is registered.
+async fn watch(gateway: Arc<Gateway>, registered: Arc<Worker>) {
+    let client = call_client();
+    let id = registered.id;
+    loop {
+        // Re-read each round: a PATCH may have changed the settings or the key.
+        let Some(worker) = gateway.registry.snapshot().by_id(&id).cloned() else {
+            return;
+        };
+        if !worker.same_live(&registered) || worker.is_retired() {
+            return;
+        }
+        let health = worker.health;
+        let status = worker.status();
+        if health.disabled || status == Status::Draining {
+            sleep(IDLE_RECHECK.min(health.check_interval)).await;
+            continue;
+        }
+        let interval = if status == Status::Pending {
+            PENDING_PROBE_INTERVAL.min(health.check_interval)
+        } else {
+            health.check_interval
+        };
+        sleep(interval).await;
+        let Transport::Http { .. } = worker.transport else {
+            return;
+        };
+        let ok = probe_health(
+            &client,
+            &worker.spec.url,
+            worker.bearer.as_ref(),
+            health.timeout,
+        )
+        .await
+        .is_ok();
+        let streak = worker.record_probe(ok);
+        let status = worker.status();
+        let next = match (ok, status) {
+            (true, Status::Pending | Status::NotReady | Status::Failed)
+                if streak >= health.success_threshold =>
+            {
+                Some(Status::Ready)
+            }
+            (false, Status::Ready | Status::Pending) if streak >= health.failure_threshold => {
+                Some(Status::NotReady)
+            }
+            _ => None,
+        };
+        if let Some(next) = next {
+            if !worker.is_retired() {
+                gateway.registry.set_status(&worker, next);
+                tracing::info!(worker = %worker.url, id = %id, status = next.as_str(), "worker health changed");
+            }
+        }
+    }
+}
