@@ -12,8 +12,8 @@ use crate::app::Gateway;
 use crate::http::body::RespBody;
 use crate::http::error;
 use crate::workers::jobs::{Job, SubmitError};
-use crate::workers::spec::{parse_patch, parse_spec, SpecError};
-use crate::workers::{Status, Worker, WorkerType};
+use crate::workers::spec::{parse_patch, parse_spec, SpecError, WorkerSpec};
+use crate::workers::{parse_worker_url, Status, Transport, Worker, WorkerType};
 
 /// A worker-endpoint error: `{error: <message>, code: <CODE>}`.
 fn worker_error(status: StatusCode, code: &str, message: impl Into<String>) -> Response<RespBody> {
@@ -157,19 +157,29 @@ pub fn get(gateway: &Gateway, raw_id: Option<&str>) -> Response<RespBody> {
         return error::json(StatusCode::OK, Bytes::from(body.to_string()));
     }
     match gateway.jobs.registering(&id) {
-        // Registration still runs: a placeholder with the id, URL, status and job.
+        // Registration still runs: a placeholder with the id, URL, status and job; the
+        // other fields hold the spec defaults.
         Some(url) => {
-            let mut body = json!({
-                "id": id,
-                "url": url,
-                "status": Status::Pending.as_str(),
-                "is_healthy": false,
-                "load": 0,
-            });
+            let mut object = match parse_worker_url(&url) {
+                Ok(parsed) => WorkerSpec::new(parsed).echo_json(),
+                Err(_) => Map::new(),
+            };
+            object.insert("id".into(), json!(id));
+            object.insert("url".into(), json!(url));
+            object.insert("labels".into(), json!({}));
+            object.insert("connection_mode".into(), json!(connection_mode(&url)));
+            object.insert("max_connection_attempts".into(), json!(1));
+            object.insert("is_healthy".into(), json!(false));
+            object.insert("status".into(), json!(Status::Pending.as_str()));
+            object.insert("load".into(), json!(0));
+            object.insert("http2".into(), json!(false));
             if let Some(job) = gateway.jobs.status(&id) {
-                body["job_status"] = job.to_json();
+                object.insert("job_status".into(), job.to_json());
             }
-            error::json(StatusCode::OK, Bytes::from(body.to_string()))
+            error::json(
+                StatusCode::OK,
+                Bytes::from(Value::Object(object).to_string()),
+            )
         }
         None => not_found(&id),
     }
@@ -243,6 +253,15 @@ pub fn delete(gateway: &Gateway, raw_id: Option<&str>) -> Response<RespBody> {
     match gateway.jobs.submit(&worker.url, Job::Remove { id }) {
         Ok(()) => accepted(id, "Worker removal queued"),
         Err(err) => submit_error(err),
+    }
+}
+
+/// `connection_mode` of a URL that is not registered yet.
+fn connection_mode(url: &str) -> &'static str {
+    match parse_worker_url(url).map(|u| u.transport) {
+        Ok(Transport::Grpc { .. }) => "grpc",
+        Ok(Transport::Zmq { .. }) => "zmq",
+        _ => "http",
     }
 }
 
