@@ -60,20 +60,36 @@ pub fn is_body_too_large(err: &(dyn StdError + 'static)) -> bool {
     false
 }
 
-/// A client request body on its way to a worker, cut off with [`BodyTooLarge`] as soon as
-/// more than `limit` bytes have passed (covers chunked bodies, whose size is unknown up
-/// front; a declared Content-Length over the limit is refused before reading).
+/// A client request body on its way to a worker: streamed, and cut off with
+/// [`BodyTooLarge`] as soon as more than `limit` bytes have passed (covers chunked bodies,
+/// whose size is unknown up front; a declared Content-Length over the limit is refused
+/// before reading); or already read whole, when routing had to look inside it.
 #[derive(Debug)]
 pub struct LimitedBody {
-    inner: Incoming,
+    source: Source,
     remaining: u64,
+}
+
+#[derive(Debug)]
+enum Source {
+    Stream(Incoming),
+    /// Sent as one frame; `None` once sent.
+    Whole(Option<Bytes>),
 }
 
 impl LimitedBody {
     pub fn new(inner: Incoming, limit: u64) -> LimitedBody {
         LimitedBody {
-            inner,
+            source: Source::Stream(inner),
             remaining: limit,
+        }
+    }
+
+    /// A body already read (and checked against the limit) by the gateway.
+    pub fn whole(bytes: Bytes) -> LimitedBody {
+        LimitedBody {
+            remaining: bytes.len() as u64,
+            source: Source::Whole(Some(bytes)),
         }
     }
 }
@@ -86,7 +102,11 @@ impl Body for LimitedBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let frame = match ready!(Pin::new(&mut self.inner).poll_frame(cx)) {
+        let inner = match &mut self.source {
+            Source::Whole(bytes) => return Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            Source::Stream(inner) => inner,
+        };
+        let frame = match ready!(Pin::new(inner).poll_frame(cx)) {
             None => return Poll::Ready(None),
             Some(Err(e)) => return Poll::Ready(Some(Err(Box::new(e)))),
             Some(Ok(frame)) => frame,
@@ -103,11 +123,19 @@ impl Body for LimitedBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        match &self.source {
+            Source::Stream(inner) => inner.is_end_stream(),
+            Source::Whole(bytes) => bytes.is_none(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match &self.source {
+            Source::Stream(inner) => inner.size_hint(),
+            Source::Whole(bytes) => {
+                SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
+            }
+        }
     }
 }
 

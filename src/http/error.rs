@@ -32,6 +32,10 @@ pub enum GatewayError {
     UpstreamTimeout,
     /// The worker's transport is registered but not served by this build (gRPC, ZMQ, TLS).
     UnsupportedTransport { transport: &'static str },
+    /// The client's body broke off while the gateway read it (it had to look inside).
+    ClientBodyBroken,
+    /// The client did not finish sending its body within the request timeout.
+    ClientBodyTimeout,
 }
 
 impl GatewayError {
@@ -44,6 +48,8 @@ impl GatewayError {
             | GatewayError::UpstreamBroken
             | GatewayError::UnsupportedTransport { .. } => StatusCode::BAD_GATEWAY,
             GatewayError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+            GatewayError::ClientBodyBroken => StatusCode::BAD_REQUEST,
+            GatewayError::ClientBodyTimeout => StatusCode::REQUEST_TIMEOUT,
         }
     }
 
@@ -57,13 +63,20 @@ impl GatewayError {
             GatewayError::UpstreamBroken => "worker_connection_error",
             GatewayError::UpstreamTimeout => "worker_timeout",
             GatewayError::UnsupportedTransport { .. } => "worker_transport_unsupported",
+            GatewayError::ClientBodyBroken => "invalid_request_body",
+            GatewayError::ClientBodyTimeout => "request_timeout",
         }
     }
 
     /// Whether the connection must close after this answer (the request body was not read,
     /// so the stream position is unknown).
     fn closes_connection(&self) -> bool {
-        matches!(self, GatewayError::PayloadTooLarge { .. })
+        matches!(
+            self,
+            GatewayError::PayloadTooLarge { .. }
+                | GatewayError::ClientBodyBroken
+                | GatewayError::ClientBodyTimeout
+        )
     }
 }
 
@@ -89,6 +102,10 @@ impl fmt::Display for GatewayError {
             }
             GatewayError::UnsupportedTransport { transport } => {
                 write!(f, "{transport} workers are not served by this gateway yet")
+            }
+            GatewayError::ClientBodyBroken => f.write_str("the request body broke off"),
+            GatewayError::ClientBodyTimeout => {
+                f.write_str("the request body did not arrive within the request timeout")
             }
         }
     }

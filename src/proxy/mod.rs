@@ -8,8 +8,10 @@ pub mod headers;
 
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use http::uri::{self, Scheme, Uri};
 use http::{Request, Response, Version};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -44,6 +46,29 @@ pub fn client(config: &Config) -> UpstreamClient {
         .build(connector)
 }
 
+/// Reads a request body whole, within `limit` bytes and before `deadline`.
+async fn read_whole(body: Incoming, limit: u64, deadline: Instant) -> Result<Bytes, GatewayError> {
+    let limited = LimitedBody::new(body, limit);
+    match tokio::time::timeout_at(deadline.into(), limited.collect()).await {
+        Err(_) => Err(GatewayError::ClientBodyTimeout),
+        Ok(Err(err)) if is_body_too_large(err.as_ref()) => {
+            Err(GatewayError::PayloadTooLarge { limit })
+        }
+        Ok(Err(_)) => Err(GatewayError::ClientBodyBroken),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+    }
+}
+
+/// The top-level `"model"` of a JSON body; `None` when absent or not JSON (the worker
+/// then answers the malformed request itself).
+fn peek_model(body: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Peek {
+        model: Option<String>,
+    }
+    serde_json::from_slice::<Peek>(body).ok()?.model
+}
+
 /// The body length the client declared, if any.
 fn declared_length(req: &Request<Incoming>) -> Option<u64> {
     req.headers()
@@ -73,9 +98,23 @@ impl Forward<'_> {
         }
         let deadline = Instant::now() + self.config.request_timeout;
 
+        let (parts, body) = req.into_parts();
+        // With several models behind the gateway the body names the model: read it whole
+        // (bounded by the limit and the deadline) and look at that one field only.
+        let (body, model) = if self.config.enable_igw && content_type == ContentType::Json {
+            let bytes = read_whole(body, limit, deadline).await?;
+            let model = peek_model(&bytes);
+            (LimitedBody::whole(bytes), model)
+        } else {
+            (LimitedBody::new(body, limit), None)
+        };
+
         let worker = {
             let snap = self.registry.snapshot();
-            let routable = snap.routable();
+            let routable = match &model {
+                Some(model) => snap.routable_for_model(model),
+                None => snap.routable(),
+            };
             let idx = self
                 .policy
                 .select(routable, &RequestFacts::default())
@@ -95,14 +134,14 @@ impl Forward<'_> {
             return Err(GatewayError::UnsupportedTransport { transport: "https" });
         }
 
-        let (mut parts, body) = req.into_parts();
+        let mut parts = parts;
         let mut uri_parts = uri::Parts::default();
         uri_parts.scheme = Some(scheme.clone());
         uri_parts.authority = Some(authority.clone());
         uri_parts.path_and_query = parts.uri.path_and_query().cloned();
         let uri = Uri::from_parts(uri_parts).map_err(|_| GatewayError::UpstreamBroken)?;
 
-        let mut upstream = Request::new(LimitedBody::new(body, limit));
+        let mut upstream = Request::new(body);
         *upstream.method_mut() = parts.method;
         *upstream.uri_mut() = uri;
         *upstream.version_mut() = Version::HTTP_11;

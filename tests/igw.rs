@@ -1,0 +1,88 @@
+//! Several models behind one gateway (`--enable-igw`): the data plane reads the `model` of
+//! the request body and routes to the workers serving it (aliases included); a model
+//! nobody serves gets 503 `no_available_workers`. Bodies still reach the worker intact.
+
+mod common;
+mod support;
+
+use common::{gateway, mock, mock_requests, post_json};
+use serde_json::{json, Value};
+use support::assert_gateway_error;
+
+fn chat(model: &str, stream: bool) -> Value {
+    json!({
+        "model": model,
+        "stream": stream,
+        "messages": [{"role": "user", "content": format!("hello {model}")}],
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_go_to_the_workers_of_their_model() {
+    let alpha = mock(&["--model", "alpha"]);
+    let beta = mock(&["--model", "beta"]);
+    let gw = gateway(&[
+        "--enable-igw",
+        "--model-alias",
+        "fast=alpha",
+        "--worker-urls",
+        &alpha.url(),
+        &beta.url(),
+    ]);
+    let url = format!("{}/v1/chat/completions", gw.url());
+    for model in ["alpha", "beta", "fast", "alpha", "beta", "fast"] {
+        let reply = post_json(&url, &chat(model, false)).await;
+        assert_eq!(reply.status, 200, "{model}: {}", reply.text());
+    }
+    let streamed = post_json(&url, &chat("beta", true)).await;
+    assert_eq!(streamed.status, 200);
+    assert!(
+        streamed.text().contains("data: [DONE]"),
+        "{}",
+        streamed.text()
+    );
+
+    let seen = |requests: Vec<Value>| -> Vec<String> {
+        requests
+            .iter()
+            .filter(|r| r["path"] == "/v1/chat/completions")
+            .map(|r| {
+                let body: Value = serde_json::from_str(r["body"].as_str().unwrap_or("")).unwrap();
+                body["model"].as_str().unwrap_or("").to_owned()
+            })
+            .collect()
+    };
+    assert_eq!(
+        seen(mock_requests(&alpha).await),
+        ["alpha", "fast", "alpha", "fast"],
+        "alpha and its alias go to alpha's worker only, body untouched"
+    );
+    assert_eq!(seen(mock_requests(&beta).await), ["beta", "beta", "beta"]);
+
+    let reply = post_json(&url, &chat("gamma", false)).await;
+    assert_gateway_error(&reply, 503, "no_available_workers");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn igw_keeps_the_payload_limit_and_passes_bodies_without_a_model() {
+    let alpha = mock(&["--model", "alpha"]);
+    let gw = gateway(&[
+        "--enable-igw",
+        "--max-payload-size",
+        "1KiB",
+        "--worker-urls",
+        &alpha.url(),
+    ]);
+    let url = format!("{}/v1/chat/completions", gw.url());
+    let big =
+        json!({"model": "alpha", "messages": [{"role": "user", "content": "x".repeat(4096)}]});
+    let reply = post_json(&url, &big).await;
+    assert_gateway_error(&reply, 413, "payload_too_large");
+    // No model: every routable worker is a candidate; the worker answers for itself.
+    let reply = post_json(
+        &url,
+        &json!({"messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+}
