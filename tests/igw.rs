@@ -86,3 +86,32 @@ async fn igw_keeps_the_payload_limit_and_passes_bodies_without_a_model() {
     .await;
     assert_eq!(reply.status, 200, "{}", reply.text());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_body_gets_408_request_timeout() {
+    let alpha = mock(&["--model", "alpha"]);
+    let gw = gateway(&[
+        "--enable-igw",
+        "--request-timeout-secs",
+        "1",
+        "--worker-urls",
+        &alpha.url(),
+    ]);
+    let mut conn = support::RawConn::connect(gw.addr);
+    conn.write(
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n\
+          content-length: 100\r\n\r\n{\"model\":\"alpha\",",
+    )
+    .expect("write");
+    let reply = conn
+        .read_response(std::time::Duration::from_secs(5))
+        .expect("an answer before the client gives up");
+    assert_eq!(reply.status, 408);
+    assert_eq!(reply.header("x-gw-error-code"), Some("request_timeout"));
+    let body: Value = serde_json::from_slice(&reply.body).expect("envelope");
+    assert_eq!(body["error"]["code"], "request_timeout");
+    assert!(
+        mock_requests(&alpha).await.is_empty(),
+        "nothing reaches the worker"
+    );
+}
