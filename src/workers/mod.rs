@@ -417,7 +417,13 @@ pub struct Snapshot {
 
 impl Snapshot {
     fn new(workers: Vec<Arc<Worker>>, aliases: &[(String, String)]) -> Snapshot {
-        let routable: Vec<Arc<Worker>> = workers.iter().filter(|w| w.is_ready()).cloned().collect();
+        // Prefill, decode and encode workers serve only their stage of disaggregated
+        // serving; regular requests never go to them.
+        let routable: Vec<Arc<Worker>> = workers
+            .iter()
+            .filter(|w| w.is_ready() && w.worker_type == WorkerType::Regular)
+            .cloned()
+            .collect();
         let mut routable_by_model: HashMap<String, Vec<Arc<Worker>>> = HashMap::new();
         let mut routable_any_model = Vec::new();
         for worker in &routable {
@@ -454,7 +460,7 @@ impl Snapshot {
         &self.workers
     }
 
-    /// Workers that may receive traffic now.
+    /// Regular workers that may receive traffic now.
     pub fn routable(&self) -> &[Arc<Worker>] {
         &self.routable
     }
@@ -719,6 +725,28 @@ mod tests {
         assert_eq!(ids(snap.routable_for_model("other")), [any.id]);
         assert_eq!(snap.model_ids(), ["llama", "qwen"]);
         assert!(a.serves("llama") && !a.serves("qwen") && any.serves("qwen"));
+    }
+
+    #[test]
+    fn only_regular_workers_take_regular_traffic() {
+        let reg = Registry::new();
+        let mut prefill = spec("http://127.0.0.1:1");
+        prefill.worker_type = WorkerType::Prefill;
+        let p = Arc::new(Worker::new(
+            Uuid::new_v4(),
+            prefill,
+            Discovered::default(),
+            &Config::default(),
+        ));
+        let r = worker("http://127.0.0.1:2");
+        reg.insert(p.clone());
+        reg.insert(r.clone());
+        reg.set_status(&p, Status::Ready);
+        reg.set_status(&r, Status::Ready);
+        let snap = reg.snapshot();
+        assert_eq!(snap.all().len(), 2);
+        let routable: Vec<_> = snap.routable().iter().map(|w| w.id).collect();
+        assert_eq!(routable, [r.id]);
     }
 
     #[test]
