@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
-use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
+use tokio::time::Instant;
 
 use crate::admin;
 use crate::auth::gate::Authenticator;
 use crate::config::Config;
-use crate::http::body::{is_body_too_large, RespBody};
+use crate::http::body::{read_whole, ReadError, RespBody};
 use crate::http::error::{self, error_response, GatewayError};
 use crate::http::route::{match_route, path_param, Route, RouteGroup, RouteMatch};
 use crate::proxy::{self, ContentType, Forward, UpstreamClient};
@@ -107,7 +107,7 @@ pub async fn handle(ctx: &ThreadCtx, mut req: Request<Incoming>) -> Response<Res
             let start = route == Route::StartProfile;
             match read_admin_body(req.into_body()).await {
                 Ok(body) => Ok(admin::profile(&ctx.gateway, &ctx.calls, start, body).await),
-                Err(err) => Ok(err.into_response()),
+                Err(err) => Ok(body_error(err)),
             }
         }
         Route::WorkersCreate
@@ -126,38 +126,24 @@ pub async fn handle(ctx: &ThreadCtx, mut req: Request<Incoming>) -> Response<Res
 }
 
 /// Largest body of an administration request.
-const MAX_ADMIN_BODY: usize = 1024 * 1024;
+const MAX_ADMIN_BODY: u64 = 1024 * 1024;
 /// Time a client has to send an administration request's body.
 const ADMIN_BODY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Why an administration body could not be read.
-enum BodyError {
-    TooLarge,
-    Broken,
-    TooSlow,
-}
-
-impl BodyError {
-    fn into_response(self) -> Response<RespBody> {
-        match self {
-            BodyError::TooLarge => error_response(&GatewayError::PayloadTooLarge {
-                limit: MAX_ADMIN_BODY as u64,
-            }),
-            BodyError::Broken => error::empty(StatusCode::BAD_REQUEST),
-            BodyError::TooSlow => error::empty(StatusCode::REQUEST_TIMEOUT),
-        }
+/// The answer to an administration body that could not be read.
+fn body_error(err: ReadError) -> Response<RespBody> {
+    match err {
+        ReadError::TooLarge => error_response(&GatewayError::PayloadTooLarge {
+            limit: MAX_ADMIN_BODY,
+        }),
+        ReadError::Broken => error::empty(StatusCode::BAD_REQUEST),
+        ReadError::TooSlow => error::empty(StatusCode::REQUEST_TIMEOUT),
     }
 }
 
 /// Reads a whole administration body (bounded in size and time).
-async fn read_admin_body(body: Incoming) -> Result<Bytes, BodyError> {
-    let limited = Limited::new(body, MAX_ADMIN_BODY);
-    match tokio::time::timeout(ADMIN_BODY_TIMEOUT, limited.collect()).await {
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(err)) if is_body_too_large(err.as_ref()) => Err(BodyError::TooLarge),
-        Ok(Err(_)) => Err(BodyError::Broken),
-        Err(_) => Err(BodyError::TooSlow),
-    }
+async fn read_admin_body(body: Incoming) -> Result<Bytes, ReadError> {
+    read_whole(body, MAX_ADMIN_BODY, Instant::now() + ADMIN_BODY_TIMEOUT).await
 }
 
 /// `/workers` and `/workers/{worker_id}`.
@@ -176,7 +162,7 @@ async fn workers_route(
         _ => {
             let body = match read_admin_body(body).await {
                 Ok(body) => body,
-                Err(err) => return err.into_response(),
+                Err(err) => return body_error(err),
             };
             match route {
                 Route::WorkersCreate => admin::workers::create(gateway, &parts.headers, &body),

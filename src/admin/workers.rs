@@ -24,7 +24,7 @@ fn worker_error(status: StatusCode, code: &str, message: impl Into<String>) -> R
 fn spec_error(err: &SpecError) -> Response<RespBody> {
     match err.code() {
         Some(code) => worker_error(err.status(), code, err.to_string()),
-        None => error::plain_owned(err.status(), err.to_string()),
+        None => error::plain(err.status(), err.to_string()),
     }
 }
 

@@ -60,6 +60,34 @@ pub fn is_body_too_large(err: &(dyn StdError + 'static)) -> bool {
     false
 }
 
+/// Why a request body could not be read whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadError {
+    /// More than the limit arrived.
+    TooLarge,
+    /// The client's body broke off (reset, malformed chunking).
+    Broken,
+    /// The body did not arrive before the deadline.
+    TooSlow,
+}
+
+/// Reads a request body whole, within `limit` bytes and before `deadline`. For the routes
+/// and policies that must look inside a body; everything else streams it.
+pub async fn read_whole(
+    body: Incoming,
+    limit: u64,
+    deadline: tokio::time::Instant,
+) -> Result<Bytes, ReadError> {
+    use http_body_util::BodyExt;
+    let limited = LimitedBody::new(body, limit);
+    match tokio::time::timeout_at(deadline, limited.collect()).await {
+        Err(_) => Err(ReadError::TooSlow),
+        Ok(Err(err)) if is_body_too_large(err.as_ref()) => Err(ReadError::TooLarge),
+        Ok(Err(_)) => Err(ReadError::Broken),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+    }
+}
+
 /// A client request body on its way to a worker: streamed, and cut off with
 /// [`BodyTooLarge`] as soon as more than `limit` bytes have passed (covers chunked bodies,
 /// whose size is unknown up front; a declared Content-Length over the limit is refused

@@ -158,20 +158,9 @@ pub fn empty(status: StatusCode) -> Response<RespBody> {
     resp
 }
 
-/// A plain-text response (control-plane auth answers).
-pub fn plain(status: StatusCode, text: &'static str) -> Response<RespBody> {
-    let mut resp = Response::new(RespBody::full(Bytes::from_static(text.as_bytes())));
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    resp
-}
-
-/// A plain-text response with a message built at run time (body validation errors).
-pub fn plain_owned(status: StatusCode, text: String) -> Response<RespBody> {
-    let mut resp = Response::new(RespBody::full(Bytes::from(text)));
+/// A plain-text response: a static text (no copy) or a message built at run time.
+pub fn plain(status: StatusCode, text: impl Into<Bytes>) -> Response<RespBody> {
+    let mut resp = Response::new(RespBody::full(text.into()));
     *resp.status_mut() = status;
     resp.headers_mut().insert(
         CONTENT_TYPE,

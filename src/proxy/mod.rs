@@ -6,19 +6,18 @@
 
 pub mod headers;
 
+use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use http::uri::{self, Scheme, Uri};
 use http::{Request, Response, Version};
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use crate::config::Config;
-use crate::http::body::{is_body_too_large, LimitedBody, RespBody};
+use crate::http::body::{is_body_too_large, read_whole, LimitedBody, ReadError, RespBody};
 use crate::http::error::GatewayError;
 use crate::routing::{Policy, RequestFacts};
 use crate::workers::Registry;
@@ -46,27 +45,16 @@ pub fn client(config: &Config) -> UpstreamClient {
         .build(connector)
 }
 
-/// Reads a request body whole, within `limit` bytes and before `deadline`.
-async fn read_whole(body: Incoming, limit: u64, deadline: Instant) -> Result<Bytes, GatewayError> {
-    let limited = LimitedBody::new(body, limit);
-    match tokio::time::timeout_at(deadline.into(), limited.collect()).await {
-        Err(_) => Err(GatewayError::ClientBodyTimeout),
-        Ok(Err(err)) if is_body_too_large(err.as_ref()) => {
-            Err(GatewayError::PayloadTooLarge { limit })
-        }
-        Ok(Err(_)) => Err(GatewayError::ClientBodyBroken),
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-    }
-}
-
 /// The top-level `"model"` of a JSON body; `None` when absent or not JSON (the worker
 /// then answers the malformed request itself).
-fn peek_model(body: &[u8]) -> Option<String> {
+/// The name is borrowed from the body unless it contains escapes.
+fn peek_model(body: &[u8]) -> Option<Cow<'_, str>> {
     #[derive(serde::Deserialize)]
-    struct Peek {
-        model: Option<String>,
+    struct Peek<'a> {
+        #[serde(borrow)]
+        model: Option<Cow<'a, str>>,
     }
-    serde_json::from_slice::<Peek>(body).ok()?.model
+    serde_json::from_slice::<Peek<'_>>(body).ok()?.model
 }
 
 /// The body length the client declared, if any.
@@ -101,13 +89,20 @@ impl Forward<'_> {
         let (parts, body) = req.into_parts();
         // With several models behind the gateway the body names the model: read it whole
         // (bounded by the limit and the deadline) and look at that one field only.
-        let (body, model) = if self.config.enable_igw && content_type == ContentType::Json {
-            let bytes = read_whole(body, limit, deadline).await?;
-            let model = peek_model(&bytes);
-            (LimitedBody::whole(bytes), model)
+        let (body, peeked) = if self.config.enable_igw && content_type == ContentType::Json {
+            let bytes =
+                read_whole(body, limit, deadline.into())
+                    .await
+                    .map_err(|err| match err {
+                        ReadError::TooLarge => GatewayError::PayloadTooLarge { limit },
+                        ReadError::Broken => GatewayError::ClientBodyBroken,
+                        ReadError::TooSlow => GatewayError::ClientBodyTimeout,
+                    })?;
+            (LimitedBody::whole(bytes.clone()), Some(bytes))
         } else {
             (LimitedBody::new(body, limit), None)
         };
+        let model = peeked.as_deref().and_then(peek_model);
 
         let worker = {
             let snap = self.registry.snapshot();
