@@ -58,7 +58,7 @@ async fn execute(gateway: &Arc<Gateway>, client: &CallClient, job: Job) -> Resul
             }
             drop(snapshot);
             let worker = register(gateway, client, id, *spec).await?;
-            admit(gateway, worker);
+            admit(gateway, client, worker);
             Ok(())
         }
         Job::Replace { id, spec } => {
@@ -68,7 +68,7 @@ async fn execute(gateway: &Arc<Gateway>, client: &CallClient, job: Job) -> Resul
             if !now.same_live(&before) {
                 return Err("the worker was replaced while this job ran".into());
             }
-            admit(gateway, worker);
+            admit(gateway, client, worker);
             Ok(())
         }
         Job::Patch { id, patch } => {
@@ -175,6 +175,7 @@ async fn wait_until_answering(
 /// runs for all of them at the same time, so startup waits for one probe timeout at most.
 pub async fn register_startup(gateway: &Arc<Gateway>) -> Result<(), String> {
     let config = &gateway.config;
+    let client = call_client();
     let mut pending = Vec::new();
     for raw in &config.worker_urls {
         let url = super::parse_worker_url(raw).map_err(|e| format!("--worker-urls {raw}: {e}"))?;
@@ -184,8 +185,8 @@ pub async fn register_startup(gateway: &Arc<Gateway>) -> Result<(), String> {
             spec.runtime_type = RuntimeType::External;
         }
         let timeout = config.health_check_timeout;
+        let client = client.clone();
         pending.push(tokio::spawn(async move {
-            let client = call_client();
             let bearer = super::bearer(spec.api_key.as_ref());
             let discovered = detect(
                 &client,
@@ -211,13 +212,13 @@ pub async fn register_startup(gateway: &Arc<Gateway>) -> Result<(), String> {
             continue;
         }
         let worker = Arc::new(Worker::new(Uuid::new_v4(), spec, discovered, config));
-        publish(gateway, worker, Status::Ready);
+        publish(gateway, &client, worker, Status::Ready);
     }
     Ok(())
 }
 
 /// Publishes a registered worker with the status its registration earned.
-fn admit(gateway: &Arc<Gateway>, worker: Worker) {
+fn admit(gateway: &Arc<Gateway>, client: &CallClient, worker: Worker) {
     let worker = Arc::new(worker);
     let status = match (&worker.transport, worker.health.disabled) {
         (Transport::Grpc { .. } | Transport::Zmq { .. }, _) => Status::NotReady,
@@ -226,11 +227,11 @@ fn admit(gateway: &Arc<Gateway>, worker: Worker) {
         (_, false) if worker.record_probe(true) >= worker.health.success_threshold => Status::Ready,
         (_, false) => Status::Pending,
     };
-    publish(gateway, worker, status);
+    publish(gateway, client, worker, status);
 }
 
 /// Puts the worker in the registry with `status` and starts its health watcher.
-fn publish(gateway: &Arc<Gateway>, worker: Arc<Worker>, status: Status) {
+fn publish(gateway: &Arc<Gateway>, client: &CallClient, worker: Arc<Worker>, status: Status) {
     worker.set_status(status);
     gateway.registry.upsert(worker.clone());
     tracing::info!(
@@ -242,13 +243,13 @@ fn publish(gateway: &Arc<Gateway>, worker: Arc<Worker>, status: Status) {
         "worker registered"
     );
     if matches!(worker.transport, Transport::Http { .. }) {
-        tokio::spawn(watch(gateway.clone(), worker));
+        tokio::spawn(watch(gateway.clone(), client.clone(), worker));
     }
 }
 
 /// Probes one worker for as long as it (this version of it) is registered.
-async fn watch(gateway: Arc<Gateway>, registered: Arc<Worker>) {
-    let client = call_client();
+/// All watchers share the control runtime's client (and its pool and TLS roots).
+async fn watch(gateway: Arc<Gateway>, client: CallClient, registered: Arc<Worker>) {
     let id = registered.id;
     loop {
         // Re-read each round: a PATCH may have changed the settings or the key.
