@@ -151,11 +151,13 @@ pub fn gateway(args: &[&str]) -> Proc {
     gateway_with_env(args, &[])
 }
 
+/// Starts the gateway on a port the OS picks (`--port 0`: two gateways can never share
+/// a port, which `SO_REUSEPORT` would otherwise allow) and learns the address from its
+/// "tollgate listening" log record.
 pub fn gateway_with_env(args: &[&str], env: &[(&str, &str)]) -> Proc {
-    let port = free_port();
     let engine = io_engine();
     let mut cmd = Command::new(GATEWAY);
-    cmd.args(["--host", "127.0.0.1", "--port", &port.to_string()])
+    cmd.args(["--host", "127.0.0.1", "--port", "0"])
         .args(["--runtime-worker-threads", "2", "--io-engine", &engine])
         .args(["--log-level", "debug"])
         .args(args)
@@ -172,25 +174,37 @@ pub fn gateway_with_env(args: &[&str], env: &[(&str, &str)]) -> Proc {
     if let Some(err) = child.stderr.take() {
         capture(err, log.clone());
     }
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
     let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if TcpStream::connect(addr).is_ok() {
-            break;
+    let addr = loop {
+        let text = log.lock().map(|l| l.clone()).unwrap_or_default();
+        if let Some(addr) = listening_addr(&text) {
+            break addr;
         }
         if let Ok(Some(status)) = child.try_wait() {
-            panic!(
-                "tollgate exited early ({status}):\n{}",
-                log.lock().map(|l| l.clone()).unwrap_or_default()
-            );
+            panic!("tollgate exited early ({status}):\n{text}");
         }
         assert!(
             Instant::now() < deadline,
-            "tollgate did not start listening"
+            "tollgate did not start listening:\n{text}"
         );
         std::thread::sleep(Duration::from_millis(20));
-    }
+    };
     Proc { child, addr, log }
+}
+
+/// The listener address in the "tollgate listening" record, plain (`addr=…`) or JSON
+/// (`"addr":"…"`).
+fn listening_addr(log: &str) -> Option<SocketAddr> {
+    let line = log.lines().find(|l| l.contains("tollgate listening"))?;
+    let start = line
+        .find("addr=")
+        .map(|i| i + "addr=".len())
+        .or_else(|| line.find("\"addr\":\"").map(|i| i + "\"addr\":\"".len()))?;
+    let rest = &line[start..];
+    let end = rest
+        .find(|c: char| c.is_whitespace() || c == '"' || c == ',')
+        .unwrap_or(rest.len());
+    rest[..end].parse().ok()
 }
 
 /// A response read whole.
