@@ -15,9 +15,9 @@ use crate::config::Config;
 use crate::http::body::{read_whole, ReadError, RespBody};
 use crate::http::error::{self, error_response, GatewayError};
 use crate::http::route::{match_route, path_param, Route, RouteGroup, RouteMatch};
-use crate::proxy::{self, ContentType, Forward, UpstreamClient};
+use crate::proxy::{ContentType, Forward, UpstreamClient};
 use crate::routing::Policy;
-use crate::workers::calls::{call_client, CallClient};
+use crate::workers::calls::CallClient;
 use crate::workers::jobs::Jobs;
 use crate::workers::Registry;
 
@@ -41,11 +41,11 @@ pub struct ThreadCtx {
 
 impl ThreadCtx {
     pub fn new(gateway: Arc<Gateway>) -> ThreadCtx {
-        let client = proxy::client(&gateway.config);
+        let client = UpstreamClient::new(&gateway.config);
         ThreadCtx {
             gateway,
             client,
-            calls: call_client(),
+            calls: CallClient::new(),
         }
     }
 

@@ -1148,8 +1148,17 @@ fn http1_only_server() -> String {
     format!("http://{addr}")
 }
 
+/// The protocol versions of the inference requests `m` received from the gateway.
+async fn versions_seen(m: &Proc) -> Vec<String> {
+    mock_requests(m)
+        .await
+        .iter()
+        .filter(|r| r["path"] == "/v1/chat/completions")
+        .map(|r| r["version"].as_str().unwrap_or("?").to_owned())
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "http_pool.http2 is not honoured yet: upstream HTTP/2 (h2c) is a follow-up of issue 3"]
 async fn http2_pool_setting_is_honoured_and_reported() {
     let m = mock(&["--model", "m-h2"]);
     let h1 = http1_only_server();
@@ -1162,7 +1171,7 @@ async fn http2_pool_setting_is_honoured_and_reported() {
     assert_accepted(&on_worker(&gw, "DELETE", &plain, None).await, &plain);
     wait_gone(&gw, &plain, WAIT).await;
 
-    // http2 true against an engine that speaks h2c: HTTP/2, reported.
+    // http2 true against an engine that speaks h2c: HTTP/2, reported, and used for traffic.
     let h2 = add_ok(
         &gw,
         &json!({"url": m.url(), "health": fast_health(), "http_pool": {"http2": true}}),
@@ -1170,14 +1179,59 @@ async fn http2_pool_setting_is_honoured_and_reported() {
     .await;
     let w = wait_status(&gw, &h2, "ready", WAIT).await;
     assert_eq!(w["http2"], true, "{w}");
+    let reply = chat(&gw, "m-h2", json!({})).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let reply = chat(&gw, "m-h2", json!({"stream": true})).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert!(reply.text().contains("data: [DONE]"), "{}", reply.text());
+    assert_eq!(versions_seen(&m).await, ["HTTP/2.0", "HTTP/2.0"]);
 
-    // http2 true against an HTTP/1.1-only worker: the registration fails.
+    // http2 true against an HTTP/1.1-only worker: the registration fails (the id is
+    // released) and the log says why.
     let refused = add_ok(
         &gw,
         &json!({"url": h1, "health": fast_health(), "http_pool": {"http2": true}}),
     )
     .await;
     wait_gone(&gw, &refused, WAIT).await;
+    assert!(
+        gw.log_text().contains("speaks only HTTP/1.1"),
+        "{}",
+        tail(&gw.log_text())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_http2_prefers_h2c_and_falls_back_to_http1() {
+    let m = mock(&["--model", "m-up2"]);
+    let h1 = http1_only_server();
+    let mut args = FAST.to_vec();
+    let url = m.url();
+    args.extend(["--upstream-http2", "--worker-urls", &url]);
+    let gw = gateway(&args);
+
+    // The startup worker speaks h2c: chosen, reported, used.
+    let listing = list(&gw, "").await;
+    let startup = &listing["workers"][0];
+    assert_eq!(startup["http2"], true, "{listing}");
+    let reply = chat(&gw, "m-up2", json!({})).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(versions_seen(&m).await, ["HTTP/2.0"]);
+
+    // A worker that speaks only HTTP/1.1 registers over HTTP/1.1 instead of failing.
+    let plain = add_ok(&gw, &json!({"url": h1, "health": fast_health()})).await;
+    let w = wait_status(&gw, &plain, "ready", WAIT).await;
+    assert_eq!(w["http2"], false, "{w}");
+
+    // `http2: false` opts out even under the flag.
+    let m2 = mock(&["--model", "m-up2-off"]);
+    let off = add_ok(
+        &gw,
+        &json!({"url": m2.url(), "health": fast_health(), "http_pool": {"http2": false}}),
+    )
+    .await;
+    let w = wait_status(&gw, &off, "ready", WAIT).await;
+    assert_eq!(w["http2"], false, "{w}");
 }
 
 // 8. Health flapping.
@@ -1248,4 +1302,91 @@ async fn a_thousand_workers_list_in_under_a_second() {
         .expect("workers")
         .iter()
         .all(|w| w["status"] == "ready"));
+}
+
+// 10. Prefill and decode workers from the command line.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefill_and_decode_workers_register_at_startup() {
+    const KEY: &str = "pd-worker-key-5c1e";
+    let prefill = mock(&["--model", "m-pd", "--api-key", KEY]);
+    let decode = mock(&["--model", "m-pd", "--api-key", KEY, "--runtime", "vllm"]);
+    let (p, d) = (prefill.url(), decode.url());
+    let mut args = FAST.to_vec();
+    args.extend([
+        "--api-key",
+        KEY,
+        "--pd-disaggregation",
+        "--prefill",
+        &p,
+        "8998",
+        "--decode",
+        &d,
+    ]);
+    let gw = gateway(&args);
+    let auth = format!("Bearer {KEY}");
+
+    let listing = send(
+        &client(false),
+        "GET",
+        &format!("{}/workers", gw.url()),
+        &[("authorization", &auth)],
+        Bytes::new(),
+    )
+    .await;
+    assert_eq!(listing.status, 200, "{}", listing.text());
+    let listing = listing.json();
+    assert_eq!(listing["total"], 2, "{listing}");
+    let by_url = |url: &str| {
+        listing["workers"]
+            .as_array()
+            .and_then(|ws| ws.iter().find(|w| w["url"] == url).cloned())
+            .unwrap_or_else(|| panic!("{url} not listed: {listing}"))
+    };
+    let (pw, dw) = (by_url(&p), by_url(&d));
+    assert_eq!(pw["worker_type"], "prefill", "{pw}");
+    assert_eq!(pw["bootstrap_port"], 8998, "{pw}");
+    assert_eq!(pw["runtime_type"], "sglang", "{pw}");
+    assert_eq!(pw["status"], "ready", "{pw}");
+    assert_eq!(pw["pd_pairing"], "sglang/http/default", "{pw}");
+    assert_eq!(dw["worker_type"], "decode", "{dw}");
+    assert_eq!(dw["runtime_type"], "vllm", "{dw}");
+    assert_eq!(dw["pd_pairing"], "vllm/http/default", "{dw}");
+    assert!(dw.get("bootstrap_port").is_none(), "{dw}");
+
+    // Information routes go to the first ready prefill worker, with the worker key.
+    let info = get(&format!("{}/get_model_info", gw.url())).await;
+    assert_eq!(info.status, 200, "{}", info.text());
+    assert_eq!(info.json()["model_path"], "m-pd");
+    let seen = mock_requests(&prefill).await;
+    assert!(
+        seen.iter()
+            .any(|r| r["path"] == "/get_model_info"
+                && r["headers"]["authorization"] == auth.as_str()),
+        "{seen:?}"
+    );
+
+    // Dispatch to a prefill/decode pair is not in this build: a clear 501, nothing sent.
+    let reply = send(
+        &client(false),
+        "POST",
+        &format!("{}/v1/chat/completions", gw.url()),
+        &[
+            ("content-type", "application/json"),
+            ("authorization", &auth),
+        ],
+        Bytes::from_static(br#"{"model":"m-pd","messages":[{"role":"user","content":"hi"}]}"#),
+    )
+    .await;
+    assert_eq!(reply.status, 501, "{}", reply.text());
+    assert_eq!(header(&reply, "x-gw-error-code"), "not_implemented");
+    for m in [&prefill, &decode] {
+        assert!(
+            !mock_requests(m)
+                .await
+                .iter()
+                .any(|r| r["path"] == "/v1/chat/completions"),
+            "no inference request may reach a worker"
+        );
+    }
 }

@@ -25,6 +25,8 @@ pub struct RequestLog {
 #[derive(Debug, Clone)]
 pub struct Entry {
     method: String,
+    /// `HTTP/1.1` or `HTTP/2.0`, so tests can see which protocol the gateway spoke.
+    version: &'static str,
     path: String,
     query: Option<String>,
     /// Lowercase names in first-seen order; repeated names joined.
@@ -58,6 +60,7 @@ impl Entry {
         };
         Entry {
             method: parts.method.as_str().to_string(),
+            version: version_name(parts.version),
             path: parts.uri.path().to_string(),
             query: parts.uri.query().map(str::to_string),
             headers,
@@ -75,6 +78,7 @@ impl Entry {
             .collect();
         json!({
             "method": self.method,
+            "version": self.version,
             "path": self.path,
             "query": self.query,
             "headers": headers,
@@ -122,6 +126,16 @@ impl RequestLog {
             .cloned()
             .collect();
         Value::Array(snapshot.iter().map(Entry::to_json).collect())
+    }
+}
+
+fn version_name(version: http::Version) -> &'static str {
+    match version {
+        http::Version::HTTP_2 => "HTTP/2.0",
+        http::Version::HTTP_10 => "HTTP/1.0",
+        http::Version::HTTP_09 => "HTTP/0.9",
+        http::Version::HTTP_3 => "HTTP/3.0",
+        _ => "HTTP/1.1",
     }
 }
 

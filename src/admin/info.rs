@@ -81,7 +81,9 @@ fn route_name(path: &str) -> &'static str {
 
 /// `GET path` (`/get_model_info`, `/get_server_info` or `/health_generate`) on the first
 /// ready regular HTTP worker, in registration order; the worker's status and body come
-/// back unchanged, with its `Content-Type`.
+/// back unchanged, with its `Content-Type`. With `--pd-disaggregation` the first ready
+/// prefill worker answers instead, and an error status it returns comes back in the
+/// gateway envelope.
 ///
 /// No such worker: 501 `not_implemented` when the fleet has workers but none over HTTP (a
 /// gRPC or ZMQ deployment), else 503 `no_available_workers`. A call that fails without a
@@ -92,15 +94,19 @@ pub async fn forward_info(
     client: &CallClient,
     path: &str,
 ) -> Response<RespBody> {
+    let pd = gateway.config.pd_disaggregation;
+    let serving = if pd {
+        WorkerType::Prefill
+    } else {
+        WorkerType::Regular
+    };
     let (target, has_workers, has_http) = {
         let snapshot = gateway.registry.snapshot();
         let all = snapshot.all();
         let is_http = |mode: ConnectionMode| mode == ConnectionMode::Http;
         let target = all
             .iter()
-            .find(|w| {
-                is_http(w.connection_mode()) && w.worker_type == WorkerType::Regular && w.is_ready()
-            })
+            .find(|w| is_http(w.connection_mode()) && w.worker_type == serving && w.is_ready())
             .cloned();
         let has_http = all.iter().any(|w| is_http(w.connection_mode()));
         (target, !all.is_empty(), has_http)
@@ -117,6 +123,11 @@ pub async fn forward_info(
     };
     let timeout = INFO_TIMEOUT.min(gateway.config.request_timeout);
     match call(client, &worker, Method::GET, path, None, timeout).await {
+        Ok(reply) if pd && !reply.status.is_success() => {
+            error_response(&GatewayError::WorkerStatus {
+                status: reply.status,
+            })
+        }
         Ok(reply) => {
             let mut resp = Response::new(RespBody::full(reply.body));
             *resp.status_mut() = reply.status;

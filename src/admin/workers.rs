@@ -284,6 +284,9 @@ fn worker_object(gateway: &Gateway, worker: &Worker) -> Value {
     object.insert("status".into(), json!(worker.status().as_str()));
     object.insert("load".into(), json!(worker.load()));
     object.insert("http2".into(), json!(worker.http2));
+    if let Some(pairing) = worker.pd_pairing() {
+        object.insert("pd_pairing".into(), json!(pairing));
+    }
     if let Some(job) = gateway.jobs.status(&worker.id) {
         object.insert("job_status".into(), job.to_json());
     }

@@ -11,7 +11,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{Config, IoEngine, LogLevel, PolicyName, Secret};
+use super::{Config, IoEngine, LogLevel, PolicyName, PrefillWorker, Secret};
 use crate::auth::keys::{ControlPlaneKey, TenantKey};
 use crate::auth::Role;
 
@@ -217,6 +217,59 @@ pub static FLAGS: &[Flag] = &[
             }
             Ok(())
         },
+    ),
+    Flag::switch(
+        "pd-disaggregation",
+        Group::Workers,
+        "Prefill/decode disaggregated fleet (--prefill, --decode); PD dispatch itself is \
+         not in this build: inference routes answer 501",
+        |c| c.pd_disaggregation = true,
+    ),
+    Flag::many(
+        "prefill",
+        "URL [BOOTSTRAP_PORT]",
+        "none",
+        Group::Workers,
+        "Prefill worker registered at startup, with its optional KV bootstrap port; \
+         repeatable; needs --pd-disaggregation",
+        |c, values| {
+            let (url, port) = match values {
+                [url] => (url, None),
+                [url, port] if port == "none" => (url, None),
+                [url, port] => (url, Some(self::port(port, false)?)),
+                _ => {
+                    return Err(Invalid::new(
+                        &values.join(" "),
+                        "expected a URL and at most one bootstrap port",
+                    ))
+                }
+            };
+            c.prefill_workers.push(PrefillWorker {
+                url: worker_url(url)?,
+                bootstrap_port: port,
+            });
+            Ok(())
+        },
+    ),
+    Flag::many(
+        "decode",
+        "URL",
+        "none",
+        Group::Workers,
+        "Decode workers registered at startup; repeatable; needs --pd-disaggregation",
+        |c, values| {
+            for v in values {
+                c.decode_workers.push(worker_url(v)?);
+            }
+            Ok(())
+        },
+    ),
+    Flag::switch(
+        "upstream-http2",
+        Group::Workers,
+        "Speak HTTP/2 (h2c prior knowledge on http://) to workers that answer it and do not \
+         set http_pool.http2; others get HTTP/1.1",
+        |c| c.upstream_http2 = true,
     ),
     Flag::one(
         "health-check-timeout-secs",

@@ -174,6 +174,13 @@ impl fmt::Display for Secret {
     }
 }
 
+/// One `--prefill` occurrence: the worker's URL and, optionally, its KV bootstrap port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PrefillWorker {
+    pub url: String,
+    pub bootstrap_port: Option<u16>,
+}
+
 /// The validated configuration of one gateway process.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -183,6 +190,14 @@ pub struct Config {
     pub port: u16,
     /// `--worker-urls`: workers registered at startup (`http://` or `https://`, with a host).
     pub worker_urls: Vec<String>,
+    /// `--pd-disaggregation`: the fleet is prefill and decode workers.
+    pub pd_disaggregation: bool,
+    /// `--prefill URL [BOOTSTRAP_PORT]`: prefill workers registered at startup.
+    pub prefill_workers: Vec<PrefillWorker>,
+    /// `--decode URL`: decode workers registered at startup.
+    pub decode_workers: Vec<String>,
+    /// `--upstream-http2`: prefer HTTP/2 (h2c) towards workers that do not set `http2`.
+    pub upstream_http2: bool,
     /// `--health-check-timeout-secs`: probe timeout, registration probes included.
     pub health_check_timeout: Duration,
     /// `--health-check-interval-secs`: time between probes of a worker.
@@ -259,6 +274,10 @@ impl Default for Config {
             host: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             port: 30000,
             worker_urls: Vec::new(),
+            pd_disaggregation: false,
+            prefill_workers: Vec::new(),
+            decode_workers: Vec::new(),
+            upstream_http2: false,
             health_check_timeout: Duration::from_secs(5),
             health_check_interval: Duration::from_secs(60),
             health_success_threshold: 2,
@@ -523,6 +542,19 @@ fn check_combinations(config: &Config) -> Result<(), ConfigError> {
             problem: problem.to_owned(),
         })
     };
+    if !config.pd_disaggregation {
+        if !config.prefill_workers.is_empty() {
+            return Err(requires("--prefill", "--pd-disaggregation"));
+        }
+        if !config.decode_workers.is_empty() {
+            return Err(requires("--decode", "--pd-disaggregation"));
+        }
+    } else if !config.worker_urls.is_empty() && !config.enable_igw {
+        return Err(conflict(
+            "--worker-urls",
+            "regular workers cannot be listed with --pd-disaggregation; use --prefill and --decode (or --enable-igw for a mixed fleet)",
+        ));
+    }
     let mut seen = std::collections::HashSet::new();
     for tenant in &config.tenant_api_keys {
         let key = tenant.key.expose();

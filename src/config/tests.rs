@@ -680,3 +680,76 @@ fn environment_fills_unset_auth_flags() {
     let e = run_env(&[], &[("JWT_ISSUER", "https://idp.example.com")]).unwrap_err();
     assert!(e.contains("--jwt-issuer requires --jwt-audience"), "{e}");
 }
+
+#[test]
+fn prefill_and_decode_workers_with_bootstrap_ports() {
+    let c = run(&[
+        "--pd-disaggregation",
+        "--prefill",
+        "http://p1:8000",
+        "9000",
+        "--prefill",
+        "http://p2:8000",
+        "--prefill",
+        "http://p3:8000",
+        "none",
+        "--decode",
+        "http://d1:8000",
+        "http://d2:8000",
+        "--upstream-http2",
+    ]);
+    assert!(c.pd_disaggregation);
+    assert!(c.upstream_http2);
+    let prefill: Vec<(&str, Option<u16>)> = c
+        .prefill_workers
+        .iter()
+        .map(|p| (p.url.as_str(), p.bootstrap_port))
+        .collect();
+    assert_eq!(
+        prefill,
+        [
+            ("http://p1:8000", Some(9000)),
+            ("http://p2:8000", None),
+            ("http://p3:8000", None)
+        ]
+    );
+    assert_eq!(c.decode_workers, ["http://d1:8000", "http://d2:8000"]);
+}
+
+#[test]
+fn prefill_and_decode_flags_are_checked() {
+    let e = error(&["--pd-disaggregation", "--prefill", "http://p:1", "0"]);
+    assert!(
+        e.contains("--prefill") && e.contains("Port must be > 0"),
+        "{e}"
+    );
+    let e = error(&["--pd-disaggregation", "--prefill", "http://p:1", "2", "3"]);
+    assert!(e.contains("at most one bootstrap port"), "{e}");
+    let e = error(&["--pd-disaggregation", "--prefill", "grpc://p:1"]);
+    assert!(e.contains("--prefill"), "{e}");
+    let e = error(&["--prefill", "http://p:1"]);
+    assert!(
+        e.starts_with("--prefill requires --pd-disaggregation"),
+        "{e}"
+    );
+    let e = error(&["--decode", "http://d:1"]);
+    assert!(
+        e.starts_with("--decode requires --pd-disaggregation"),
+        "{e}"
+    );
+    let e = error(&["--pd-disaggregation", "--worker-urls", "http://w:1"]);
+    assert!(
+        e.contains("--worker-urls") && e.contains("--prefill"),
+        "{e}"
+    );
+    // A mixed fleet is an IGW deployment.
+    let c = run(&[
+        "--pd-disaggregation",
+        "--enable-igw",
+        "--worker-urls",
+        "http://w:1",
+        "--decode",
+        "http://d:1",
+    ]);
+    assert_eq!(c.worker_urls, ["http://w:1"]);
+}

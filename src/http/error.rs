@@ -36,6 +36,9 @@ pub enum GatewayError {
     ClientBodyBroken,
     /// The client did not finish sending its body within the request timeout.
     ClientBodyTimeout,
+    /// A worker answered an error status that the gateway reports in its own envelope
+    /// (information routes in prefill/decode mode).
+    WorkerStatus { status: StatusCode },
 }
 
 impl GatewayError {
@@ -50,6 +53,7 @@ impl GatewayError {
             GatewayError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             GatewayError::ClientBodyBroken => StatusCode::BAD_REQUEST,
             GatewayError::ClientBodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            GatewayError::WorkerStatus { status } => *status,
         }
     }
 
@@ -65,6 +69,7 @@ impl GatewayError {
             GatewayError::UnsupportedTransport { .. } => "worker_transport_unsupported",
             GatewayError::ClientBodyBroken => "invalid_request_body",
             GatewayError::ClientBodyTimeout => "request_timeout",
+            GatewayError::WorkerStatus { .. } => "upstream_error",
         }
     }
 
@@ -106,6 +111,9 @@ impl fmt::Display for GatewayError {
             GatewayError::ClientBodyBroken => f.write_str("the request body broke off"),
             GatewayError::ClientBodyTimeout => {
                 f.write_str("the request body did not arrive within the request timeout")
+            }
+            GatewayError::WorkerStatus { status } => {
+                write!(f, "the worker answered {}", status.as_u16())
             }
         }
     }

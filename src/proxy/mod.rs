@@ -29,15 +29,40 @@ pub const POOL_MAX_IDLE_PER_HOST: usize = 500;
 /// Time allowed to establish a TCP connection to a worker.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A thread's client towards HTTP workers.
-pub type UpstreamClient = Client<HttpConnector, LimitedBody>;
+/// One pooled client towards plain-HTTP workers, speaking one protocol.
+type UpstreamPool = Client<HttpConnector, LimitedBody>;
 
-/// Builds one thread's upstream client and pool.
-pub fn client(config: &Config) -> UpstreamClient {
+/// A thread's clients towards HTTP workers: HTTP/1.1, and HTTP/2 with prior knowledge
+/// (h2c) for workers registered with `http2` (one pool cannot choose per request).
+pub struct UpstreamClient {
+    http1: UpstreamPool,
+    h2c: UpstreamPool,
+}
+
+impl UpstreamClient {
+    /// Builds one thread's pools.
+    pub fn new(config: &Config) -> UpstreamClient {
+        UpstreamClient {
+            http1: pool(config, false),
+            h2c: pool(config, true),
+        }
+    }
+
+    fn pool(&self, http2: bool) -> &UpstreamPool {
+        if http2 {
+            &self.h2c
+        } else {
+            &self.http1
+        }
+    }
+}
+
+fn pool(config: &Config, http2_only: bool) -> UpstreamPool {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
     Client::builder(TokioExecutor::new())
+        .http2_only(http2_only)
         .pool_max_idle_per_host(POOL_MAX_IDLE_PER_HOST)
         .pool_idle_timeout(config.upstream_pool_idle_timeout)
         .pool_timer(TokioTimer::new())
@@ -83,6 +108,11 @@ impl Forward<'_> {
         let limit = self.config.max_payload_size;
         if declared_length(&req).is_some_and(|len| len > limit) {
             return Err(GatewayError::PayloadTooLarge { limit });
+        }
+        if self.config.pd_disaggregation && !self.config.enable_igw {
+            return Err(GatewayError::NotImplemented {
+                route: "prefill/decode dispatch (--pd-disaggregation)",
+            });
         }
         let deadline = Instant::now() + self.config.request_timeout;
 
@@ -139,27 +169,35 @@ impl Forward<'_> {
         let mut upstream = Request::new(body);
         *upstream.method_mut() = parts.method;
         *upstream.uri_mut() = uri;
-        *upstream.version_mut() = Version::HTTP_11;
+        *upstream.version_mut() = if worker.http2 {
+            Version::HTTP_2
+        } else {
+            Version::HTTP_11
+        };
         *upstream.headers_mut() =
             headers::to_worker(&mut parts.headers, content_type, worker.bearer.as_ref());
 
         let load = worker.track();
-        let response =
-            match tokio::time::timeout_at(deadline.into(), self.client.request(upstream)).await {
-                Err(_) => return Err(GatewayError::UpstreamTimeout),
-                Ok(Err(err)) => {
-                    if is_body_too_large(&err) {
-                        return Err(GatewayError::PayloadTooLarge { limit });
-                    }
-                    tracing::debug!(worker = %worker.url, error = %err, "worker request failed");
-                    return Err(if err.is_connect() {
-                        GatewayError::UpstreamConnect
-                    } else {
-                        GatewayError::UpstreamBroken
-                    });
+        let response = match tokio::time::timeout_at(
+            deadline.into(),
+            self.client.pool(worker.http2).request(upstream),
+        )
+        .await
+        {
+            Err(_) => return Err(GatewayError::UpstreamTimeout),
+            Ok(Err(err)) => {
+                if is_body_too_large(&err) {
+                    return Err(GatewayError::PayloadTooLarge { limit });
                 }
-                Ok(Ok(resp)) => resp,
-            };
+                tracing::debug!(worker = %worker.url, error = %err, "worker request failed");
+                return Err(if err.is_connect() {
+                    GatewayError::UpstreamConnect
+                } else {
+                    GatewayError::UpstreamBroken
+                });
+            }
+            Ok(Ok(resp)) => resp,
+        };
         let (mut head, body) = response.into_parts();
         headers::strip_hop_by_hop(&mut head.headers);
         Ok(Response::from_parts(

@@ -23,8 +23,43 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::{Transport, Worker, WorkerUrl};
 
-/// The client for the gateway's own calls to workers.
-pub type CallClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+/// One pooled client for the gateway's own calls, speaking one way to plain-HTTP workers.
+pub type CallPool = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// The clients for the gateway's own calls to workers: one for HTTP/1.1 workers (HTTP/2
+/// only where TLS negotiates it) and one for workers reached with HTTP/2 prior knowledge
+/// (h2c on `http://`), since one pool cannot choose per request. Cheap to clone.
+#[derive(Clone)]
+pub struct CallClient {
+    http1: CallPool,
+    h2c: CallPool,
+}
+
+impl CallClient {
+    /// Builds both pools. Build one per tokio runtime: a pool spawns connection tasks on
+    /// the runtime it is used from, and connections must not outlive it.
+    pub fn new() -> CallClient {
+        CallClient {
+            http1: pool(false),
+            h2c: pool(true),
+        }
+    }
+
+    /// The pool for a worker reached with HTTP/2 prior knowledge (`true`) or not.
+    pub fn pool(&self, http2: bool) -> &CallPool {
+        if http2 {
+            &self.h2c
+        } else {
+            &self.http1
+        }
+    }
+}
+
+impl Default for CallClient {
+    fn default() -> CallClient {
+        CallClient::new()
+    }
+}
 
 /// Largest reply body read from a worker. Detection and admin replies are a few KiB; the
 /// cap only stops a misbehaving worker from filling the gateway's memory.
@@ -35,12 +70,9 @@ const POOL_IDLE: Duration = Duration::from_secs(30);
 /// TCP connect bound, as the spec's `http_pool.connect_timeout_secs` default.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Builds the client for the gateway's own worker calls: `http://` and `https://` (webpki
-/// roots), HTTP/1.1, and HTTP/2 where TLS negotiates it.
-///
-/// Build one per tokio runtime: the pool spawns connection tasks on the runtime it is used
-/// from, and connections must not outlive it.
-pub fn call_client() -> CallClient {
+/// One pool for `http://` and `https://` (webpki roots): HTTP/1.1 and HTTP/2 where TLS
+/// negotiates it, or HTTP/2 only (prior knowledge on `http://`) when `http2_only`.
+fn pool(http2_only: bool) -> CallPool {
     let mut http = HttpConnector::new();
     // The TLS wrapper needs `https://` URIs to reach it.
     http.enforce_http(false);
@@ -53,6 +85,7 @@ pub fn call_client() -> CallClient {
         .enable_http2()
         .wrap_connector(http);
     Client::builder(TokioExecutor::new())
+        .http2_only(http2_only)
         .pool_idle_timeout(POOL_IDLE)
         // Without a timer the pool never evicts idle connections.
         .pool_timer(TokioTimer::new())
@@ -132,13 +165,14 @@ pub async fn call(
         body,
         AGENT,
     )?;
-    bounded(client, request, timeout).await
+    bounded(client.pool(worker.http2), request, timeout).await
 }
 
 /// As [`call`], for a URL that is not registered yet (registration, detection): the
-/// origin comes from `url` and the bearer value (`Bearer <key>`) is given explicitly.
+/// origin comes from `url`, the bearer value (`Bearer <key>`) is given explicitly, and the
+/// caller picks the pool (the protocol).
 pub async fn call_url(
-    client: &CallClient,
+    client: &CallPool,
     url: &WorkerUrl,
     bearer: Option<&HeaderValue>,
     method: Method,
@@ -164,7 +198,7 @@ pub async fn call_url(
 /// `GET /health` with the worker key: `Ok` on a 2xx reply within `timeout`, else the reason
 /// (a non-2xx reply is [`CallError::Status`]).
 pub async fn probe_health(
-    client: &CallClient,
+    client: &CallPool,
     url: &WorkerUrl,
     bearer: Option<&HeaderValue>,
     timeout: Duration,
@@ -179,7 +213,7 @@ pub async fn probe_health(
 
 /// Sends `request` and reads its whole reply, all within `timeout`.
 async fn bounded(
-    client: &CallClient,
+    client: &CallPool,
     request: Request<Full<Bytes>>,
     timeout: Duration,
 ) -> Result<CallReply, CallError> {
@@ -221,7 +255,7 @@ fn build_request(
 }
 
 /// Sends the request and reads the reply body up to [`MAX_CALL_BODY`].
-async fn send(client: &CallClient, request: Request<Full<Bytes>>) -> Result<CallReply, CallError> {
+async fn send(client: &CallPool, request: Request<Full<Bytes>>) -> Result<CallReply, CallError> {
     let response = client.request(request).await.map_err(|e| {
         if e.is_connect() {
             CallError::Connect(reason(&e))
@@ -372,14 +406,19 @@ pub(crate) mod tests {
 
     const SECOND: Duration = Duration::from_secs(1);
 
+    /// The HTTP/1.1 pool alone, for calls that pick their pool themselves.
+    pub(crate) fn plain_pool() -> CallPool {
+        pool(false)
+    }
+
     #[tokio::test]
     async fn call_url_sends_key_and_body_and_returns_the_reply() {
         let (base, seen) = serve(|_, path, _| (201, format!("echo {path}").into_bytes())).await;
         let url = parse_worker_url(&base).unwrap();
-        let client = call_client();
+        let client = CallClient::new();
         let key = bearer("sk-worker");
         let reply = call_url(
-            &client,
+            client.pool(false),
             &url,
             Some(&key),
             Method::POST,
@@ -403,7 +442,7 @@ pub(crate) mod tests {
     async fn call_without_key_or_body_sends_neither_header() {
         let (base, seen) = serve(|_, _, _| (200, Vec::new())).await;
         let worker = Worker::for_url(&base).unwrap();
-        let client = call_client();
+        let client = CallClient::new();
         let reply = call(&client, &worker, Method::GET, "/v1/loads", None, SECOND)
             .await
             .unwrap();
@@ -425,7 +464,7 @@ pub(crate) mod tests {
             Discovered::default(),
             &Config::default(),
         );
-        let client = call_client();
+        let client = CallClient::new();
         call(&client, &worker, Method::GET, "/health", None, SECOND)
             .await
             .unwrap();
@@ -437,23 +476,25 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn non_http_workers_are_refused_without_a_call() {
-        let client = call_client();
+        let client = CallClient::new();
         let worker = Worker::for_url("grpc://127.0.0.1:1").unwrap();
         let err = call(&client, &worker, Method::GET, "/health", None, SECOND)
             .await
             .unwrap_err();
         assert_eq!(err, CallError::NotHttp);
         let url = parse_worker_url("ipc:///tmp/engine.sock").unwrap();
-        let err = probe_health(&client, &url, None, SECOND).await.unwrap_err();
+        let err = probe_health(client.pool(false), &url, None, SECOND)
+            .await
+            .unwrap_err();
         assert_eq!(err, CallError::NotHttp);
     }
 
     #[tokio::test]
     async fn a_dead_port_is_a_connect_error() {
         let url = parse_worker_url(&dead_url().await).unwrap();
-        let client = call_client();
+        let client = CallClient::new();
         let key = bearer("sk-hidden");
-        let err = probe_health(&client, &url, Some(&key), SECOND)
+        let err = probe_health(client.pool(false), &url, Some(&key), SECOND)
             .await
             .unwrap_err();
         assert!(matches!(err, CallError::Connect(_)), "{err:?}");
@@ -467,9 +508,9 @@ pub(crate) mod tests {
     #[tokio::test]
     async fn a_silent_worker_times_out() {
         let url = parse_worker_url(&silent_url().await).unwrap();
-        let client = call_client();
+        let client = CallClient::new();
         let started = std::time::Instant::now();
-        let err = probe_health(&client, &url, None, Duration::from_millis(200))
+        let err = probe_health(client.pool(false), &url, None, Duration::from_millis(200))
             .await
             .unwrap_err();
         assert_eq!(err, CallError::Timeout);
@@ -484,14 +525,14 @@ pub(crate) mod tests {
         })
         .await;
         let url = parse_worker_url(&base).unwrap();
-        let client = call_client();
+        let client = CallClient::new();
         let key = bearer("k");
         assert_eq!(
-            probe_health(&client, &url, Some(&key), SECOND).await,
+            probe_health(client.pool(false), &url, Some(&key), SECOND).await,
             Ok(())
         );
         assert_eq!(
-            probe_health(&client, &url, None, SECOND).await,
+            probe_health(client.pool(false), &url, None, SECOND).await,
             Err(CallError::Status(503))
         );
         let seen = seen.lock().unwrap();
@@ -504,9 +545,9 @@ pub(crate) mod tests {
     async fn oversized_replies_are_refused() {
         let (base, _) = serve(|_, _, _| (200, vec![b'x'; MAX_CALL_BODY + 1])).await;
         let url = parse_worker_url(&base).unwrap();
-        let client = call_client();
+        let client = CallClient::new();
         let err = call_url(
-            &client,
+            client.pool(false),
             &url,
             None,
             Method::GET,

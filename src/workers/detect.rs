@@ -21,7 +21,7 @@ use std::time::Duration;
 use http::{HeaderValue, Method};
 use serde_json::Value;
 
-use super::calls::{call_url, CallClient, CallError};
+use super::calls::{call_url, CallError, CallPool};
 use super::spec::runtime_from_name;
 use super::{Discovered, RuntimeType, Transport, WorkerUrl};
 
@@ -84,7 +84,7 @@ pub fn is_external_provider(url: &WorkerUrl) -> bool {
 /// one per probe. An SGLang engine is also asked for its server information, whose
 /// `served_model_name` and `model_path` become labels.
 pub async fn detect(
-    client: &CallClient,
+    client: &CallPool,
     url: &WorkerUrl,
     bearer: Option<&HeaderValue>,
     known: RuntimeType,
@@ -151,7 +151,7 @@ async fn identify(
 
 /// One engine under detection, remembering whether it still answers.
 struct Engine<'a> {
-    client: &'a CallClient,
+    client: &'a CallPool,
     url: &'a WorkerUrl,
     bearer: Option<&'a HeaderValue>,
     timeout: Duration,
@@ -310,7 +310,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::workers::calls::call_client;
+    use crate::workers::calls::tests::plain_pool;
     use crate::workers::calls::tests::{bearer, dead_url, serve};
     use crate::workers::parse_worker_url;
 
@@ -530,14 +530,7 @@ mod tests {
     #[tokio::test]
     async fn detects_sglang_with_models_and_labels() {
         let (url, seen) = engine(sglang_routes, None).await;
-        let found = detect(
-            &call_client(),
-            &url,
-            None,
-            RuntimeType::Unspecified,
-            TIMEOUT,
-        )
-        .await;
+        let found = detect(&plain_pool(), &url, None, RuntimeType::Unspecified, TIMEOUT).await;
         assert_eq!(found.runtime, RuntimeType::Sglang);
         assert_eq!(found.models, ["qwen"]);
         assert_eq!(found.labels["served_model_name"], "qwen");
@@ -547,7 +540,7 @@ mod tests {
 
     #[tokio::test]
     async fn detects_vllm_and_llamacpp_as_generic() {
-        let client = call_client();
+        let client = plain_pool();
         let (url, seen) = engine(vllm_routes, None).await;
         let found = detect(&client, &url, None, RuntimeType::Unspecified, TIMEOUT).await;
         assert_eq!(
@@ -582,7 +575,7 @@ mod tests {
                 other => vllm_routes(other),
             }
         }
-        let client = call_client();
+        let client = plain_pool();
         let (url, seen) = engine(sglang_renamed, None).await;
         let found = detect(&client, &url, None, RuntimeType::Unspecified, TIMEOUT).await;
         assert_eq!(
@@ -604,7 +597,7 @@ mod tests {
 
     #[tokio::test]
     async fn presents_the_worker_key_on_every_call() {
-        let client = call_client();
+        let client = plain_pool();
         let (url, seen) = engine(sglang_routes, Some("sk-engine")).await;
         let key = bearer("sk-engine");
         let found = detect(&client, &url, Some(&key), RuntimeType::Unspecified, TIMEOUT).await;
@@ -625,7 +618,7 @@ mod tests {
     #[tokio::test]
     async fn an_explicit_runtime_skips_identification_but_reads_models() {
         let (url, seen) = engine(vllm_routes, None).await;
-        let found = detect(&call_client(), &url, None, RuntimeType::Trtllm, TIMEOUT).await;
+        let found = detect(&plain_pool(), &url, None, RuntimeType::Trtllm, TIMEOUT).await;
         assert_eq!(found.runtime, RuntimeType::Trtllm);
         assert_eq!(found.models, ["llama"]);
         assert_eq!(paths(&seen), ["/v1/models"]);
@@ -633,7 +626,7 @@ mod tests {
 
     #[tokio::test]
     async fn external_workers_are_never_called() {
-        let client = call_client();
+        let client = plain_pool();
         let (local, seen) = engine(vllm_routes, None).await;
         let found = detect(&client, &local, None, RuntimeType::External, TIMEOUT).await;
         assert_eq!(found.runtime, RuntimeType::External);
@@ -647,7 +640,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_dead_worker_is_generic_without_models() {
-        let client = call_client();
+        let client = plain_pool();
         let dead = url(&dead_url().await);
         let key = bearer("sk");
         assert!(
@@ -679,7 +672,7 @@ mod tests {
 
     #[tokio::test]
     async fn non_http_urls_learn_nothing() {
-        let client = call_client();
+        let client = plain_pool();
         let grpc = url("grpc://127.0.0.1:1");
         let found = detect(&client, &grpc, None, RuntimeType::Unspecified, TIMEOUT).await;
         assert_eq!(found, Discovered::default());

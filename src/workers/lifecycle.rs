@@ -9,12 +9,14 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio::time::{sleep, Instant};
 use uuid::Uuid;
 
-use super::calls::{call_client, probe_health, CallClient};
+use super::calls::{probe_health, CallClient};
 use super::detect::{detect, is_external_provider};
 use super::jobs::Job;
+use super::protocol::{self, Unsettled, Want};
 use super::spec::{check_for_registration, WorkerSpec};
-use super::{Discovered, RuntimeType, Status, Transport, Worker};
+use super::{Discovered, RuntimeType, Status, Transport, Worker, WorkerType};
 use crate::app::Gateway;
+use crate::config::Config;
 
 /// Jobs that may run at once (registrations can wait on a worker for a long time).
 const CONCURRENT_JOBS: usize = 64;
@@ -27,7 +29,7 @@ const IDLE_RECHECK: Duration = Duration::from_secs(5);
 /// Drains the job queue until the gateway stops. Each job runs as its own task.
 pub async fn run_jobs(gateway: Arc<Gateway>, mut rx: mpsc::Receiver<Job>) {
     let permits = Arc::new(Semaphore::new(CONCURRENT_JOBS));
-    let client = call_client();
+    let client = CallClient::new();
     while let Some(job) = rx.recv().await {
         let Ok(permit) = permits.clone().acquire_owned().await else {
             return;
@@ -121,18 +123,25 @@ async fn register(
     let probe_worker = Worker::new(id, spec.clone(), Discovered::default(), config);
     let discovered = match &spec.url.transport {
         Transport::Http { .. } => {
-            if !probe_worker.health.disabled {
-                wait_until_answering(gateway, client, &spec, bearer.as_ref(), &probe_worker)
-                    .await?;
-            }
-            detect(
-                client,
+            let want = Want::from_settings(spec.http_pool.http2, config.upstream_http2);
+            let timeout = probe_worker.health.timeout;
+            let http2 = if probe_worker.health.disabled {
+                protocol::settle_once(client, &spec.url, bearer.as_ref(), timeout, want).await?
+            } else {
+                wait_until_answering(gateway, client, &spec, bearer.as_ref(), timeout, want).await?
+            };
+            let discovered = detect(
+                client.pool(http2),
                 &spec.url,
                 bearer.as_ref(),
                 spec.effective_runtime(),
-                probe_worker.health.timeout,
+                timeout,
             )
-            .await
+            .await;
+            Discovered {
+                http2,
+                ..discovered
+            }
         }
         // Stored so operators see them; no traffic until their transports exist.
         Transport::Grpc { .. } | Transport::Zmq { .. } => Discovered::default(),
@@ -141,20 +150,23 @@ async fn register(
 }
 
 /// Startup probing: `/health` every `--worker-startup-check-interval` until it answers or
-/// `--worker-startup-timeout-secs` runs out.
+/// `--worker-startup-timeout-secs` runs out. Returns whether the worker is spoken to over
+/// HTTP/2.
 async fn wait_until_answering(
     gateway: &Gateway,
     client: &CallClient,
     spec: &WorkerSpec,
     bearer: Option<&http::HeaderValue>,
-    worker: &Worker,
-) -> Result<(), String> {
+    timeout: Duration,
+    want: Want,
+) -> Result<bool, String> {
     let config = &gateway.config;
     let deadline = Instant::now() + config.worker_startup_timeout;
     loop {
-        match probe_health(client, &spec.url, bearer, worker.health.timeout).await {
-            Ok(()) => return Ok(()),
-            Err(err) => {
+        match protocol::check(client, &spec.url, bearer, timeout, want).await {
+            Ok(http2) => return Ok(http2),
+            Err(Unsettled::Http1Only) => return Err(protocol::HTTP1_ONLY.into()),
+            Err(Unsettled::NotYet(err)) => {
                 let next = Instant::now() + config.worker_startup_check_interval;
                 if next >= deadline {
                     return Err(format!(
@@ -169,34 +181,45 @@ async fn wait_until_answering(
     }
 }
 
-/// Registers the `--worker-urls` workers before the gateway listens. They carry the
-/// gateway `--api-key`, are detected (a dead worker simply learns nothing) and are routable
-/// at once, as the operator listed them; their health watchers then take over. Detection
-/// runs for all of them at the same time, so startup waits for one probe timeout at most.
+/// Registers the workers named on the command line (`--worker-urls`, and `--prefill` /
+/// `--decode` with their worker types) before the gateway listens. They carry the gateway
+/// `--api-key`, are detected (a dead worker simply learns nothing) and are routable at
+/// once, as the operator listed them; their health watchers then take over. Detection runs
+/// for all of them at the same time, so startup waits for one probe timeout at most.
 pub async fn register_startup(gateway: &Arc<Gateway>) -> Result<(), String> {
     let config = &gateway.config;
-    let client = call_client();
+    let client = CallClient::new();
     let mut pending = Vec::new();
-    for raw in &config.worker_urls {
-        let url = super::parse_worker_url(raw).map_err(|e| format!("--worker-urls {raw}: {e}"))?;
-        let mut spec = WorkerSpec::new(url);
+    for startup in startup_specs(config)? {
+        let mut spec = startup;
         spec.api_key = config.api_key.clone();
         if is_external_provider(&spec.url) {
             spec.runtime_type = RuntimeType::External;
         }
         let timeout = config.health_check_timeout;
+        let want = Want::from_settings(None, config.upstream_http2);
         let client = client.clone();
         pending.push(tokio::spawn(async move {
             let bearer = super::bearer(spec.api_key.as_ref());
+            // Unset `http2` never fails to settle: HTTP/1.1 is the fallback.
+            let http2 = protocol::settle_once(&client, &spec.url, bearer.as_ref(), timeout, want)
+                .await
+                .unwrap_or(false);
             let discovered = detect(
-                &client,
+                client.pool(http2),
                 &spec.url,
                 bearer.as_ref(),
                 spec.effective_runtime(),
                 timeout,
             )
             .await;
-            (spec, discovered)
+            (
+                spec,
+                Discovered {
+                    http2,
+                    ..discovered
+                },
+            )
         }));
     }
     for handle in pending {
@@ -215,6 +238,29 @@ pub async fn register_startup(gateway: &Arc<Gateway>) -> Result<(), String> {
         publish(gateway, &client, worker, Status::Ready);
     }
     Ok(())
+}
+
+/// The specs of the command-line workers, in flag order: regular, prefill, decode.
+fn startup_specs(config: &Config) -> Result<Vec<WorkerSpec>, String> {
+    let parse = |flag: &str, raw: &str| {
+        super::parse_worker_url(raw).map_err(|e| format!("{flag} {raw}: {e}"))
+    };
+    let mut specs = Vec::new();
+    for raw in &config.worker_urls {
+        specs.push(WorkerSpec::new(parse("--worker-urls", raw)?));
+    }
+    for prefill in &config.prefill_workers {
+        let mut spec = WorkerSpec::new(parse("--prefill", &prefill.url)?);
+        spec.worker_type = WorkerType::Prefill;
+        spec.bootstrap_port = prefill.bootstrap_port;
+        specs.push(spec);
+    }
+    for raw in &config.decode_workers {
+        let mut spec = WorkerSpec::new(parse("--decode", raw)?);
+        spec.worker_type = WorkerType::Decode;
+        specs.push(spec);
+    }
+    Ok(specs)
 }
 
 /// Publishes a registered worker with the status its registration earned.
@@ -275,7 +321,7 @@ async fn watch(gateway: Arc<Gateway>, client: CallClient, registered: Arc<Worker
             return;
         };
         let ok = probe_health(
-            &client,
+            client.pool(worker.http2),
             &worker.spec.url,
             worker.bearer.as_ref(),
             health.timeout,

@@ -10,6 +10,7 @@ pub mod calls;
 pub mod detect;
 pub mod jobs;
 pub mod lifecycle;
+pub mod protocol;
 pub mod spec;
 mod url;
 
@@ -366,6 +367,29 @@ impl Worker {
             Transport::Http { scheme, authority } => Some((scheme, authority)),
             _ => None,
         }
+    }
+
+    /// The key a prefill and a decode worker must share to be paired: the `pairing_protocol`
+    /// label, else `runtime/transport/layout` with the KV connector as layout (`default`
+    /// without one). `None` for workers outside prefill/decode disaggregation.
+    pub fn pd_pairing(&self) -> Option<String> {
+        if !matches!(self.worker_type, WorkerType::Prefill | WorkerType::Decode) {
+            return None;
+        }
+        if let Some(explicit) = self
+            .labels
+            .get("pairing_protocol")
+            .filter(|v| !v.is_empty())
+        {
+            return Some(explicit.clone());
+        }
+        let layout = self.spec.kv_connector.as_deref().unwrap_or("default");
+        Some(format!(
+            "{}/{}/{}",
+            self.runtime.as_str(),
+            self.connection_mode().as_str(),
+            layout
+        ))
     }
 
     /// Whether the worker serves `model` (workers without a model list serve any).
