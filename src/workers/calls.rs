@@ -61,9 +61,10 @@ impl Default for CallClient {
     }
 }
 
-/// Largest reply body read from a worker. Detection and admin replies are a few KiB; the
-/// cap only stops a misbehaving worker from filling the gateway's memory.
-pub const MAX_CALL_BODY: usize = 16 * 1024 * 1024;
+/// Largest reply body read from a worker. Detection, information and fan-out replies are a
+/// few KiB; the cap only stops a misbehaving worker from filling the gateway's memory, and
+/// with fan-out keeping up to 64 calls in flight it bounds one fan-out to 256 MiB.
+pub const MAX_CALL_BODY: usize = 4 * 1024 * 1024;
 /// Idle connections are kept this long, so periodic probes reuse them between intervals
 /// of the default health check but do not pile up for removed workers.
 const POOL_IDLE: Duration = Duration::from_secs(30);
