@@ -16,6 +16,7 @@ use crate::http::body::{read_whole, ReadError, RespBody};
 use crate::http::error::{self, error_response, GatewayError};
 use crate::http::route::{match_route, path_param, Route, RouteGroup, RouteMatch};
 use crate::proxy::{ContentType, Forward, UpstreamClient};
+use crate::resilience::RetryConfig;
 use crate::routing::Policy;
 use crate::workers::calls::CallClient;
 use crate::workers::jobs::Jobs;
@@ -26,6 +27,8 @@ pub struct Gateway {
     pub config: Config,
     pub registry: Registry,
     pub policy: Box<dyn Policy>,
+    /// Retry settings in force (none under `--disable-retries`).
+    pub retry: RetryConfig,
     pub auth: Authenticator,
     /// Queued worker changes and their status.
     pub jobs: Jobs,
@@ -55,6 +58,7 @@ impl ThreadCtx {
             registry: &self.gateway.registry,
             policy: self.gateway.policy.as_ref(),
             client: &self.client,
+            retry: self.gateway.retry,
         }
     }
 }

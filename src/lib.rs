@@ -13,6 +13,7 @@ pub mod config;
 pub mod http;
 pub mod logging;
 pub mod proxy;
+pub mod resilience;
 pub mod routing;
 pub mod runtime;
 pub mod server;

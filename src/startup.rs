@@ -8,6 +8,7 @@ use tokio::sync::watch;
 use crate::app::Gateway;
 use crate::auth::gate::Authenticator;
 use crate::config::Config;
+use crate::resilience;
 use crate::routing;
 use crate::runtime::{choose_engine, DataPlane};
 use crate::workers::jobs::Jobs;
@@ -51,10 +52,12 @@ pub fn run(config: Config) -> Result<(), String> {
         .map_err(|e| format!("cannot start the control runtime: {e}"))?;
     let auth = control.block_on(Authenticator::new(&config));
     let (jobs, job_queue) = Jobs::new();
+    let retry = resilience::retry_config(&config);
     let gateway = Arc::new(Gateway {
         config,
         registry,
         policy,
+        retry,
         auth,
         jobs,
     });

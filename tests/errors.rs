@@ -63,7 +63,7 @@ async fn closed_port_is_502_worker_connect_failed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_dropping_before_answer_is_502_worker_connection_error() {
     let upstream = mock(&[]);
-    let gw = gateway(&["--worker-urls", &upstream.url()]);
+    let gw = gateway(&["--worker-urls", &upstream.url(), "--disable-retries"]);
     for h2 in [false, true] {
         // Non-streaming with drop_after_tokens: the mock closes the connection without
         // sending a response head.

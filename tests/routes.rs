@@ -149,10 +149,17 @@ async fn forwarded_routes_reach_the_worker_h2() {
     forwarded_routes_reach_the_worker(true).await;
 }
 
-/// The worker's error statuses and bodies are relayed unchanged, on every route.
+/// The worker's error statuses and bodies are relayed unchanged, on every route (after
+/// the one retry allowed here; the breaker is off so every route reaches the worker).
 async fn worker_errors_are_relayed(h2: bool) {
     let upstream = mock(&[]);
-    let gw = gateway(&["--worker-urls", &upstream.url()]);
+    let gw = gateway(&[
+        "--worker-urls",
+        &upstream.url(),
+        "--retry-max-retries",
+        "1",
+        "--disable-circuit-breaker",
+    ]);
     let c = client(h2);
     for (i, (path, mut body)) in forwarded_routes().into_iter().enumerate() {
         let status = [418u16, 429, 500, 503][i % 4];

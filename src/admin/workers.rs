@@ -284,6 +284,15 @@ fn worker_object(gateway: &Gateway, worker: &Worker) -> Value {
     object.insert("status".into(), json!(worker.status().as_str()));
     object.insert("load".into(), json!(worker.load()));
     object.insert("http2".into(), json!(worker.http2));
+    let breaker = &worker.breaker;
+    object.insert(
+        "circuit_breaker".into(),
+        json!({
+            "state": breaker.state().as_str(),
+            "consecutive_failures": breaker.consecutive_failures(),
+            "consecutive_successes": breaker.consecutive_successes(),
+        }),
+    );
     if let Some(pairing) = worker.pd_pairing() {
         object.insert("pd_pairing".into(), json!(pairing));
     }

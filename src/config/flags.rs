@@ -21,6 +21,7 @@ pub enum Group {
     Listener,
     Workers,
     Routing,
+    Resilience,
     Runtime,
     LimitsAndTimeouts,
     Logging,
@@ -33,6 +34,7 @@ impl Group {
         Group::Listener,
         Group::Workers,
         Group::Routing,
+        Group::Resilience,
         Group::Runtime,
         Group::LimitsAndTimeouts,
         Group::Logging,
@@ -45,6 +47,7 @@ impl Group {
             Group::Listener => "Listener",
             Group::Workers => "Workers",
             Group::Routing => "Routing",
+            Group::Resilience => "Retries and circuit breakers",
             Group::Runtime => "Runtime",
             Group::LimitsAndTimeouts => "Limits and timeouts",
             Group::Logging => "Logging",
@@ -385,6 +388,131 @@ pub static FLAGS: &[Flag] = &[
             c.policy = choice(v, PolicyName::ALL, PolicyName::as_str)?;
             Ok(())
         },
+    ),
+    // Retries and circuit breakers
+    Flag::one(
+        "retry-max-retries",
+        "N",
+        "5",
+        Group::Resilience,
+        "Retries after the first attempt (408/429/5xx answers and failed exchanges, before \
+         any response byte reaches the client)",
+        |c, v| {
+            c.retry.max_retries = integer(v, 0, 100)? as u32;
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "retry-initial-backoff-ms",
+        "MS",
+        "50",
+        Group::Resilience,
+        "Delay before the first retry",
+        |c, v| {
+            c.retry.initial_backoff = Duration::from_millis(integer(v, 0, MAX_SECS * 1000)?);
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "retry-max-backoff-ms",
+        "MS",
+        "30000",
+        Group::Resilience,
+        "Longest delay between retries",
+        |c, v| {
+            c.retry.max_backoff = Duration::from_millis(integer(v, 0, MAX_SECS * 1000)?);
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "retry-backoff-multiplier",
+        "X",
+        "1.5",
+        Group::Resilience,
+        "Growth of the delay from one retry to the next (>= 1)",
+        |c, v| {
+            c.retry.multiplier = float(v, 1.0, 100.0)?;
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "retry-jitter-factor",
+        "F",
+        "0.2",
+        Group::Resilience,
+        "Fraction of each delay added or removed at random (0-1)",
+        |c, v| {
+            c.retry.jitter = float(v, 0.0, 1.0)?;
+            Ok(())
+        },
+    ),
+    Flag::switch(
+        "disable-retries",
+        Group::Resilience,
+        "Send every request once; bodies stream through unbuffered",
+        |c| c.disable_retries = true,
+    ),
+    Flag::one(
+        "max-buffered-request-bytes",
+        "BYTES",
+        "16MiB",
+        Group::Resilience,
+        "Largest request body kept for replay on retry; larger bodies stream and are not \
+         retried",
+        |c, v| {
+            c.max_buffered_request_bytes = byte_size(v)?;
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "cb-failure-threshold",
+        "N",
+        "10",
+        Group::Resilience,
+        "Consecutive counted failures that open a worker's circuit breaker",
+        |c, v| {
+            c.breaker.failure_threshold = integer(v, 1, u64::from(u32::MAX))? as u32;
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "cb-success-threshold",
+        "N",
+        "3",
+        Group::Resilience,
+        "Successes in half-open state that close the breaker",
+        |c, v| {
+            c.breaker.success_threshold = integer(v, 1, u64::from(u32::MAX))? as u32;
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "cb-timeout-duration-secs",
+        "SECS",
+        "60",
+        Group::Resilience,
+        "Time an open breaker waits before letting trial requests through (half-open)",
+        |c, v| {
+            c.breaker.open_for = seconds(v, 1)?;
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "cb-window-duration-secs",
+        "SECS",
+        "120",
+        Group::Resilience,
+        "Accepted for compatibility and unused: the breaker counts consecutive failures",
+        |c, v| {
+            c.breaker.window = seconds(v, 1)?;
+            Ok(())
+        },
+    ),
+    Flag::switch(
+        "disable-circuit-breaker",
+        Group::Resilience,
+        "Workers' circuit breakers never open",
+        |c| c.breaker.disabled = true,
     ),
     // Runtime
     Flag::one(
@@ -730,6 +858,14 @@ pub fn seconds(v: &str, min: u64) -> Result<Duration, Invalid> {
             v,
             format!("expected whole seconds {min}-{MAX_SECS}"),
         )),
+    }
+}
+
+/// A decimal number in `min..=max`.
+pub fn float(v: &str, min: f64, max: f64) -> Result<f64, Invalid> {
+    match v.parse::<f64>() {
+        Ok(x) if x.is_finite() && (min..=max).contains(&x) => Ok(x),
+        _ => Err(Invalid::new(v, format!("expected a number {min}-{max}"))),
     }
 }
 

@@ -22,6 +22,7 @@ use flags::{Flag, Invalid, Kind};
 
 use crate::auth::keys::{ControlPlaneKey, TenantKey};
 use crate::auth::Role;
+use crate::resilience::RetryConfig;
 
 /// What the command line asks the binary to do.
 #[derive(Debug)]
@@ -174,6 +175,29 @@ impl fmt::Display for Secret {
     }
 }
 
+/// The gateway-wide circuit-breaker settings; a worker's `resilience` block overrides them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BreakerDefaults {
+    pub failure_threshold: u32,
+    pub success_threshold: u32,
+    pub open_for: Duration,
+    /// Accepted and unused: the breaker counts consecutive failures, not a window.
+    pub window: Duration,
+    pub disabled: bool,
+}
+
+impl Default for BreakerDefaults {
+    fn default() -> BreakerDefaults {
+        BreakerDefaults {
+            failure_threshold: 10,
+            success_threshold: 3,
+            open_for: Duration::from_secs(60),
+            window: Duration::from_secs(120),
+            disabled: false,
+        }
+    }
+}
+
 /// One `--prefill` occurrence: the worker's URL and, optionally, its KV bootstrap port.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PrefillWorker {
@@ -221,6 +245,14 @@ pub struct Config {
     pub enable_igw: bool,
     /// `--policy`: routing policy.
     pub policy: PolicyName,
+    /// `--retry-*`: retry count and backoff.
+    pub retry: RetryConfig,
+    /// `--disable-retries`: every request is sent once.
+    pub disable_retries: bool,
+    /// `--max-buffered-request-bytes`: largest body kept for replay.
+    pub max_buffered_request_bytes: u64,
+    /// `--cb-*`, `--disable-circuit-breaker`: gateway defaults of workers' breakers.
+    pub breaker: BreakerDefaults,
     /// `--runtime-worker-threads`: data-plane threads, one runtime each (>= 1).
     pub runtime_worker_threads: usize,
     /// `--io-engine`: io_uring, epoll, or probe.
@@ -289,6 +321,10 @@ impl Default for Config {
             model_aliases: Vec::new(),
             enable_igw: false,
             policy: PolicyName::RoundRobin,
+            retry: RetryConfig::default(),
+            disable_retries: false,
+            max_buffered_request_bytes: 16 * 1024 * 1024,
+            breaker: BreakerDefaults::default(),
             runtime_worker_threads: std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(1),

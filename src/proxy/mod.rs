@@ -4,13 +4,17 @@
 //! the worker's response streams back frame by frame. Each data-plane thread owns its own
 //! connection pool, so pooled connections never cross threads.
 
+pub mod body_path;
 pub mod headers;
+pub mod select;
 
 use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+use http::header::AUTHORIZATION;
 use http::uri::{self, Scheme, Uri};
-use http::{Request, Response, Version};
+use http::{HeaderMap, Request, Response, Version};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -19,8 +23,11 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use crate::config::Config;
 use crate::http::body::{is_body_too_large, read_whole, LimitedBody, ReadError, RespBody};
 use crate::http::error::GatewayError;
+use crate::resilience::{Outcome, RetryConfig};
 use crate::routing::{Policy, RequestFacts};
-use crate::workers::Registry;
+use crate::workers::{LoadGuard, Registry, Worker};
+use body_path::{BodyPath, BufferReason};
+use uuid::Uuid;
 
 pub use headers::ContentType;
 
@@ -96,30 +103,77 @@ pub struct Forward<'a> {
     pub registry: &'a Registry,
     pub policy: &'a dyn Policy,
     pub client: &'a UpstreamClient,
+    pub retry: RetryConfig,
+}
+
+/// The request body as the attempts see it: streamed once, or held for replay.
+enum Payload {
+    Stream(Option<Incoming>),
+    Held(Bytes),
+}
+
+impl Payload {
+    fn replayable(&self) -> bool {
+        matches!(self, Payload::Held(_))
+    }
+
+    /// The body of the next attempt; `None` once a streamed body has been used.
+    fn next(&mut self, limit: u64) -> Option<LimitedBody> {
+        match self {
+            Payload::Stream(body) => body.take().map(|b| LimitedBody::new(b, limit)),
+            Payload::Held(bytes) => Some(LimitedBody::whole(bytes.clone())),
+        }
+    }
+}
+
+/// How one attempt ended, when it did not produce the response to relay.
+enum Failed {
+    /// A retryable status; the response is kept in case it is the last word.
+    Status(Response<Incoming>, LoadGuard),
+    /// No response: connect failure or broken exchange.
+    Exchange(GatewayError),
+}
+
+impl Failed {
+    /// The client's answer when no further attempt follows.
+    fn into_result(self, deadline: Instant) -> Result<Response<RespBody>, GatewayError> {
+        match self {
+            Failed::Status(response, load) => Ok(relay(response, deadline, load)),
+            Failed::Exchange(err) => Err(err),
+        }
+    }
 }
 
 impl Forward<'_> {
-    /// Forwards `req` to one routable worker and relays its answer.
+    /// Forwards `req` to a routable worker and relays its answer, retrying on another
+    /// worker (with backoff) while no response byte has reached the client.
     pub async fn send(
         &self,
         req: Request<Incoming>,
         content_type: ContentType,
     ) -> Result<Response<RespBody>, GatewayError> {
-        let limit = self.config.max_payload_size;
-        if declared_length(&req).is_some_and(|len| len > limit) {
-            return Err(GatewayError::PayloadTooLarge { limit });
-        }
         if self.config.pd_disaggregation && !self.config.enable_igw {
             return Err(GatewayError::NotImplemented {
                 route: "prefill/decode dispatch (--pd-disaggregation)",
             });
         }
+        let limit = self.config.max_payload_size;
+        let declared = declared_length(&req);
+        if declared.is_some_and(|len| len > limit) {
+            return Err(GatewayError::PayloadTooLarge { limit });
+        }
         let deadline = Instant::now() + self.config.request_timeout;
 
-        let (parts, body) = req.into_parts();
-        // With several models behind the gateway the body names the model: read it whole
-        // (bounded by the limit and the deadline) and look at that one field only.
-        let (body, peeked) = if self.config.enable_igw && content_type == ContentType::Json {
+        let path = body_path::decide(body_path::Inputs {
+            needs_model: self.config.enable_igw && content_type == ContentType::Json,
+            needs_text: false,
+            needs_rid: false,
+            retries: self.retry.enabled(),
+            declared_len: declared,
+            max_buffered: self.config.max_buffered_request_bytes,
+        });
+        let (mut parts, body) = req.into_parts();
+        let mut payload = if path.is_buffered() {
             let bytes =
                 read_whole(body, limit, deadline.into())
                     .await
@@ -128,27 +182,108 @@ impl Forward<'_> {
                         ReadError::Broken => GatewayError::ClientBodyBroken,
                         ReadError::TooSlow => GatewayError::ClientBodyTimeout,
                     })?;
-            (LimitedBody::whole(bytes.clone()), Some(bytes))
+            Payload::Held(bytes)
         } else {
-            (LimitedBody::new(body, limit), None)
+            Payload::Stream(Some(body))
         };
-        let model = peeked.as_deref().and_then(peek_model);
+        let held = match &payload {
+            Payload::Held(bytes) if path == BodyPath::Buffered(BufferReason::ModelSelection) => {
+                Some(bytes.clone())
+            }
+            _ => None,
+        };
+        let model = held.as_deref().and_then(peek_model);
+        let mut headers = headers::to_worker(&mut parts.headers, content_type, None);
+        let facts = RequestFacts::default();
 
-        let worker = {
-            let snap = self.registry.snapshot();
-            let routable = match &model {
-                Some(model) => snap.routable_for_model(model),
-                None => snap.routable(),
+        let mut tried: Vec<Uuid> = Vec::new();
+        let mut attempt: u32 = 0;
+        let mut resent = false;
+        let mut last: Option<Failed> = None;
+        loop {
+            let picked = {
+                let snapshot = self.registry.snapshot();
+                select::pick(&snapshot, model.as_deref(), self.policy, &facts, &tried)
             };
-            let idx = self
-                .policy
-                .select(routable, &RequestFacts::default())
-                .ok_or(GatewayError::NoAvailableWorkers)?;
-            routable
-                .get(idx)
-                .cloned()
-                .ok_or(GatewayError::NoAvailableWorkers)?
-        };
+            let worker = match (picked, last.take()) {
+                (Ok(worker), _) => worker,
+                // Every breaker opened while retrying: the last answer is the better word.
+                (Err(_), Some(failed)) => return failed.into_result(deadline),
+                (Err(err), None) => return Err(err),
+            };
+            let Some(body) = payload.next(limit) else {
+                return Err(GatewayError::UpstreamBroken);
+            };
+            let last_chance = !payload.replayable();
+            let upstream = self.request(&parts, &mut headers, &worker, body, last_chance)?;
+            let load = worker.track();
+            let sent = tokio::time::timeout_at(
+                deadline.into(),
+                self.client.pool(worker.http2).request(upstream),
+            )
+            .await;
+            let failed = match sent {
+                Err(_) => {
+                    worker.breaker.record(Outcome::Failure);
+                    return Err(GatewayError::UpstreamTimeout);
+                }
+                Ok(Err(err)) => {
+                    if is_body_too_large(&err) {
+                        return Err(GatewayError::PayloadTooLarge { limit });
+                    }
+                    worker.breaker.record(Outcome::Failure);
+                    tracing::debug!(worker = %worker.url, error = %err, "worker request failed");
+                    if err.is_connect() {
+                        Failed::Exchange(GatewayError::UpstreamConnect)
+                    } else {
+                        // A pooled connection the worker closed as the request went out:
+                        // one immediate resend, before any retry.
+                        if payload.replayable() && !resent {
+                            resent = true;
+                            continue;
+                        }
+                        Failed::Exchange(GatewayError::UpstreamBroken)
+                    }
+                }
+                Ok(Ok(response)) => {
+                    let status = response.status();
+                    let outcome = worker.breaker.config().classify(status);
+                    worker.breaker.record(outcome);
+                    if RetryConfig::retries_status(status) && payload.replayable() {
+                        Failed::Status(response, load)
+                    } else {
+                        return Ok(relay(response, deadline, load));
+                    }
+                }
+            };
+            attempt += 1;
+            let backoff = self.retry.backoff(attempt);
+            let can_retry = payload.replayable()
+                && attempt <= self.retry.max_retries
+                && Instant::now() + backoff < deadline;
+            if !can_retry {
+                if payload.replayable() && attempt > self.retry.max_retries {
+                    tracing::debug!(worker = %worker.url, attempts = attempt, "retries exhausted");
+                }
+                return failed.into_result(deadline);
+            }
+            last = Some(failed);
+            tracing::debug!(worker = %worker.url, attempt, backoff_ms = backoff.as_millis() as u64, "retrying on another worker");
+            tried.push(worker.id);
+            tokio::time::sleep(backoff).await;
+        }
+    }
+
+    /// The request for one attempt on `worker`. An attempt that cannot be followed by
+    /// another (a streamed body) takes the header map; others copy it.
+    fn request(
+        &self,
+        parts: &http::request::Parts,
+        headers: &mut HeaderMap,
+        worker: &Worker,
+        body: LimitedBody,
+        last: bool,
+    ) -> Result<Request<LimitedBody>, GatewayError> {
         let (scheme, authority) =
             worker
                 .http_origin()
@@ -158,8 +293,6 @@ impl Forward<'_> {
         if *scheme == Scheme::HTTPS {
             return Err(GatewayError::UnsupportedTransport { transport: "https" });
         }
-
-        let mut parts = parts;
         let mut uri_parts = uri::Parts::default();
         uri_parts.scheme = Some(scheme.clone());
         uri_parts.authority = Some(authority.clone());
@@ -167,42 +300,31 @@ impl Forward<'_> {
         let uri = Uri::from_parts(uri_parts).map_err(|_| GatewayError::UpstreamBroken)?;
 
         let mut upstream = Request::new(body);
-        *upstream.method_mut() = parts.method;
+        *upstream.method_mut() = parts.method.clone();
         *upstream.uri_mut() = uri;
         *upstream.version_mut() = if worker.http2 {
             Version::HTTP_2
         } else {
             Version::HTTP_11
         };
-        *upstream.headers_mut() =
-            headers::to_worker(&mut parts.headers, content_type, worker.bearer.as_ref());
-
-        let load = worker.track();
-        let response = match tokio::time::timeout_at(
-            deadline.into(),
-            self.client.pool(worker.http2).request(upstream),
-        )
-        .await
-        {
-            Err(_) => return Err(GatewayError::UpstreamTimeout),
-            Ok(Err(err)) => {
-                if is_body_too_large(&err) {
-                    return Err(GatewayError::PayloadTooLarge { limit });
-                }
-                tracing::debug!(worker = %worker.url, error = %err, "worker request failed");
-                return Err(if err.is_connect() {
-                    GatewayError::UpstreamConnect
-                } else {
-                    GatewayError::UpstreamBroken
-                });
-            }
-            Ok(Ok(resp)) => resp,
+        let mut headers = if last {
+            std::mem::take(headers)
+        } else {
+            headers.clone()
         };
-        let (mut head, body) = response.into_parts();
-        headers::strip_hop_by_hop(&mut head.headers);
-        Ok(Response::from_parts(
-            head,
-            RespBody::relay(body, deadline, load),
-        ))
+        if !headers.contains_key(AUTHORIZATION) {
+            if let Some(bearer) = &worker.bearer {
+                headers.insert(AUTHORIZATION, bearer.clone());
+            }
+        }
+        *upstream.headers_mut() = headers;
+        Ok(upstream)
     }
+}
+
+/// The worker's response on its way to the client, hop-by-hop headers removed.
+fn relay(response: Response<Incoming>, deadline: Instant, load: LoadGuard) -> Response<RespBody> {
+    let (mut head, body) = response.into_parts();
+    headers::strip_hop_by_hop(&mut head.headers);
+    Response::from_parts(head, RespBody::relay(body, deadline, load))
 }

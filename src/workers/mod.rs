@@ -25,6 +25,7 @@ use http::HeaderValue;
 use uuid::Uuid;
 
 use crate::config::{Config, Secret};
+use crate::resilience::{self, Breaker};
 use spec::{HealthOverrides, WorkerPatch, WorkerSpec};
 
 pub use url::{parse_worker_url, Transport, WorkerUrl, WorkerUrlError};
@@ -218,6 +219,8 @@ pub struct Worker {
     pub labels: BTreeMap<String, String>,
     pub health: HealthConfig,
     pub http2: bool,
+    /// The circuit breaker. Not part of [`Live`]: a PATCH rebuilds it (spec 1).
+    pub breaker: Arc<Breaker>,
     live: Arc<Live>,
 }
 
@@ -262,6 +265,10 @@ impl Worker {
             model_names,
             labels,
             http2: discovered.http2,
+            breaker: Arc::new(Breaker::new(resilience::breaker_config(
+                config,
+                &spec.resilience,
+            ))),
             spec,
             live: Arc::new(Live::default()),
         }
@@ -296,6 +303,8 @@ impl Worker {
             model_names: self.model_names.clone(),
             labels,
             http2: self.http2,
+            // Spec 1, PATCH: the breaker restarts with the built-in thresholds until a PUT.
+            breaker: Arc::new(Breaker::new(self.breaker.config().after_patch())),
             spec,
             live: self.live.clone(),
         }

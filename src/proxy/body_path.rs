@@ -1,0 +1,170 @@
+//! Whether a request body is read before dispatch or streamed through unread.
+//!
+//! Reading costs memory and the time until the last byte arrives, so the body is read
+//! only when something needs it: routing that looks inside (the model under
+//! `--enable-igw`, the prompt text for prefix policies), or a retry that must replay it.
+//! The decision and its reason are the labels of `gw_router_request_body_path_total`
+//! (spec 3).
+
+/// Why a body is read whole before dispatch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BufferReason {
+    /// Several models behind the gateway: the body names the model.
+    ModelSelection,
+    /// The routing policy needs the prompt text.
+    PolicyNeedsText,
+    /// The routing key may come from the body's `rid`.
+    RoutingKeyOverride,
+    /// Kept for replay on retry (within `--max-buffered-request-bytes`).
+    Retryable,
+    /// Retries are on and the size is unknown until the body has arrived.
+    NoContentLength,
+}
+
+/// Why a body streams through unread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamReason {
+    /// Larger than `--max-buffered-request-bytes`: sent once, not retried.
+    RetryForfeited,
+    /// Retries are off and nothing needs the body.
+    PureForward,
+}
+
+/// The decision for one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyPath {
+    Buffered(BufferReason),
+    Streamed(StreamReason),
+}
+
+impl BodyPath {
+    /// The metric's `path` label.
+    pub fn path(self) -> &'static str {
+        match self {
+            BodyPath::Buffered(_) => "buffered",
+            BodyPath::Streamed(_) => "streamed",
+        }
+    }
+
+    /// The metric's `reason` label.
+    pub fn reason(self) -> &'static str {
+        match self {
+            BodyPath::Buffered(BufferReason::ModelSelection) => "model_selection",
+            BodyPath::Buffered(BufferReason::PolicyNeedsText) => "policy_needs_text",
+            BodyPath::Buffered(BufferReason::RoutingKeyOverride) => "routing_key_override",
+            BodyPath::Buffered(BufferReason::Retryable) => "retryable",
+            BodyPath::Buffered(BufferReason::NoContentLength) => "no_content_length",
+            BodyPath::Streamed(StreamReason::RetryForfeited) => "retry_forfeited",
+            BodyPath::Streamed(StreamReason::PureForward) => "pure_forward",
+        }
+    }
+
+    pub fn is_buffered(self) -> bool {
+        matches!(self, BodyPath::Buffered(_))
+    }
+}
+
+/// What the decision depends on.
+#[derive(Clone, Copy, Debug)]
+pub struct Inputs {
+    /// `--enable-igw` on a JSON route.
+    pub needs_model: bool,
+    /// The policy reads the prompt text.
+    pub needs_text: bool,
+    /// The policy's routing key may come from the body and the request carries no header.
+    pub needs_rid: bool,
+    pub retries: bool,
+    /// The client's `Content-Length`, if it sent one.
+    pub declared_len: Option<u64>,
+    pub max_buffered: u64,
+}
+
+/// Decides the body path: routing needs first, then retries.
+pub fn decide(inputs: Inputs) -> BodyPath {
+    if inputs.needs_model {
+        return BodyPath::Buffered(BufferReason::ModelSelection);
+    }
+    if inputs.needs_text {
+        return BodyPath::Buffered(BufferReason::PolicyNeedsText);
+    }
+    if inputs.needs_rid {
+        return BodyPath::Buffered(BufferReason::RoutingKeyOverride);
+    }
+    if !inputs.retries {
+        return BodyPath::Streamed(StreamReason::PureForward);
+    }
+    match inputs.declared_len {
+        None => BodyPath::Buffered(BufferReason::NoContentLength),
+        Some(len) if len <= inputs.max_buffered => BodyPath::Buffered(BufferReason::Retryable),
+        Some(_) => BodyPath::Streamed(StreamReason::RetryForfeited),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inputs() -> Inputs {
+        Inputs {
+            needs_model: false,
+            needs_text: false,
+            needs_rid: false,
+            retries: true,
+            declared_len: Some(100),
+            max_buffered: 1000,
+        }
+    }
+
+    fn labels(p: BodyPath) -> (&'static str, &'static str) {
+        (p.path(), p.reason())
+    }
+
+    #[test]
+    fn routing_needs_come_before_retries() {
+        let all = Inputs {
+            needs_model: true,
+            needs_text: true,
+            needs_rid: true,
+            retries: false,
+            declared_len: Some(u64::MAX),
+            ..inputs()
+        };
+        assert_eq!(labels(decide(all)), ("buffered", "model_selection"));
+        let text = Inputs {
+            needs_model: false,
+            ..all
+        };
+        assert_eq!(labels(decide(text)), ("buffered", "policy_needs_text"));
+        let rid = Inputs {
+            needs_text: false,
+            ..text
+        };
+        assert_eq!(labels(decide(rid)), ("buffered", "routing_key_override"));
+    }
+
+    #[test]
+    fn retries_buffer_within_the_limit_only() {
+        assert_eq!(labels(decide(inputs())), ("buffered", "retryable"));
+        let at_limit = Inputs {
+            declared_len: Some(1000),
+            ..inputs()
+        };
+        assert_eq!(labels(decide(at_limit)), ("buffered", "retryable"));
+        let over = Inputs {
+            declared_len: Some(1001),
+            ..inputs()
+        };
+        assert_eq!(labels(decide(over)), ("streamed", "retry_forfeited"));
+        let chunked = Inputs {
+            declared_len: None,
+            ..inputs()
+        };
+        assert_eq!(labels(decide(chunked)), ("buffered", "no_content_length"));
+        let off = Inputs {
+            retries: false,
+            ..inputs()
+        };
+        assert_eq!(labels(decide(off)), ("streamed", "pure_forward"));
+        assert!(!decide(off).is_buffered());
+    }
+}
