@@ -389,6 +389,109 @@ pub static FLAGS: &[Flag] = &[
             Ok(())
         },
     ),
+    Flag::one(
+        "prefill-policy",
+        "NAME",
+        "none (follows --policy)",
+        Group::Routing,
+        "Policy among prefill workers (prefill/decode mode)",
+        |c, v| {
+            c.prefill_policy = Some(choice(v, PolicyName::ALL, PolicyName::as_str)?);
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "decode-policy",
+        "NAME",
+        "none (follows --policy)",
+        Group::Routing,
+        "Policy among decode workers (prefill/decode mode)",
+        |c, v| {
+            c.decode_policy = Some(choice(v, PolicyName::ALL, PolicyName::as_str)?);
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "cache-threshold",
+        "RATIO",
+        "0.3",
+        Group::Routing,
+        "cache_aware: smallest prefix match ratio (0-1) that routes to the matching worker",
+        |c, v| {
+            c.cache_threshold = float(v, 0.0, 1.0)?;
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "balance-abs-threshold",
+        "N",
+        "64",
+        Group::Routing,
+        "cache_aware: load difference (requests) above which the least loaded worker wins",
+        |c, v| {
+            c.balance_abs_threshold = integer(v, 0, 1 << 32)? as usize;
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "balance-rel-threshold",
+        "RATIO",
+        "1.5",
+        Group::Routing,
+        "cache_aware: load ratio (max/min) that must also be passed to spill (>= 1)",
+        |c, v| {
+            c.balance_rel_threshold = float(v, 1.0, 1e6)?;
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "eviction-interval",
+        "SECS",
+        "120",
+        Group::Routing,
+        "cache_aware: seconds between trims of the prefix trees",
+        |c, v| {
+            c.eviction_interval = seconds(v, 1)?;
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "max-tree-size",
+        "CHARS",
+        "67108864",
+        Group::Routing,
+        "cache_aware: characters each worker may hold in a prefix tree after a trim",
+        |c, v| {
+            c.max_tree_size = integer(v, 1, 1 << 40)? as usize;
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "prefix-token-count",
+        "N",
+        "256",
+        Group::Routing,
+        "prefix_hash: leading tokens of the prompt that choose the worker",
+        |c, v| {
+            c.prefix_token_count = integer(v, 1, 1 << 20)? as usize;
+            Ok(())
+        },
+    ),
+    Flag::many(
+        "routing-key-headers",
+        "NAME",
+        "x-gw-routing-key",
+        Group::Routing,
+        "Headers whose value is the sticky routing key (manual, consistent_hashing), first \
+         present wins",
+        |c, values| {
+            c.routing_key_headers = values
+                .iter()
+                .map(|v| header_name(v))
+                .collect::<Result<_, _>>()?;
+            Ok(())
+        },
+    ),
     // Retries and circuit breakers
     Flag::one(
         "retry-max-retries",
@@ -858,6 +961,18 @@ pub fn seconds(v: &str, min: u64) -> Result<Duration, Invalid> {
             v,
             format!("expected whole seconds {min}-{MAX_SECS}"),
         )),
+    }
+}
+
+/// An HTTP header name, stored lowercase.
+pub fn header_name(v: &str) -> Result<String, Invalid> {
+    let valid = !v.is_empty()
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+    if valid {
+        Ok(v.to_ascii_lowercase())
+    } else {
+        Err(Invalid::new(v, "expected an HTTP header name"))
     }
 }
 

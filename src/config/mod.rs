@@ -245,6 +245,23 @@ pub struct Config {
     pub enable_igw: bool,
     /// `--policy`: routing policy.
     pub policy: PolicyName,
+    /// `--prefill-policy`, `--decode-policy`: per-role policies; `None` follows `--policy`.
+    pub prefill_policy: Option<PolicyName>,
+    pub decode_policy: Option<PolicyName>,
+    /// `--cache-threshold`: cache_aware smallest match ratio that routes by prefix.
+    pub cache_threshold: f64,
+    /// `--balance-abs-threshold`: cache_aware load difference that triggers a spill.
+    pub balance_abs_threshold: usize,
+    /// `--balance-rel-threshold`: cache_aware load ratio that must also be passed.
+    pub balance_rel_threshold: f64,
+    /// `--eviction-interval`: time between prefix-tree trims.
+    pub eviction_interval: Duration,
+    /// `--max-tree-size`: characters per worker kept after a trim.
+    pub max_tree_size: usize,
+    /// `--prefix-token-count`: prompt tokens hashed by prefix_hash.
+    pub prefix_token_count: usize,
+    /// `--routing-key-headers`: lowercase header names carrying the routing key.
+    pub routing_key_headers: Vec<String>,
     /// `--retry-*`: retry count and backoff.
     pub retry: RetryConfig,
     /// `--disable-retries`: every request is sent once.
@@ -321,6 +338,15 @@ impl Default for Config {
             model_aliases: Vec::new(),
             enable_igw: false,
             policy: PolicyName::RoundRobin,
+            prefill_policy: None,
+            decode_policy: None,
+            cache_threshold: 0.3,
+            balance_abs_threshold: 64,
+            balance_rel_threshold: 1.5,
+            eviction_interval: Duration::from_secs(120),
+            max_tree_size: 67_108_864,
+            prefix_token_count: 256,
+            routing_key_headers: vec!["x-gw-routing-key".to_owned()],
             retry: RetryConfig::default(),
             disable_retries: false,
             max_buffered_request_bytes: 16 * 1024 * 1024,

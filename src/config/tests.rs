@@ -451,7 +451,14 @@ fn help_defaults_match_config_defaults() {
     for flag in FLAGS {
         match flag.kind {
             Kind::Switch(_) => assert_eq!(flag.default, "off", "--{}", flag.name),
-            Kind::Many { .. } => assert!(flag.default.starts_with("none"), "--{}", flag.name),
+            Kind::Many { .. } if flag.default.starts_with("none") => {}
+            Kind::Many { set, .. } => {
+                let mut config = Config::default();
+                let values: Vec<String> =
+                    flag.default.split(' ').map(str::to_owned).collect();
+                assert!(set(&mut config, &values).is_ok(), "--{}", flag.name);
+                assert_eq!(format!("{config:?}"), defaults, "--{}", flag.name);
+            }
             // "none", possibly followed by where the value comes from instead.
             Kind::One { .. } if flag.default.starts_with("none") => {}
             Kind::One { set, .. } => {
@@ -752,4 +759,75 @@ fn prefill_and_decode_flags_are_checked() {
         "http://d:1",
     ]);
     assert_eq!(c.worker_urls, ["http://w:1"]);
+}
+
+#[test]
+fn routing_and_resilience_flags() {
+    let c = run(&[]);
+    assert_eq!(c.routing_key_headers, ["x-gw-routing-key"]);
+    assert_eq!((c.cache_threshold, c.balance_abs_threshold), (0.3, 64));
+    assert_eq!(c.retry.max_retries, 5);
+    assert_eq!(c.max_buffered_request_bytes, 16 * 1024 * 1024);
+    assert_eq!(c.breaker.failure_threshold, 10);
+    let c = run(&[
+        "--policy",
+        "cache_aware",
+        "--prefill-policy",
+        "bucket",
+        "--cache-threshold",
+        "0.5",
+        "--balance-abs-threshold",
+        "8",
+        "--balance-rel-threshold",
+        "2",
+        "--eviction-interval",
+        "30",
+        "--max-tree-size",
+        "1000",
+        "--prefix-token-count",
+        "64",
+        "--routing-key-headers",
+        "X-Session-Id",
+        "x-user",
+        "--retry-max-retries",
+        "2",
+        "--retry-backoff-multiplier",
+        "2.5",
+        "--retry-jitter-factor",
+        "0",
+        "--disable-retries",
+        "--max-buffered-request-bytes",
+        "1MiB",
+        "--cb-failure-threshold",
+        "4",
+        "--cb-timeout-duration-secs",
+        "5",
+        "--disable-circuit-breaker",
+    ]);
+    assert_eq!(c.prefill_policy, Some(PolicyName::Bucket));
+    assert_eq!(c.decode_policy, None);
+    assert_eq!(c.cache_threshold, 0.5);
+    assert_eq!(c.balance_abs_threshold, 8);
+    assert_eq!(c.eviction_interval, Duration::from_secs(30));
+    assert_eq!((c.max_tree_size, c.prefix_token_count), (1000, 64));
+    assert_eq!(c.routing_key_headers, ["x-session-id", "x-user"]);
+    assert_eq!((c.retry.max_retries, c.retry.multiplier), (2, 2.5));
+    assert!(c.disable_retries);
+    assert_eq!(crate::resilience::retry_config(&c).max_retries, 0);
+    assert_eq!(c.max_buffered_request_bytes, 1024 * 1024);
+    assert_eq!(c.breaker.failure_threshold, 4);
+    assert_eq!(c.breaker.open_for, Duration::from_secs(5));
+    assert!(c.breaker.disabled);
+
+    for (args, flag) in [
+        (&["--cache-threshold", "1.5"][..], "--cache-threshold"),
+        (&["--retry-jitter-factor", "-0.1"], "--retry-jitter-factor"),
+        (&["--retry-backoff-multiplier", "0.5"], "--retry-backoff-multiplier"),
+        (&["--retry-backoff-multiplier", "NaN"], "--retry-backoff-multiplier"),
+        (&["--cb-failure-threshold", "0"], "--cb-failure-threshold"),
+        (&["--routing-key-headers", "bad header"], "--routing-key-headers"),
+    ] {
+        let e = error(args);
+        assert!(e.contains(flag), "{args:?}: {e}");
+    }
 }
