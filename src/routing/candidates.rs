@@ -38,16 +38,23 @@ impl SetKey {
 
 /// Fingerprint of a candidate slice. The id names the worker; the allocation address
 /// changes whenever the registry publishes a new version of it (a PATCH or a replacement),
-/// which may change its URL.
+/// which may change its URL. This runs on every selection of the policies that cache, so
+/// four independent lanes keep the multiply chain from bounding it.
 pub(crate) fn fingerprint(candidates: &[Arc<Worker>]) -> SetKey {
-    let mut h = candidates.len() as u64;
-    for worker in candidates {
-        let (hi, lo) = worker.id.as_u64_pair();
-        let addr = Arc::as_ptr(worker) as usize as u64;
-        h = (h ^ lo).rotate_left(23).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ hi ^ addr;
+    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut lanes = [candidates.len() as u64, 1, 2, 3];
+    for chunk in candidates.chunks(lanes.len()) {
+        for (lane, worker) in lanes.iter_mut().zip(chunk) {
+            let (hi, lo) = worker.id.as_u64_pair();
+            let addr = Arc::as_ptr(worker) as usize as u64;
+            *lane = (*lane ^ lo ^ addr).wrapping_mul(K).rotate_left(23) ^ hi;
+        }
     }
+    let hash = lanes
+        .iter()
+        .fold(0u64, |h, &lane| mix(h.rotate_left(17) ^ lane));
     SetKey {
-        hash: mix(h),
+        hash,
         len: candidates.len(),
     }
 }
