@@ -699,6 +699,47 @@ mod tests {
         drop(tree);
     }
 
+    /// The fuzz target's invariants over a seeded random mix of operations on texts of
+    /// one-, two-, three- and four-byte characters.
+    #[test]
+    fn random_operations_keep_the_invariants() {
+        let mut rng = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n
+        };
+        let alphabet = ['a', 'b', 'é', 'ß', '日', '本', '🦀', '🦊'];
+        let tree = CacheTree::new();
+        for clock in 0..5000u64 {
+            let len = next(24) as usize;
+            let text: String = (0..len).map(|_| alphabet[next(8) as usize]).collect();
+            let tenant = TenantId(next(6) as u32);
+            match next(10) {
+                0..=4 => {
+                    tree.insert(&text, tenant, clock, NO_LIMIT);
+                    assert_eq!(tree.longest_match(&text, only(tenant)).bytes, text.len());
+                }
+                5 | 6 => {
+                    let m = tree.longest_match(&text, |t| t.0 % 2 == tenant.0 % 2);
+                    assert!(m.bytes <= text.len() && text.is_char_boundary(m.bytes));
+                    assert_eq!(m.chars, text[..m.bytes].chars().count());
+                }
+                7 | 8 => {
+                    let max = next(200) as usize;
+                    let stats = tree.evict(max, |t| t.0 == 5);
+                    assert!(stats.chars <= max * stats.tenants, "{stats:?} over {max}");
+                    assert!(stats.stored_chars <= stats.chars, "{stats:?}");
+                }
+                _ => {
+                    tree.remove_tenant(tenant);
+                    assert_eq!(tree.longest_match(&text, only(tenant)).bytes, 0);
+                }
+            }
+        }
+    }
+
     #[test]
     fn concurrent_inserts_and_matches_stay_consistent() {
         let tree = CacheTree::new();

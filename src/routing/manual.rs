@@ -6,6 +6,9 @@
 //! - key unknown, or idle longer than `manual_idle_ttl` → least loaded, pinned (`vacant`);
 //! - no key → random (`no_routing_id`).
 //!
+//! Pins are by worker URL, so they survive fleet changes; a removed worker's pins are not
+//! purged eagerly but re-pinned on next use (counted as `occupied_miss`) or expire.
+//!
 //! The map is split into [`SHARDS`] shards by key hash, each a `Mutex<HashMap>`: a lookup
 //! locks one shard for a hash probe and a timestamp store, so threads collide only when
 //! their keys share a shard and never wait on a scan (the least-loaded scan runs between
