@@ -3,7 +3,7 @@
 use std::cell::Cell;
 use std::sync::Arc;
 
-use super::{Needs, Policy, RequestFacts};
+use super::{Needs, Policy, RequestFacts, Selection};
 use crate::workers::Worker;
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -35,6 +35,17 @@ pub(crate) fn next_u64() -> u64 {
     })
 }
 
+/// A uniform-enough index below `n` (`n` > 0); the modulo bias is negligible for fleet sizes.
+pub(crate) fn below(n: usize) -> usize {
+    (next_u64() % n.max(1) as u64) as usize
+}
+
+/// Makes this thread's sequence repeatable, so policy tests are deterministic.
+#[cfg(test)]
+pub(crate) fn seed_this_thread(seed: u64) {
+    STATE.with(|s| s.set(seed | 1));
+}
+
 impl Policy for Random {
     fn name(&self) -> &'static str {
         "random"
@@ -44,11 +55,8 @@ impl Policy for Random {
         Needs::Nothing
     }
 
-    fn select(&self, candidates: &[Arc<Worker>], _facts: &RequestFacts<'_>) -> Option<usize> {
-        if candidates.is_empty() {
-            return None;
-        }
-        Some((next_u64() % candidates.len() as u64) as usize)
+    fn decide(&self, candidates: &[Arc<Worker>], _facts: &RequestFacts<'_>) -> Selection {
+        Selection::plain((!candidates.is_empty()).then(|| below(candidates.len())))
     }
 }
 
@@ -58,6 +66,7 @@ mod tests {
 
     #[test]
     fn spreads_roughly_evenly() {
+        seed_this_thread(7);
         let mut counts = [0usize; 4];
         for _ in 0..40_000 {
             counts[(next_u64() % 4) as usize] += 1;

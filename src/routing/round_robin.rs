@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use super::{Needs, Policy, RequestFacts};
+use super::{Needs, Policy, RequestFacts, Selection};
 use crate::workers::Worker;
 
 /// One shared counter for all threads, so the rotation is exact across the whole gateway.
@@ -21,32 +21,29 @@ impl Policy for RoundRobin {
         Needs::Nothing
     }
 
-    fn select(&self, candidates: &[Arc<Worker>], _facts: &RequestFacts<'_>) -> Option<usize> {
+    fn decide(&self, candidates: &[Arc<Worker>], _facts: &RequestFacts<'_>) -> Selection {
         if candidates.is_empty() {
-            return None;
+            return Selection::plain(None);
         }
-        Some(self.next.fetch_add(1, Ordering::Relaxed) % candidates.len())
+        Selection::plain(Some(
+            self.next.fetch_add(1, Ordering::Relaxed) % candidates.len(),
+        ))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn workers(n: usize) -> Vec<Arc<Worker>> {
-        (0..n)
-            .map(|i| Arc::new(Worker::for_url(&format!("http://127.0.0.1:{}", 1000 + i)).unwrap()))
-            .collect()
-    }
+    use crate::routing::test_support::workers;
 
     #[test]
     fn rotates_exactly() {
         let rr = RoundRobin::default();
         let ws = workers(3);
         let picks: Vec<_> = (0..6)
-            .map(|_| rr.select(&ws, &RequestFacts::default()).unwrap())
+            .map(|_| rr.decide(&ws, &RequestFacts::default()).index.unwrap())
             .collect();
         assert_eq!(picks, [0, 1, 2, 0, 1, 2]);
-        assert_eq!(rr.select(&[], &RequestFacts::default()), None);
+        assert_eq!(rr.decide(&[], &RequestFacts::default()).index, None);
     }
 }
