@@ -9,7 +9,7 @@ use crate::app::Gateway;
 use crate::auth::gate::Authenticator;
 use crate::config::Config;
 use crate::resilience;
-use crate::routing;
+use crate::routing::{self, PolicyParams};
 use crate::runtime::{choose_engine, DataPlane};
 use crate::workers::jobs::Jobs;
 use crate::workers::lifecycle;
@@ -32,16 +32,24 @@ async fn shutdown_signal() {
     }
 }
 
+/// The policy's periodic upkeep (prefix-tree trims, expiry of sticky keys), on the control
+/// runtime so no data-plane thread ever pays for it.
+async fn maintain_policy(gateway: Arc<Gateway>) {
+    let mut ticks = tokio::time::interval(gateway.config.eviction_interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        // A trim of large trees takes a while: off the runtime that runs health probes.
+        let gateway = gateway.clone();
+        let _ = tokio::task::spawn_blocking(move || gateway.policy.maintain()).await;
+    }
+}
+
 /// Runs the gateway until a shutdown signal has been handled and connections drained.
 pub fn run(config: Config) -> Result<(), String> {
     let (engine, reason) = choose_engine(config.io_engine)?;
-    let (policy, built) = routing::build(config.policy);
-    if !built {
-        tracing::warn!(
-            policy = config.policy.as_str(),
-            "policy not available in this build yet; routing with round_robin"
-        );
-    }
+    let policy = routing::build_with_params(config.policy, &PolicyParams::from_config(&config));
     let registry = Registry::with_aliases(config.model_aliases.clone());
     let threads = config.runtime_worker_threads;
     let addr = SocketAddr::new(config.host, config.port);
@@ -63,6 +71,7 @@ pub fn run(config: Config) -> Result<(), String> {
     });
     control.block_on(lifecycle::register_startup(&gateway))?;
     control.spawn(lifecycle::run_jobs(gateway.clone(), job_queue));
+    control.spawn(maintain_policy(gateway.clone()));
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let plane = DataPlane::start(gateway, engine, addr, threads, shutdown_rx)
         .map_err(|e| format!("cannot listen on {addr}: {e}"))?;

@@ -194,13 +194,6 @@ pub fn build_with_params(name: PolicyName, params: &PolicyParams) -> Box<dyn Pol
     }
 }
 
-/// Builds the policy for a configured name with default parameters. Kept for the callers
-/// that predate [`PolicyParams`] (startup, the registry bench) until the flags are wired;
-/// every policy is built, so the flag is always `true`.
-pub fn build(name: PolicyName) -> (Box<dyn Policy>, bool) {
-    (build_with_params(name, &PolicyParams::default()), true)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use crate::config::Config;
+
 /// Parameters of every policy, with the documented defaults.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PolicyParams {
@@ -47,6 +49,21 @@ impl Default for PolicyParams {
             manual_max_entries: 1_000_000,
             bucket_boundaries: vec![1024, 4096, 16384],
             virtual_nodes: 160,
+        }
+    }
+}
+
+impl PolicyParams {
+    /// The parameters the flags set; the rest keep their defaults.
+    pub fn from_config(config: &Config) -> PolicyParams {
+        PolicyParams {
+            cache_threshold: config.cache_threshold as f32,
+            balance_abs_threshold: config.balance_abs_threshold,
+            balance_rel_threshold: config.balance_rel_threshold as f32,
+            eviction_interval: config.eviction_interval,
+            max_tree_size: config.max_tree_size,
+            prefix_token_count: config.prefix_token_count,
+            ..PolicyParams::default()
         }
     }
 }

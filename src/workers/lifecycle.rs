@@ -91,6 +91,7 @@ async fn execute(gateway: &Arc<Gateway>, client: &CallClient, job: Job) -> Resul
                 sleep(worker.health.drain_settle).await;
             }
             gateway.registry.remove(&id);
+            gateway.policy.remove_worker(&worker.url);
             tracing::info!(worker = %worker.url, id = %id, "worker removed");
             Ok(())
         }
