@@ -5,6 +5,7 @@
 //! connection pool, so pooled connections never cross threads.
 
 pub mod headers;
+pub mod peek;
 
 use std::borrow::Cow;
 use std::time::{Duration, Instant};
