@@ -6,6 +6,7 @@
 
 pub mod body_path;
 pub mod headers;
+pub mod peek;
 pub mod select;
 
 use std::borrow::Cow;
