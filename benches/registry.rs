@@ -25,7 +25,8 @@ fn ready_worker(port: u32) -> Arc<Worker> {
 }
 
 fn bench_select(c: &mut Criterion) {
-    let policy = routing::build_with_params(PolicyName::RoundRobin, &routing::PolicyParams::default());
+    let policy =
+        routing::build_with_params(PolicyName::RoundRobin, &routing::PolicyParams::default());
     let mut group = c.benchmark_group("snapshot_select_round_robin");
     for size in [2u32, 64, 1024] {
         let registry = Arc::new(Registry::new());

@@ -454,8 +454,7 @@ fn help_defaults_match_config_defaults() {
             Kind::Many { .. } if flag.default.starts_with("none") => {}
             Kind::Many { set, .. } => {
                 let mut config = Config::default();
-                let values: Vec<String> =
-                    flag.default.split(' ').map(str::to_owned).collect();
+                let values: Vec<String> = flag.default.split(' ').map(str::to_owned).collect();
                 assert!(set(&mut config, &values).is_ok(), "--{}", flag.name);
                 assert_eq!(format!("{config:?}"), defaults, "--{}", flag.name);
             }
@@ -822,10 +821,19 @@ fn routing_and_resilience_flags() {
     for (args, flag) in [
         (&["--cache-threshold", "1.5"][..], "--cache-threshold"),
         (&["--retry-jitter-factor", "-0.1"], "--retry-jitter-factor"),
-        (&["--retry-backoff-multiplier", "0.5"], "--retry-backoff-multiplier"),
-        (&["--retry-backoff-multiplier", "NaN"], "--retry-backoff-multiplier"),
+        (
+            &["--retry-backoff-multiplier", "0.5"],
+            "--retry-backoff-multiplier",
+        ),
+        (
+            &["--retry-backoff-multiplier", "NaN"],
+            "--retry-backoff-multiplier",
+        ),
         (&["--cb-failure-threshold", "0"], "--cb-failure-threshold"),
-        (&["--routing-key-headers", "bad header"], "--routing-key-headers"),
+        (
+            &["--routing-key-headers", "bad header"],
+            "--routing-key-headers",
+        ),
     ] {
         let e = error(args);
         assert!(e.contains(flag), "{args:?}: {e}");

@@ -9,13 +9,12 @@ pub mod headers;
 pub mod peek;
 pub mod select;
 
-use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::AUTHORIZATION;
 use http::uri::{self, Scheme, Uri};
-use http::{HeaderMap, Request, Response, Version};
+use http::{HeaderMap, HeaderValue, Request, Response, Version};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -25,12 +24,15 @@ use crate::config::Config;
 use crate::http::body::{is_body_too_large, read_whole, LimitedBody, ReadError, RespBody};
 use crate::http::error::GatewayError;
 use crate::resilience::{Outcome, RetryConfig};
-use crate::routing::{Policy, RequestFacts};
+use crate::routing::{Needs, Policy, RequestFacts};
 use crate::workers::{LoadGuard, Registry, Worker};
-use body_path::{BodyPath, BufferReason};
+use peek::Wants;
 use uuid::Uuid;
 
 pub use headers::ContentType;
+
+/// Header naming the worker to use, as an index into the candidates (consistent_hashing).
+const TARGET_WORKER: &str = "x-gw-target-worker";
 
 /// Idle connections kept per worker, per thread.
 pub const POOL_MAX_IDLE_PER_HOST: usize = 500;
@@ -76,18 +78,6 @@ fn pool(config: &Config, http2_only: bool) -> UpstreamPool {
         .pool_timer(TokioTimer::new())
         .timer(TokioTimer::new())
         .build(connector)
-}
-
-/// The top-level `"model"` of a JSON body; `None` when absent or not JSON (the worker
-/// then answers the malformed request itself).
-/// The name is borrowed from the body unless it contains escapes.
-fn peek_model(body: &[u8]) -> Option<Cow<'_, str>> {
-    #[derive(serde::Deserialize)]
-    struct Peek<'a> {
-        #[serde(borrow)]
-        model: Option<Cow<'a, str>>,
-    }
-    serde_json::from_slice::<Peek<'_>>(body).ok()?.model
 }
 
 /// The body length the client declared, if any.
@@ -165,14 +155,29 @@ impl Forward<'_> {
         }
         let deadline = Instant::now() + self.config.request_timeout;
 
-        let path = body_path::decide(body_path::Inputs {
-            needs_model: self.config.enable_igw && content_type == ContentType::Json,
-            needs_text: false,
-            needs_rid: false,
+        let json = content_type == ContentType::Json;
+        let needs = self.policy.needs();
+        // Header values are shared buffers: taken before the header map is handed on.
+        let (routing_key, target_worker) = if needs == Needs::Header {
+            (
+                self.routing_key_header(req.headers()),
+                req.headers().get(TARGET_WORKER).cloned(),
+            )
+        } else {
+            (None, None)
+        };
+        let inputs = body_path::Inputs {
+            needs_model: self.config.enable_igw && json,
+            needs_text: needs == Needs::PromptText && json,
+            needs_rid: needs == Needs::Header
+                && json
+                && routing_key.is_none()
+                && target_worker.is_none(),
             retries: self.retry.enabled(),
             declared_len: declared,
             max_buffered: self.config.max_buffered_request_bytes,
-        });
+        };
+        let path = body_path::decide(inputs);
         let (mut parts, body) = req.into_parts();
         let mut payload = if path.is_buffered() {
             let bytes =
@@ -187,15 +192,35 @@ impl Forward<'_> {
         } else {
             Payload::Stream(Some(body))
         };
-        let held = match &payload {
-            Payload::Held(bytes) if path == BodyPath::Buffered(BufferReason::ModelSelection) => {
-                Some(bytes.clone())
-            }
-            _ => None,
+        let wants = Wants {
+            model: inputs.needs_model || inputs.needs_text,
+            stream: false,
+            rid: inputs.needs_rid,
+            text: inputs.needs_text,
         };
-        let model = held.as_deref().and_then(peek_model);
+        let held = match &payload {
+            Payload::Held(bytes) if wants != Wants::default() => bytes.clone(),
+            _ => Bytes::new(),
+        };
+        let peeked = peek::peek(&held, wants);
+        let facts = RequestFacts {
+            routing_key: routing_key
+                .as_ref()
+                .and_then(|v| v.to_str().ok())
+                .or(peeked.rid.as_deref()),
+            target_worker: target_worker.as_ref().and_then(|v| v.to_str().ok()),
+            model: peeked.model.as_deref(),
+            text: peeked.text.as_deref(),
+            body_len: declared.map_or(held.len(), |len| usize::try_from(len).unwrap_or(usize::MAX)),
+        };
+        // Candidates are narrowed to the model's workers only with several models behind
+        // the gateway; otherwise the model only informs the policy.
+        let model = if inputs.needs_model {
+            peeked.model.as_deref()
+        } else {
+            None
+        };
         let mut headers = headers::to_worker(&mut parts.headers, content_type, None);
-        let facts = RequestFacts::default();
 
         let mut tried: Vec<Uuid> = Vec::new();
         let mut attempt: u32 = 0;
@@ -204,7 +229,7 @@ impl Forward<'_> {
         loop {
             let picked = {
                 let snapshot = self.registry.snapshot();
-                select::pick(&snapshot, model.as_deref(), self.policy, &facts, &tried)
+                select::pick(&snapshot, model, self.policy, &facts, &tried)
             };
             let worker = match (picked, last.take()) {
                 (Ok(worker), _) => worker,
@@ -273,6 +298,15 @@ impl Forward<'_> {
             tried.push(worker.id);
             tokio::time::sleep(backoff).await;
         }
+    }
+
+    /// The routing key from the first `--routing-key-headers` header the request carries.
+    fn routing_key_header(&self, headers: &HeaderMap) -> Option<HeaderValue> {
+        self.config
+            .routing_key_headers
+            .iter()
+            .find_map(|name| headers.get(name.as_str()))
+            .cloned()
     }
 
     /// The request for one attempt on `worker`. An attempt that cannot be followed by
