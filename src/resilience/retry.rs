@@ -5,10 +5,11 @@
 //! has started is never replayed. The delay grows exponentially with jitter so that many
 //! requests failing at once do not come back in lockstep.
 
-use std::cell::Cell;
 use std::time::Duration;
 
 use http::StatusCode;
+
+use crate::routing::next_u64;
 
 /// Statuses that are retried (on another worker where one exists).
 pub const RETRYABLE_STATUSES: [u16; 6] = [408, 429, 500, 502, 503, 504];
@@ -64,32 +65,11 @@ impl RetryConfig {
     }
 }
 
-/// A uniform number in [0, 1) from a per-thread xorshift generator: jitter needs spread,
-/// not cryptographic quality, and must not contend across threads.
+/// A uniform number in [0, 1) from the routing policies' per-thread generator: jitter
+/// needs spread, not cryptographic quality, and must not contend across threads.
 pub fn unit_random() -> f64 {
-    thread_local! {
-        static STATE: Cell<u64> = Cell::new(seed());
-    }
-    STATE.with(|state| {
-        let mut x = state.get();
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        state.set(x);
-        // The top 53 bits make an exactly representable fraction.
-        (x >> 11) as f64 / (1u64 << 53) as f64
-    })
-}
-
-/// A nonzero seed that differs between threads and runs.
-fn seed() -> u64 {
-    let clock = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    let local = 0u8;
-    let address = std::ptr::addr_of!(local) as u64;
-    (clock ^ address.rotate_left(32)) | 1
+    // The top 53 bits make an exactly representable fraction.
+    (next_u64() >> 11) as f64 / (1u64 << 53) as f64
 }
 
 #[cfg(test)]

@@ -41,7 +41,7 @@ pub use manual::Manual;
 pub use params::PolicyParams;
 pub use power_of_two::PowerOfTwo;
 pub use prefix_hash::PrefixHash;
-pub use random::Random;
+pub use random::{next_u64, Random};
 pub use round_robin::RoundRobin;
 
 /// What a policy must see of a request before it can choose.

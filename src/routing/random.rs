@@ -23,8 +23,9 @@ fn seed() -> u64 {
     (addr ^ nanos.rotate_left(17)) | 1
 }
 
-/// xorshift64*: a few instructions, good enough to spread load evenly.
-pub(crate) fn next_u64() -> u64 {
+/// xorshift64* on a per-thread state: a few instructions, good enough to spread load (and
+/// retry jitter) evenly, and never contended.
+pub fn next_u64() -> u64 {
     STATE.with(|s| {
         let mut x = s.get();
         x ^= x >> 12;
