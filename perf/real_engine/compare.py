@@ -65,12 +65,18 @@ def measure(direct_url: str, gateway_url: str, rounds: int = 10, max_tokens: int
     results = {k: {"ttft": [], "tps": [], "tokens": []} for k in paths}
     try:
         for k, url in paths.items():  # warm-up: connections, prompt cache
-            for _ in range(2):
-                one_stream(clients[k], url, max_tokens)
+            for i in range(2):
+                try:
+                    one_stream(clients[k], url, max_tokens)
+                except httpx.HTTPError as e:
+                    raise RuntimeError(f"{k} warm-up request {i + 1} to {url} failed: {e!r}") from e
         for i in range(rounds):
             order = ["direct", "gateway"] if i % 2 == 0 else ["gateway", "direct"]
             for k in order:
-                ttft, tps, n = one_stream(clients[k], paths[k], max_tokens)
+                try:
+                    ttft, tps, n = one_stream(clients[k], paths[k], max_tokens)
+                except httpx.HTTPError as e:
+                    raise RuntimeError(f"{k} round {i + 1} to {paths[k]} failed: {e!r}") from e
                 results[k]["ttft"].append(ttft)
                 results[k]["tps"].append(tps)
                 results[k]["tokens"].append(n)

@@ -126,7 +126,7 @@ def gateway(logdir: Path, name: str, worker_urls: list[str], extra: list[str]) -
         "--host", "127.0.0.1", "--port", str(port),
         "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()),
         "--runtime-worker-threads", "2",
-        "--log-level", "info",
+        "--log-level", os.environ.get("TOLLGATE_REAL_ENGINE_LOG_LEVEL", "info"),
     ]
     if worker_urls:
         argv += ["--worker-urls", *worker_urls]
