@@ -40,7 +40,14 @@ def one_stream(client: httpx.Client, url: str, max_tokens: int) -> tuple[float, 
     t0 = time.perf_counter()
     first = last = None
     n = 0
-    with client.stream("POST", url + "/v1/chat/completions", json=body) as r:
+    try:
+        r = client.send(client.build_request("POST", url + "/v1/chat/completions", json=body),
+                        stream=True)
+    except httpx.RemoteProtocolError as e:  # direct: nothing came back on a reused connection
+        raise Lost() from e
+    try:
+        if r.status_code == 502 and r.headers.get("x-gw-error-code") == "worker_connection_error":
+            raise Lost()  # the gateway's pooled connection to the engine was closing
         r.raise_for_status()
         for line in r.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
@@ -52,34 +59,52 @@ def one_stream(client: httpx.Client, url: str, max_tokens: int) -> tuple[float, 
                 n += 1
                 first = first or now
                 last = now
+    finally:
+        r.close()
     if first is None:
         raise RuntimeError(f"no content from {url}")
     tps = (n - 1) / (last - first) if n > 1 and last > first else float("nan")
     return first - t0, tps, n
 
 
+class Lost(Exception):
+    """The request was lost before any response: the connection it went out on was closing."""
+
+
+def timed_stream(client: httpx.Client, url: str, max_tokens: int) -> tuple[float, float, int, int]:
+    """one_stream, again on a new connection when the last one was lost (llama-server closes
+    its connection after each stream; see docs/real-engine.md). Returns the retries too."""
+    for attempt in range(4):
+        try:
+            return (*one_stream(client, url, max_tokens), attempt)
+        except Lost:
+            continue
+    raise RuntimeError(f"{url}: four requests in a row lost")
+
+
 def measure(direct_url: str, gateway_url: str, rounds: int = 10, max_tokens: int = 32,
             headers: dict | None = None) -> dict:
     paths = {"direct": direct_url, "gateway": gateway_url}
     clients = {k: httpx.Client(timeout=60, headers=headers or {}) for k in paths}
-    results = {k: {"ttft": [], "tps": [], "tokens": []} for k in paths}
+    results = {k: {"ttft": [], "tps": [], "tokens": [], "retries": 0} for k in paths}
     try:
         for k, url in paths.items():  # warm-up: connections, prompt cache
             for i in range(2):
                 try:
-                    one_stream(clients[k], url, max_tokens)
+                    timed_stream(clients[k], url, max_tokens)
                 except httpx.HTTPError as e:
                     raise RuntimeError(f"{k} warm-up request {i + 1} to {url} failed: {e!r}") from e
         for i in range(rounds):
             order = ["direct", "gateway"] if i % 2 == 0 else ["gateway", "direct"]
             for k in order:
                 try:
-                    ttft, tps, n = one_stream(clients[k], paths[k], max_tokens)
+                    ttft, tps, n, retries = timed_stream(clients[k], paths[k], max_tokens)
                 except httpx.HTTPError as e:
                     raise RuntimeError(f"{k} round {i + 1} to {paths[k]} failed: {e!r}") from e
                 results[k]["ttft"].append(ttft)
                 results[k]["tps"].append(tps)
                 results[k]["tokens"].append(n)
+                results[k]["retries"] += retries
     finally:
         for c in clients.values():
             c.close()
@@ -96,6 +121,7 @@ def summary(results: dict) -> dict:
             "tps_median": statistics.median(r["tps"]),
             "tokens": statistics.median(r["tokens"]),
             "rounds": len(r["ttft"]),
+            "retries": r["retries"],
         }
     return out
 
@@ -103,12 +129,14 @@ def summary(results: dict) -> dict:
 def table(s: dict) -> str:
     d, g = s["direct"], s["gateway"]
     rows = [
-        f"{'path':<10}{'rounds':>7}{'tokens':>8}{'TTFT median':>13}{'TTFT min':>10}{'TTFT max':>10}{'tokens/s':>10}",
+        f"{'path':<10}{'rounds':>7}{'tokens':>8}{'TTFT median':>13}{'TTFT min':>10}{'TTFT max':>10}"
+        f"{'tokens/s':>10}{'lost+resent':>13}",
     ]
     for name, x in (("direct", d), ("gateway", g)):
         rows.append(
             f"{name:<10}{x['rounds']:>7}{x['tokens']:>8.0f}{x['ttft_median_ms']:>10.2f} ms"
             f"{x['ttft_min_ms']:>7.2f} ms{x['ttft_max_ms']:>7.2f} ms{x['tps_median']:>10.1f}"
+            f"{x['retries']:>13}"
         )
     rows.append(
         f"{'delta':<10}{'':>7}{'':>8}{g['ttft_median_ms'] - d['ttft_median_ms']:>+10.2f} ms"

@@ -14,14 +14,18 @@ from conftest import ADMIN_KEY, GATEWAY_KEY
 
 MAX_TOKENS = 24
 PROMPT = "Name three colours of the rainbow."
+# The SDKs' own default: two retries of a 502/connection error. llama-server closes its
+# connection after every streamed response, and the gateway's pooled connection can lose that
+# race (see test_back_to_back_streams_get_no_502 below); real clients retry, so do these.
+RETRIES = 2
 
 
 def oai(fleet, key: str = GATEWAY_KEY) -> openai.OpenAI:
-    return openai.OpenAI(api_key=key, base_url=fleet.gw.url + "/v1", timeout=60, max_retries=0)
+    return openai.OpenAI(api_key=key, base_url=fleet.gw.url + "/v1", timeout=60, max_retries=RETRIES)
 
 
 def ant(fleet, key: str = GATEWAY_KEY) -> anthropic.Anthropic:
-    return anthropic.Anthropic(api_key=key, base_url=fleet.gw.url, timeout=60, max_retries=0)
+    return anthropic.Anthropic(api_key=key, base_url=fleet.gw.url, timeout=60, max_retries=RETRIES)
 
 
 def chat(messages_text: str = PROMPT):
@@ -164,16 +168,19 @@ def test_messages_stream(fleet):
         model=harness.MODEL_ALIAS,
         max_tokens=MAX_TOKENS,
         messages=chat("Count from one to twenty in words."),
+        extra_body={"temperature": 0, "ignore_eos": True},
     ) as stream:
         for text in stream.text_stream:
             arrivals.append(time.monotonic())
             parts.append(text)
         final = stream.get_final_message()
-    assert len(arrivals) >= 5, parts
-    assert arrivals[-1] - arrivals[0] > 0.02
+    # One text delta a token, spread over the generation (24 tokens take ~200-500 ms here).
+    assert len(arrivals) >= MAX_TOKENS // 2, parts
+    spread = arrivals[-1] - arrivals[0]
+    assert spread > 0.05, f"{len(arrivals)} text deltas arrived within {spread * 1000:.1f} ms"
     assert "".join(parts) == final.content[0].text
-    assert final.stop_reason in ("end_turn", "max_tokens")
-    assert 0 < final.usage.output_tokens <= MAX_TOKENS
+    assert final.stop_reason == "max_tokens"
+    assert final.usage.output_tokens == MAX_TOKENS
 
 
 def test_count_tokens(fleet):
@@ -235,6 +242,27 @@ def test_requests_are_spread_over_both_engines(fleet):
     grew = [b - a for a, b in zip(before, after)]
     assert all(g > 0 for g in grew), f"tokens predicted per engine: {grew}"
     assert sum(grew) >= 16
+
+
+@pytest.mark.xfail(
+    strict=False,
+    reason="gateway gap: llama-server closes its connection after each streamed response "
+    "(while sending Keep-Alive: timeout=5, max=100); tollgate may reuse that pooled upstream "
+    "connection for the next request and answers 502 worker_connection_error instead of "
+    "retrying it on a new connection (retries not built yet)",
+)
+def test_back_to_back_streams_get_no_502(fleet):
+    body = {"model": harness.MODEL_ALIAS, "messages": chat("hi"), "max_tokens": 2, "stream": True}
+    outcomes: dict = {}
+    with httpx.Client(
+        base_url=fleet.gw.url, headers={"Authorization": f"Bearer {GATEWAY_KEY}"}, timeout=60
+    ) as c:
+        for _ in range(30):
+            with c.stream("POST", "/v1/chat/completions", json=body) as r:
+                r.read()
+                key = (r.status_code, r.headers.get("x-gw-error-code"))
+                outcomes[key] = outcomes.get(key, 0) + 1
+    assert outcomes == {(200, None): 30}, outcomes
 
 
 # --- engine metrics ---------------------------------------------------------------------------

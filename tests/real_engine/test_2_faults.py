@@ -18,11 +18,13 @@ STATE: dict = {}
 
 def client(fleet, read_timeout: float = 10) -> openai.OpenAI:
     # The read timeout bounds the test: a hang shows as a failure after 10 s, never as a stall.
+    # Retries (the SDK default) never apply to an error in the middle of a stream; they cover
+    # the pooled-connection 502 of test_1_sdk.test_back_to_back_streams_get_no_502.
     return openai.OpenAI(
         api_key=GATEWAY_KEY,
         base_url=fleet.gw.url + "/v1",
         timeout=httpx.Timeout(read_timeout, connect=5),
-        max_retries=0,
+        max_retries=2,
     )
 
 
