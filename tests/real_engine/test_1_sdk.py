@@ -251,18 +251,17 @@ def test_requests_are_spread_over_both_engines(fleet):
     "connection for the next request and answers 502 worker_connection_error instead of "
     "retrying it on a new connection (retries not built yet)",
 )
-def test_back_to_back_streams_get_no_502(fleet):
+def test_back_to_back_streams_get_no_502(open_gateway):
+    # One engine behind the gateway, so each request reuses the connection of the last stream.
     body = {"model": harness.MODEL_ALIAS, "messages": chat("hi"), "max_tokens": 2, "stream": True}
     outcomes: dict = {}
-    with httpx.Client(
-        base_url=fleet.gw.url, headers={"Authorization": f"Bearer {GATEWAY_KEY}"}, timeout=60
-    ) as c:
-        for _ in range(30):
+    with httpx.Client(base_url=open_gateway.url, timeout=60) as c:
+        for _ in range(40):
             with c.stream("POST", "/v1/chat/completions", json=body) as r:
                 r.read()
                 key = (r.status_code, r.headers.get("x-gw-error-code"))
                 outcomes[key] = outcomes.get(key, 0) + 1
-    assert outcomes == {(200, None): 30}, outcomes
+    assert outcomes == {(200, None): 40}, outcomes
 
 
 # --- engine metrics ---------------------------------------------------------------------------
