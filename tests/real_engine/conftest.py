@@ -23,8 +23,8 @@ import harness  # noqa: E402
 GATEWAY_KEY = "tg-real-engine-data-key"
 ADMIN_KEY = "tg-real-engine-admin-key"
 
-# Tables the tests want shown at the end of the run (the TTFT / tokens/s comparison).
-REPORTS: list[str] = []
+# (title, text) the tests want shown at the end of the run (the TTFT / tokens/s comparison).
+REPORTS: list[tuple[str, str]] = []
 
 
 class Fleet:
@@ -135,6 +135,6 @@ def pytest_runtest_makereport(item, call):
 
 
 def pytest_terminal_summary(terminalreporter):
-    for text in REPORTS:
-        terminalreporter.write_sep("=", "gateway vs direct (same engine, same run)")
+    for title, text in REPORTS:
+        terminalreporter.write_sep("=", title)
         terminalreporter.write_line(text)

@@ -10,7 +10,7 @@ import openai
 import pytest
 
 import harness
-from conftest import ADMIN_KEY, GATEWAY_KEY
+from conftest import ADMIN_KEY, GATEWAY_KEY, REPORTS
 
 MAX_TOKENS = 24
 PROMPT = "Name three colours of the rainbow."
@@ -261,6 +261,7 @@ def test_back_to_back_streams_get_no_502(open_gateway):
                 r.read()
                 key = (r.status_code, r.headers.get("x-gw-error-code"))
                 outcomes[key] = outcomes.get(key, 0) + 1
+    REPORTS.append(("40 back-to-back streams through the gateway: (status, X-GW-Error-Code)", str(outcomes)))
     assert outcomes == {(200, None): 40}, outcomes
 
 
