@@ -8,15 +8,18 @@ round), with the same prompt, temperature 0, a fixed number of generated tokens
   perf/real_engine/compare.py                      # starts its own engine and gateway
   perf/real_engine/compare.py --direct URL --gateway URL   # measures running ones
 
-The paths of the engine, the model and tollgate come from perf/real_engine/fetch.sh's
-output (TOLLGATE_REAL_ENGINE_SERVER, TOLLGATE_REAL_ENGINE_MODEL) and TOLLGATE_BIN.
+The engine and model come from perf/real_engine/fetch.sh (run when
+TOLLGATE_REAL_ENGINE_SERVER is not set); tollgate is $TOLLGATE_BIN, else the dev build in
+$CARGO_TARGET_DIR (or target/). Run it with the venv's python (fetch.sh prints its path).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -158,8 +161,17 @@ def main() -> int:
     if args.direct:
         print(table(summary(measure(args.direct, args.gateway, args.rounds, args.max_tokens))))
         return 0
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "real_engine"))
+    repo = Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(repo / "tests" / "real_engine"))
     import harness
+
+    if not os.environ.get("TOLLGATE_REAL_ENGINE_SERVER"):
+        out = subprocess.run([str(repo / "perf/real_engine/fetch.sh")], check=True,
+                             capture_output=True, text=True).stdout
+        os.environ.update(l.split("=", 1) for l in out.splitlines() if l.startswith("TOLLGATE_"))
+    if not os.environ.get("TOLLGATE_BIN"):
+        target = Path(os.environ.get("CARGO_TARGET_DIR", repo / "target"))
+        os.environ["TOLLGATE_BIN"] = str((target / "debug" / "tollgate").resolve())
 
     logdir = Path(tempfile.mkdtemp(prefix="tollgate-compare-"))
     eng = harness.engine(logdir, "engine")
