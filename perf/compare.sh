@@ -45,7 +45,7 @@ start_gateway() { # name engine
     local port; port=$(free_port)
     "$bin/tollgate" --host 127.0.0.1 --port "$port" --worker-urls "http://$mock_addr" \
         --runtime-worker-threads "$proxy_threads" --io-engine "$2" --log-level warn \
-        --prometheus-port 29999 >"$work/$1.log" 2>&1 &
+        --prometheus-host 127.0.0.1 --prometheus-port "$(free_port)" >"$work/$1.log" 2>&1 &
     pid[$1]=$!; pids+=($!)
     url[$1]="http://127.0.0.1:$port"
     for _ in $(seq 100); do curl -sf "${url[$1]}/health" >/dev/null && return; sleep 0.05; done

@@ -15,6 +15,7 @@ use crate::config::Config;
 use crate::http::body::{read_whole, ReadError, RespBody};
 use crate::http::error::{self, error_response, GatewayError};
 use crate::http::route::{match_route, path_param, Route, RouteGroup, RouteMatch};
+use crate::metrics::{labels, Metrics};
 use crate::proxy::{ContentType, Forward, UpstreamClient};
 use crate::resilience::RetryConfig;
 use crate::routing::Policy;
@@ -32,6 +33,8 @@ pub struct Gateway {
     pub auth: Authenticator,
     /// Queued worker changes and their status.
     pub jobs: Jobs,
+    /// Every metric family.
+    pub metrics: Arc<Metrics>,
 }
 
 /// One data-plane thread's view: the shared gateway plus what the thread owns alone.
@@ -52,19 +55,52 @@ impl ThreadCtx {
         }
     }
 
-    fn forward(&self) -> Forward<'_> {
+    fn forward(&self, route: Route) -> Forward<'_> {
         Forward {
             config: &self.gateway.config,
             registry: &self.gateway.registry,
             policy: self.gateway.policy.as_ref(),
             client: &self.client,
             retry: self.gateway.retry,
+            metrics: &self.gateway.metrics,
+            endpoint: route.endpoint().as_str(),
         }
     }
 }
 
-/// Serves one request. Never fails: every error becomes a response here.
-pub async fn handle(ctx: &ThreadCtx, mut req: Request<Incoming>) -> Response<RespBody> {
+/// Serves one request, recorded in the HTTP-layer metrics under its route template
+/// (requests matching no route are not recorded, as spec 3 says).
+pub async fn handle(ctx: &ThreadCtx, req: Request<Incoming>) -> Response<RespBody> {
+    let metrics = &ctx.gateway.metrics;
+    let path = match match_route(req.method(), req.uri().path()) {
+        RouteMatch::Found(route) if !is_rl(route) => Some(route.template()),
+        _ => None,
+    };
+    let Some(path) = path else {
+        return respond(ctx, req).await;
+    };
+    let method = labels::method(req.method());
+    let started = Instant::now();
+    let in_flight = metrics.http_started(method, path);
+    let resp = respond(ctx, req).await;
+    let code = resp
+        .headers()
+        .get(error::ERROR_CODE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map_or("", error::known_code);
+    metrics.http_finished(
+        method,
+        path,
+        resp.status().as_u16(),
+        code,
+        started.elapsed().as_secs_f64(),
+    );
+    drop(in_flight);
+    resp
+}
+
+/// Answers one request. Never fails: every error becomes a response here.
+async fn respond(ctx: &ThreadCtx, mut req: Request<Incoming>) -> Response<RespBody> {
     let route = match match_route(req.method(), req.uri().path()) {
         // The RL control plane is mounted only with `--enable-rl`, which this build does
         // not offer yet: its paths do not exist (404), whatever the method.
@@ -120,8 +156,8 @@ pub async fn handle(ctx: &ThreadCtx, mut req: Request<Incoming>) -> Response<Res
         | Route::WorkerPatch
         | Route::WorkerReplace
         | Route::WorkerDelete => Ok(workers_route(&ctx.gateway, route, req).await),
-        Route::AudioTranscriptions => ctx.forward().send(req, ContentType::FromClient).await,
-        r if is_forwarded(r) => ctx.forward().send(req, ContentType::Json).await,
+        Route::AudioTranscriptions => ctx.forward(route).send(req, ContentType::FromClient).await,
+        r if is_forwarded(r) => ctx.forward(r).send(req, ContentType::Json).await,
         r => Err(GatewayError::NotImplemented {
             route: r.template(),
         }),

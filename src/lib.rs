@@ -12,6 +12,7 @@ pub mod auth;
 pub mod config;
 pub mod http;
 pub mod logging;
+pub mod metrics;
 pub mod proxy;
 pub mod resilience;
 pub mod routing;

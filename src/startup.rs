@@ -8,6 +8,7 @@ use tokio::sync::watch;
 use crate::app::Gateway;
 use crate::auth::gate::Authenticator;
 use crate::config::Config;
+use crate::metrics::{exporter, Metrics};
 use crate::resilience;
 use crate::routing::{self, PolicyParams};
 use crate::runtime::{choose_engine, DataPlane};
@@ -61,6 +62,15 @@ pub fn run(config: Config) -> Result<(), String> {
     let auth = control.block_on(Authenticator::new(&config));
     let (jobs, job_queue) = Jobs::new();
     let retry = resilience::retry_config(&config);
+    let metrics = Arc::new(Metrics::new(
+        &config.prometheus_duration_buckets,
+        registry.fleet(),
+    ));
+    metrics.runtime.set_workers(threads);
+    let metrics_addr = SocketAddr::new(config.prometheus_host, config.prometheus_port);
+    let metrics_listener = control.block_on(exporter::bind(metrics_addr))?;
+    control.spawn(exporter::serve(metrics_listener, metrics.clone()));
+    control.spawn(metrics.runtime.clone().canary());
     let gateway = Arc::new(Gateway {
         config,
         registry,
@@ -68,6 +78,7 @@ pub fn run(config: Config) -> Result<(), String> {
         retry,
         auth,
         jobs,
+        metrics,
     });
     control.block_on(lifecycle::register_startup(&gateway))?;
     control.spawn(lifecycle::run_jobs(gateway.clone(), job_queue));
@@ -80,6 +91,7 @@ pub fn run(config: Config) -> Result<(), String> {
         engine = engine.as_str(),
         reason = %reason,
         threads,
+        metrics = %metrics_addr,
         "tollgate listening"
     );
     control.block_on(shutdown_signal());

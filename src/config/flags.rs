@@ -876,6 +876,25 @@ pub static FLAGS: &[Flag] = &[
             Ok(())
         },
     ),
+    Flag::many(
+        "prometheus-duration-buckets",
+        "SECS",
+        "none (29 buckets from 0.001 to 7200)",
+        Group::Metrics,
+        "Bucket bounds of the latency histograms, ascending",
+        |c, values| {
+            let mut buckets = Vec::with_capacity(values.len());
+            for v in values {
+                let bound = float(v, 0.0, 1e9)?;
+                if buckets.last().is_some_and(|prev| *prev >= bound) {
+                    return Err(Invalid::new(v, "expected bounds in ascending order"));
+                }
+                buckets.push(bound);
+            }
+            c.prometheus_duration_buckets = buckets;
+            Ok(())
+        },
+    ),
 ];
 
 /// The row for `--name`, if any.

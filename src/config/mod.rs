@@ -315,6 +315,8 @@ pub struct Config {
     pub prometheus_host: IpAddr,
     /// `--prometheus-port`: port of the metrics listener (> 0).
     pub prometheus_port: u16,
+    /// `--prometheus-duration-buckets`: latency histogram bounds, ascending.
+    pub prometheus_duration_buckets: Vec<f64>,
 }
 
 impl Default for Config {
@@ -375,6 +377,7 @@ impl Default for Config {
             disable_audit_logging: false,
             prometheus_host: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             prometheus_port: 29000,
+            prometheus_duration_buckets: crate::metrics::DURATION_BUCKETS.to_vec(),
         }
     }
 }

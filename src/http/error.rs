@@ -12,6 +12,29 @@ use serde::Serialize;
 
 use super::body::RespBody;
 
+/// The gateway error code named `code` as a static string (for metric labels), or
+/// `other` for a code this build does not produce.
+pub fn known_code(code: &str) -> &'static str {
+    const CODES: [&str; 11] = [
+        "no_available_workers",
+        "not_implemented",
+        "payload_too_large",
+        "worker_connect_failed",
+        "worker_connection_error",
+        "worker_timeout",
+        "worker_transport_unsupported",
+        "invalid_request_body",
+        "request_timeout",
+        "upstream_error",
+        "",
+    ];
+    CODES
+        .iter()
+        .find(|c| **c == code)
+        .copied()
+        .unwrap_or("other")
+}
+
 /// Header carrying the gateway error code.
 pub const ERROR_CODE_HEADER: &str = "x-gw-error-code";
 

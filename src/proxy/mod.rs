@@ -23,6 +23,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use crate::config::Config;
 use crate::http::body::{is_body_too_large, read_whole, LimitedBody, ReadError, RespBody};
 use crate::http::error::GatewayError;
+use crate::metrics::{Metrics, RouteLabels};
 use crate::resilience::{Outcome, RetryConfig};
 use crate::routing::{Needs, Policy, RequestFacts};
 use crate::workers::{LoadGuard, Registry, Worker};
@@ -95,6 +96,40 @@ pub struct Forward<'a> {
     pub policy: &'a dyn Policy,
     pub client: &'a UpstreamClient,
     pub retry: RetryConfig,
+    pub metrics: &'a Metrics,
+    /// The route's `endpoint` metrics label.
+    pub endpoint: &'static str,
+}
+
+/// What the router metrics need to know of a request once it is over.
+struct Seen {
+    connection_mode: &'static str,
+    model: Option<String>,
+}
+
+impl Default for Seen {
+    fn default() -> Seen {
+        Seen {
+            connection_mode: "http",
+            model: None,
+        }
+    }
+}
+
+/// The `error_type` of `gw_router_request_errors_total` for a gateway error.
+fn error_type(err: &GatewayError) -> &'static str {
+    match err {
+        GatewayError::NoAvailableWorkers => "no_workers",
+        GatewayError::UpstreamTimeout => "timeout",
+        GatewayError::UpstreamConnect
+        | GatewayError::UpstreamBroken
+        | GatewayError::UnsupportedTransport { .. }
+        | GatewayError::WorkerStatus { .. } => "backend_error",
+        GatewayError::PayloadTooLarge { .. }
+        | GatewayError::ClientBodyBroken
+        | GatewayError::ClientBodyTimeout => "validation_error",
+        GatewayError::NotImplemented { .. } => "internal_error",
+    }
 }
 
 /// The request body as the attempts see it: streamed once, or held for replay.
@@ -143,6 +178,34 @@ impl Forward<'_> {
         req: Request<Incoming>,
         content_type: ContentType,
     ) -> Result<Response<RespBody>, GatewayError> {
+        let started = Instant::now();
+        let mut seen = Seen::default();
+        let result = self.dispatch(req, content_type, &mut seen).await;
+        let route = RouteLabels {
+            connection_mode: seen.connection_mode,
+            model: seen.model.as_deref(),
+            endpoint: self.endpoint,
+        };
+        match &result {
+            Ok(resp) => {
+                let streaming = resp
+                    .headers()
+                    .get(http::header::CONTENT_TYPE)
+                    .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+                self.metrics
+                    .routed(&route, streaming, started.elapsed().as_secs_f64());
+            }
+            Err(err) => self.metrics.router_error(&route, error_type(err)),
+        }
+        result
+    }
+
+    async fn dispatch(
+        &self,
+        req: Request<Incoming>,
+        content_type: ContentType,
+        seen: &mut Seen,
+    ) -> Result<Response<RespBody>, GatewayError> {
         if self.config.pd_disaggregation && !self.config.enable_igw {
             return Err(GatewayError::NotImplemented {
                 route: "prefill/decode dispatch (--pd-disaggregation)",
@@ -178,6 +241,7 @@ impl Forward<'_> {
             max_buffered: self.config.max_buffered_request_bytes,
         };
         let path = body_path::decide(inputs);
+        self.metrics.body_path(path);
         let (mut parts, body) = req.into_parts();
         let mut payload = if path.is_buffered() {
             let bytes =
@@ -213,6 +277,14 @@ impl Forward<'_> {
             text: peeked.text.as_deref(),
             body_len: declared.map_or(held.len(), |len| usize::try_from(len).unwrap_or(usize::MAX)),
         };
+        if needs == Needs::Header {
+            if routing_key.is_some() {
+                self.metrics.routing_key_source("header");
+            } else if peeked.rid.is_some() {
+                self.metrics.routing_key_source("rid");
+            }
+        }
+        seen.model = peeked.model.as_deref().map(str::to_owned);
         // Candidates are narrowed to the model's workers only with several models behind
         // the gateway; otherwise the model only informs the policy.
         let model = if inputs.needs_model {
@@ -232,7 +304,11 @@ impl Forward<'_> {
                 select::pick(&snapshot, model, self.policy, &facts, &tried)
             };
             let worker = match (picked, last.take()) {
-                (Ok(worker), _) => worker,
+                (Ok((worker, how)), _) => {
+                    self.metrics
+                        .selected(&worker, facts.model, self.policy.name(), &how);
+                    worker
+                }
                 // Every breaker opened while retrying: the last answer is the better word.
                 (Err(_), Some(failed)) => return failed.into_result(deadline),
                 (Err(err), None) => return Err(err),
@@ -242,6 +318,10 @@ impl Forward<'_> {
             };
             let last_chance = !payload.replayable();
             let upstream = self.request(&parts, &mut headers, &worker, body, last_chance)?;
+            seen.connection_mode = worker.connection_mode().as_str();
+            if seen.model.is_none() {
+                seen.model.clone_from(&worker.model_id);
+            }
             let load = worker.track();
             let sent = tokio::time::timeout_at(
                 deadline.into(),
@@ -250,31 +330,42 @@ impl Forward<'_> {
             .await;
             let failed = match sent {
                 Err(_) => {
-                    worker.breaker.record(Outcome::Failure);
+                    self.failed_exchange(&worker, &GatewayError::UpstreamTimeout);
                     return Err(GatewayError::UpstreamTimeout);
                 }
                 Ok(Err(err)) => {
                     if is_body_too_large(&err) {
                         return Err(GatewayError::PayloadTooLarge { limit });
                     }
-                    worker.breaker.record(Outcome::Failure);
                     tracing::debug!(worker = %worker.url, error = %err, "worker request failed");
-                    if err.is_connect() {
-                        Failed::Exchange(GatewayError::UpstreamConnect)
+                    let failure = if err.is_connect() {
+                        GatewayError::UpstreamConnect
                     } else {
-                        // A pooled connection the worker closed as the request went out:
-                        // one immediate resend, before any retry.
-                        if payload.replayable() && !resent {
-                            resent = true;
-                            continue;
-                        }
-                        Failed::Exchange(GatewayError::UpstreamBroken)
+                        GatewayError::UpstreamBroken
+                    };
+                    self.failed_exchange(&worker, &failure);
+                    // A pooled connection the worker closed as the request went out: one
+                    // immediate resend, before any retry.
+                    if failure == GatewayError::UpstreamBroken && payload.replayable() && !resent {
+                        resent = true;
+                        self.metrics.send_retry();
+                        continue;
                     }
+                    Failed::Exchange(failure)
                 }
                 Ok(Ok(response)) => {
                     let status = response.status();
+                    self.metrics.upstream_response(status.as_u16(), "");
+                    if status.is_server_error() {
+                        let kind = if status == http::StatusCode::GATEWAY_TIMEOUT {
+                            "timeout"
+                        } else {
+                            "backend_error"
+                        };
+                        self.metrics.worker_error(&worker, kind);
+                    }
                     let outcome = worker.breaker.config().classify(status);
-                    worker.breaker.record(outcome);
+                    self.record_outcome(&worker, outcome);
                     if RetryConfig::retries_status(status) && payload.replayable() {
                         Failed::Status(response, load)
                     } else {
@@ -290,13 +381,46 @@ impl Forward<'_> {
             if !can_retry {
                 if payload.replayable() && attempt > self.retry.max_retries {
                     tracing::debug!(worker = %worker.url, attempts = attempt, "retries exhausted");
+                    self.metrics.retries_exhausted(&worker, self.endpoint);
                 }
                 return failed.into_result(deadline);
             }
+            self.metrics.retry(&worker, self.endpoint);
             last = Some(failed);
             tracing::debug!(worker = %worker.url, attempt, backoff_ms = backoff.as_millis() as u64, "retrying on another worker");
             tried.push(worker.id);
             tokio::time::sleep(backoff).await;
+        }
+    }
+
+    /// Accounts for an exchange that produced no response.
+    fn failed_exchange(&self, worker: &Worker, err: &GatewayError) {
+        self.metrics
+            .upstream_response(err.status().as_u16(), err.code());
+        let kind = if *err == GatewayError::UpstreamTimeout {
+            "timeout"
+        } else {
+            "backend_error"
+        };
+        self.metrics.worker_error(worker, kind);
+        self.record_outcome(worker, Outcome::Failure);
+    }
+
+    /// Feeds the worker's breaker and counts the outcome and any state change.
+    fn record_outcome(&self, worker: &Worker, outcome: Outcome) {
+        if outcome != Outcome::Neutral && worker.breaker.config().enabled {
+            self.metrics
+                .breaker_outcome(worker, outcome == Outcome::Failure);
+        }
+        if let Some(change) = worker.breaker.record(outcome) {
+            self.metrics
+                .breaker_transition(worker, change.from.as_str(), change.to.as_str());
+            tracing::info!(
+                worker = %worker.url,
+                from = change.from.as_str(),
+                to = change.to.as_str(),
+                "circuit breaker changed"
+            );
         }
     }
 

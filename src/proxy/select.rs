@@ -10,7 +10,7 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use crate::http::error::GatewayError;
-use crate::routing::{Policy, RequestFacts};
+use crate::routing::{Policy, RequestFacts, Selection};
 use crate::workers::{Snapshot, Worker};
 
 /// Picks a worker for an attempt. `tried` lists the workers earlier attempts went to; they
@@ -22,17 +22,18 @@ pub fn pick(
     policy: &dyn Policy,
     facts: &RequestFacts<'_>,
     tried: &[Uuid],
-) -> Result<Arc<Worker>, GatewayError> {
+) -> Result<(Arc<Worker>, Selection), GatewayError> {
     let candidates = match model {
         Some(model) => snapshot.routable_for_model(model),
         None => snapshot.routable(),
     };
-    let first = policy
-        .select(candidates, facts)
+    let how = policy.decide(candidates, facts);
+    let first = how
+        .index
         .and_then(|idx| candidates.get(idx))
         .ok_or(GatewayError::NoAvailableWorkers)?;
     if !tried.contains(&first.id) && first.breaker.allows() {
-        return Ok(first.clone());
+        return Ok((first.clone(), how));
     }
     let open: Vec<Arc<Worker>> = candidates
         .iter()
@@ -45,10 +46,10 @@ pub fn pick(
         .cloned()
         .collect();
     let pool = if fresh.is_empty() { &open } else { &fresh };
-    policy
-        .select(pool, facts)
+    let how = policy.decide(pool, facts);
+    how.index
         .and_then(|idx| pool.get(idx))
-        .cloned()
+        .map(|w| (w.clone(), how))
         .ok_or(GatewayError::NoAvailableWorkers)
 }
 
@@ -85,8 +86,9 @@ mod tests {
         let (registry, workers) = registry(3);
         let policy = RoundRobin::default();
         let facts = RequestFacts::default();
-        let pick =
-            |tried: &[Uuid]| pick(&registry.snapshot(), None, &policy, &facts, tried).map(|w| w.id);
+        let pick = |tried: &[Uuid]| {
+            pick(&registry.snapshot(), None, &policy, &facts, tried).map(|(w, _)| w.id)
+        };
         open(&workers[0]);
         for _ in 0..6 {
             assert_ne!(pick(&[]).unwrap(), workers[0].id);

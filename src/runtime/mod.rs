@@ -200,11 +200,13 @@ fn run_thread(
                 .build()?;
             let local = tokio::task::LocalSet::new();
             local.block_on(&rt, async move {
+                tokio::task::spawn_local(gateway.metrics.runtime.clone().canary());
                 let ctx = Arc::new(ThreadCtx::new(gateway));
                 run_epoll(listener, ctx, shutdown).await
             })
         }
         Engine::Uring => tokio_uring::start(async move {
+            tokio::task::spawn_local(gateway.metrics.runtime.clone().canary());
             let ctx = Arc::new(ThreadCtx::new(gateway));
             run_uring(listener, ctx, shutdown).await
         }),

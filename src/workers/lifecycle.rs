@@ -329,6 +329,7 @@ async fn watch(gateway: Arc<Gateway>, client: CallClient, registered: Arc<Worker
         )
         .await
         .is_ok();
+        gateway.metrics.health_check(&worker, ok);
         let streak = worker.record_probe(ok);
         let status = worker.status();
         let next = match (ok, status) {

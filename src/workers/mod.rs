@@ -201,6 +201,8 @@ pub struct Worker {
     pub id: Uuid,
     /// The URL exactly as registered (normalised: no trailing slash).
     pub url: String,
+    /// The same URL, shared, as the `worker` metrics label.
+    pub url_label: Arc<str>,
     pub transport: Transport,
     pub worker_type: WorkerType,
     /// The runtime in effect: the spec's, else the detected one.
@@ -256,6 +258,7 @@ impl Worker {
         Worker {
             id,
             url: spec.url.normalized.clone(),
+            url_label: Arc::from(spec.url.normalized.as_str()),
             transport: spec.url.transport.clone(),
             worker_type: spec.worker_type,
             runtime,
@@ -294,6 +297,7 @@ impl Worker {
         Worker {
             id: self.id,
             url: self.url.clone(),
+            url_label: self.url_label.clone(),
             transport: self.transport.clone(),
             worker_type: self.worker_type,
             runtime: self.runtime,
@@ -535,9 +539,60 @@ impl Snapshot {
 /// serialised by `rcu`; readers never wait.
 #[derive(Debug, Default)]
 pub struct Registry {
-    current: ArcSwap<Snapshot>,
+    fleet: Arc<Fleet>,
     /// `--model-alias` pairs, applied to every snapshot.
     aliases: Vec<(String, String)>,
+}
+
+/// What the metrics read at scrape time: the current snapshot and the workers that left
+/// (their series keep reporting, as spec 3 "Removed workers" says).
+#[derive(Debug, Default)]
+pub struct Fleet {
+    current: ArcSwap<Snapshot>,
+    departed: std::sync::Mutex<std::collections::VecDeque<Departed>>,
+}
+
+/// A removed worker's last figures, for its series.
+#[derive(Clone, Debug)]
+pub struct Departed {
+    pub url: Arc<str>,
+    pub http2: bool,
+}
+
+/// Removed workers remembered for their series; the oldest are forgotten beyond this.
+const DEPARTED_CAP: usize = 4096;
+
+impl Fleet {
+    pub fn snapshot(&self) -> arc_swap::Guard<Arc<Snapshot>> {
+        self.current.load()
+    }
+
+    /// Removed workers, oldest first.
+    pub fn departed(&self) -> Vec<Departed> {
+        self.departed
+            .lock()
+            .map(|d| d.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn depart(&self, worker: &Worker) {
+        if let Ok(mut departed) = self.departed.lock() {
+            departed.retain(|d| *d.url != *worker.url);
+            if departed.len() >= DEPARTED_CAP {
+                departed.pop_front();
+            }
+            departed.push_back(Departed {
+                url: worker.url_label.clone(),
+                http2: worker.http2,
+            });
+        }
+    }
+
+    fn arrive(&self, worker: &Worker) {
+        if let Ok(mut departed) = self.departed.lock() {
+            departed.retain(|d| *d.url != *worker.url);
+        }
+    }
 }
 
 impl Registry {
@@ -547,18 +602,23 @@ impl Registry {
 
     pub fn with_aliases(aliases: Vec<(String, String)>) -> Registry {
         Registry {
-            current: ArcSwap::default(),
+            fleet: Arc::default(),
             aliases,
         }
     }
 
     /// The current fleet. Lock-free; hold the guard only for the duration of a decision.
     pub fn snapshot(&self) -> arc_swap::Guard<Arc<Snapshot>> {
-        self.current.load()
+        self.fleet.current.load()
+    }
+
+    /// A handle on the fleet for readers outside the gateway state (the metrics).
+    pub fn fleet(&self) -> Arc<Fleet> {
+        self.fleet.clone()
     }
 
     fn publish(&self, mut change: impl FnMut(&mut Vec<Arc<Worker>>)) {
-        self.current.rcu(|snap| {
+        self.fleet.current.rcu(|snap| {
             let mut workers = snap.workers.clone();
             change(&mut workers);
             Snapshot::new(workers, &self.aliases)
@@ -575,6 +635,9 @@ impl Registry {
                 None => workers.push(worker.clone()),
             },
         );
+        if replaced.is_none() {
+            self.fleet.arrive(&worker);
+        }
         if let Some(old) = replaced.filter(|old| !old.same_live(&worker)) {
             old.retire();
         }
@@ -605,6 +668,7 @@ impl Registry {
         });
         if let Some(worker) = &removed {
             worker.retire();
+            self.fleet.depart(worker);
         }
         removed
     }

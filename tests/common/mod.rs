@@ -25,11 +25,18 @@ pub struct Proc {
     pub child: Child,
     pub addr: SocketAddr,
     pub log: Arc<Mutex<String>>,
+    /// The gateway's metrics listener (`None` for mock workers).
+    pub metrics: Option<SocketAddr>,
 }
 
 impl Proc {
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// `http://…/metrics` of a gateway.
+    pub fn metrics_url(&self) -> String {
+        format!("http://{}/metrics", self.metrics.expect("a gateway"))
     }
 
     pub fn log_text(&self) -> String {
@@ -101,7 +108,12 @@ pub fn mock(args: &[&str]) -> Proc {
     if let Some(err) = child.stderr.take() {
         capture(err, log.clone());
     }
-    Proc { child, addr, log }
+    Proc {
+        child,
+        addr,
+        log,
+        metrics: None,
+    }
 }
 
 /// A port that was free a moment ago.
@@ -155,9 +167,28 @@ pub fn gateway(args: &[&str]) -> Proc {
 /// a port, which `SO_REUSEPORT` would otherwise allow) and learns the address from its
 /// "tollgate listening" log record.
 pub fn gateway_with_env(args: &[&str], env: &[(&str, &str)]) -> Proc {
+    // The metrics port is chosen here and can be taken by another test between the check
+    // and the bind: the gateway then refuses to start, and another port is tried.
+    for _ in 0..5 {
+        if let Some(proc) = try_gateway(args, env) {
+            return proc;
+        }
+    }
+    panic!("tollgate could not bind a metrics port in five tries");
+}
+
+/// One start; `None` when the metrics port was taken.
+fn try_gateway(args: &[&str], env: &[(&str, &str)]) -> Option<Proc> {
     let engine = io_engine();
+    let metrics_port = free_port().to_string();
     let mut cmd = Command::new(GATEWAY);
     cmd.args(["--host", "127.0.0.1", "--port", "0"])
+        .args([
+            "--prometheus-host",
+            "127.0.0.1",
+            "--prometheus-port",
+            &metrics_port,
+        ])
         .args(["--runtime-worker-threads", "2", "--io-engine", &engine])
         .args(["--log-level", "debug"])
         .args(args)
@@ -181,6 +212,12 @@ pub fn gateway_with_env(args: &[&str], env: &[(&str, &str)]) -> Proc {
             break addr;
         }
         if let Ok(Some(status)) = child.try_wait() {
+            // Give the log reader a moment to catch the last line.
+            std::thread::sleep(Duration::from_millis(50));
+            let text = log.lock().map(|l| l.clone()).unwrap_or_default();
+            if text.contains("for metrics") {
+                return None;
+            }
             panic!("tollgate exited early ({status}):\n{text}");
         }
         assert!(
@@ -189,7 +226,13 @@ pub fn gateway_with_env(args: &[&str], env: &[(&str, &str)]) -> Proc {
         );
         std::thread::sleep(Duration::from_millis(20));
     };
-    Proc { child, addr, log }
+    let metrics = format!("127.0.0.1:{metrics_port}").parse().ok();
+    Some(Proc {
+        child,
+        addr,
+        log,
+        metrics,
+    })
 }
 
 /// The listener address in the "tollgate listening" record, plain (`addr=…`) or JSON

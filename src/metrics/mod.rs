@@ -1,0 +1,491 @@
+//! The gateway's own metrics (spec 3), in one place: every family is registered here and
+//! recorded through the methods below, so names, labels and buckets cannot drift apart.
+//!
+//! Counters and histograms live in `prometheus-client` families keyed by small arrays of
+//! static or interned label values ([`labels`]), so recording allocates nothing. Figures
+//! the registry already holds (in-flight load, health, breaker state, pool sizes) are not
+//! kept twice: [`fleet::FleetCollector`] reads them from the registry snapshot at scrape
+//! time. A series appears only once something recorded it.
+
+pub mod exporter;
+pub mod fleet;
+pub mod labels;
+pub mod runtime;
+
+use std::sync::Arc;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::proxy::body_path::BodyPath;
+use crate::routing::{Branch, Selection};
+use crate::workers::Worker;
+use labels::{Label, Labels, ModelLabels};
+
+/// Default buckets (seconds) of every `*_duration_seconds` histogram.
+pub const DURATION_BUCKETS: [f64; 29] = [
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0, 45.0, 60.0,
+    90.0, 120.0, 180.0, 240.0, 300.0, 480.0, 900.0, 1200.0, 1800.0, 2700.0, 3600.0, 5400.0, 7200.0,
+];
+
+type Counters<const N: usize> = Family<Labels<N>, Counter>;
+type Histograms<const N: usize> = Family<Labels<N>, Histogram, Buckets>;
+
+/// Builds each histogram of a family with the configured buckets.
+#[derive(Clone, Debug)]
+struct Buckets(Arc<[f64]>);
+
+impl MetricConstructor<Histogram> for Buckets {
+    fn new_metric(&self) -> Histogram {
+        Histogram::new(self.0.iter().copied())
+    }
+}
+
+/// Every family the gateway records.
+pub struct Metrics {
+    registry: Registry,
+    models: ModelLabels,
+    // HTTP layer.
+    http_requests: Counters<2>,
+    http_duration: Histograms<2>,
+    http_responses: Counters<3>,
+    http_active: Gauge,
+    // Router.
+    router_requests: Counters<6>,
+    router_duration: Histograms<5>,
+    router_errors: Counters<6>,
+    upstream_responses: Counters<3>,
+    send_retries: Counters<1>,
+    body_path: Counters<2>,
+    // Workers.
+    health_checks: Counters<2>,
+    selections: Counters<4>,
+    worker_errors: Counters<3>,
+    cb_transitions: Counters<3>,
+    cb_outcomes: Counters<2>,
+    retries: Counters<2>,
+    retries_exhausted: Counters<2>,
+    // Policies.
+    branches: [Counters<1>; 4],
+    match_ratio: Histogram,
+    key_source: Counters<1>,
+    /// The runtime canary's figures.
+    pub runtime: runtime::RuntimeMetrics,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+/// Which policy's branch family a branch belongs to.
+fn branch_family(branch: Branch) -> usize {
+    match branch {
+        Branch::TreeMatch
+        | Branch::Spill
+        | Branch::ExpectedWaitFallback
+        | Branch::FirstHealthyFallback => 0,
+        Branch::RingHit
+        | Branch::LoadBalanceWalk
+        | Branch::FallbackLeastLoad
+        | Branch::NoRoutingKey => 1,
+        Branch::TargetWorkerHit
+        | Branch::TargetWorkerMiss
+        | Branch::RoutingKeyHit
+        | Branch::RandomFallback => 2,
+        Branch::OccupiedHit | Branch::OccupiedMiss | Branch::Vacant | Branch::NoRoutingId => 3,
+        // Reported by several policies: counted under the policy that made the selection.
+        Branch::NoHealthyWorkers => usize::MAX,
+    }
+}
+
+/// Index of a policy's branch family by policy name.
+fn policy_family(policy: &str) -> Option<usize> {
+    match policy {
+        "cache_aware" => Some(0),
+        "prefix_hash" => Some(1),
+        "consistent_hashing" => Some(2),
+        "manual" => Some(3),
+        _ => None,
+    }
+}
+
+fn histograms<const N: usize>(buckets: Arc<[f64]>) -> Histograms<N> {
+    Family::new_with_constructor(Buckets(buckets))
+}
+
+/// Where a request was routed, for the router families.
+pub struct RouteLabels<'a> {
+    pub connection_mode: &'static str,
+    pub model: Option<&'a str>,
+    pub endpoint: &'static str,
+}
+
+impl Metrics {
+    /// Registers every family; `duration_buckets` replaces the default latency buckets.
+    pub fn new(duration_buckets: &[f64], registry_snapshot: fleet::SnapshotSource) -> Metrics {
+        let buckets: Arc<[f64]> = Arc::from(duration_buckets);
+        let mut registry = Registry::default();
+        let m = Metrics {
+            registry: Registry::default(),
+            models: ModelLabels::default(),
+            http_requests: Family::default(),
+            http_duration: histograms(buckets.clone()),
+            http_responses: Family::default(),
+            http_active: Gauge::default(),
+            router_requests: Family::default(),
+            router_duration: histograms(buckets),
+            router_errors: Family::default(),
+            upstream_responses: Family::default(),
+            send_retries: Family::default(),
+            body_path: Family::default(),
+            health_checks: Family::default(),
+            selections: Family::default(),
+            worker_errors: Family::default(),
+            cb_transitions: Family::default(),
+            cb_outcomes: Family::default(),
+            retries: Family::default(),
+            retries_exhausted: Family::default(),
+            branches: Default::default(),
+            match_ratio: Histogram::new((0..=10).map(|i| f64::from(i) / 10.0)),
+            key_source: Family::default(),
+            runtime: runtime::RuntimeMetrics::default(),
+        };
+        // Counter names are registered without `_total`: the encoder appends it.
+        registry.register(
+            "gw_http_requests",
+            "Requests received",
+            m.http_requests.clone(),
+        );
+        registry.register(
+            "gw_http_request_duration_seconds",
+            "Receipt to response head",
+            m.http_duration.clone(),
+        );
+        registry.register("gw_http_responses", "Responses", m.http_responses.clone());
+        registry.register(
+            "gw_http_connections_active",
+            "Requests in flight on the main listener",
+            m.http_active.clone(),
+        );
+        registry.register(
+            "gw_router_requests",
+            "Requests processed",
+            m.router_requests.clone(),
+        );
+        registry.register(
+            "gw_router_request_duration_seconds",
+            "Total duration",
+            m.router_duration.clone(),
+        );
+        registry.register(
+            "gw_router_request_errors",
+            "Router errors",
+            m.router_errors.clone(),
+        );
+        registry.register(
+            "gw_router_upstream_responses",
+            "Upstream responses",
+            m.upstream_responses.clone(),
+        );
+        registry.register(
+            "gw_router_upstream_send_retries",
+            "One resend after a send failure before any response",
+            m.send_retries.clone(),
+        );
+        registry.register(
+            "gw_router_request_body_path",
+            "Body buffering decisions",
+            m.body_path.clone(),
+        );
+        registry.register(
+            "gw_worker_health_checks",
+            "Probe results",
+            m.health_checks.clone(),
+        );
+        registry.register(
+            "gw_worker_selection",
+            "Selections by policy name",
+            m.selections.clone(),
+        );
+        registry.register(
+            "gw_worker_errors",
+            "Router server errors or failed sends",
+            m.worker_errors.clone(),
+        );
+        registry.register(
+            "gw_worker_cb_transitions",
+            "Circuit breaker transitions",
+            m.cb_transitions.clone(),
+        );
+        registry.register(
+            "gw_worker_cb_outcomes",
+            "Breaker outcomes",
+            m.cb_outcomes.clone(),
+        );
+        registry.register("gw_worker_retries", "Retry attempts", m.retries.clone());
+        registry.register(
+            "gw_worker_retries_exhausted",
+            "Requests out of retries",
+            m.retries_exhausted.clone(),
+        );
+        for (i, name) in ["cache_aware", "prefix_hash", "consistent_hashing", "manual"]
+            .iter()
+            .enumerate()
+        {
+            registry.register(
+                format!("gw_{name}_policy_branch"),
+                format!("{name} decisions by branch"),
+                m.branches[i].clone(),
+            );
+        }
+        registry.register(
+            "gw_cache_aware_match_ratio",
+            "Best prefix match ratio",
+            m.match_ratio.clone(),
+        );
+        registry.register(
+            "gw_routing_key_source",
+            "Source of sticky routing key",
+            m.key_source.clone(),
+        );
+        m.runtime.register(&mut registry);
+        registry.register_collector(Box::new(fleet::FleetCollector::new(registry_snapshot)));
+        Metrics { registry, ..m }
+    }
+
+    /// The exposition text of every family.
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::with_capacity(16 * 1024);
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+
+    /// The `model` label value for a model name (capped).
+    pub fn model(&self, model: Option<&str>) -> Label {
+        match model {
+            Some(m) => self.models.get(m),
+            None => Label::Static("unknown"),
+        }
+    }
+
+    // HTTP layer.
+
+    /// A request matched `path` (a route template): counted, and in flight until the
+    /// returned guard drops.
+    pub fn http_started(&self, method: &'static str, path: &'static str) -> InFlight {
+        self.http_requests
+            .get_or_create(&[("method", method.into()), ("path", path.into())])
+            .inc();
+        self.http_active.inc();
+        InFlight(self.http_active.clone())
+    }
+
+    /// The response head is ready.
+    pub fn http_finished(
+        &self,
+        method: &'static str,
+        path: &'static str,
+        status: u16,
+        error_code: &'static str,
+        seconds: f64,
+    ) {
+        self.http_duration
+            .get_or_create(&[("method", method.into()), ("path", path.into())])
+            .observe(seconds);
+        self.http_responses
+            .get_or_create(&[
+                ("path", path.into()),
+                ("status_code", labels::status(status).into()),
+                ("error_code", error_code.into()),
+            ])
+            .inc();
+    }
+
+    // Router.
+
+    /// One request through the HTTP router, with its outcome.
+    pub fn routed(&self, route: &RouteLabels<'_>, streaming: bool, seconds: f64) {
+        let model = self.model(route.model);
+        self.router_requests
+            .get_or_create(&[
+                ("router_type", "http".into()),
+                ("backend_type", "regular".into()),
+                ("connection_mode", route.connection_mode.into()),
+                ("model", model.clone()),
+                ("endpoint", route.endpoint.into()),
+                ("streaming", if streaming { "true" } else { "false" }.into()),
+            ])
+            .inc();
+        self.router_duration
+            .get_or_create(&[
+                ("router_type", "http".into()),
+                ("backend_type", "regular".into()),
+                ("connection_mode", route.connection_mode.into()),
+                ("model", model),
+                ("endpoint", route.endpoint.into()),
+            ])
+            .observe(seconds);
+    }
+
+    /// A routed request that ended in an error of `error_type` (`no_workers`, `timeout`,
+    /// `backend_error`, `validation_error`, `internal_error`).
+    pub fn router_error(&self, route: &RouteLabels<'_>, error_type: &'static str) {
+        self.router_errors
+            .get_or_create(&[
+                ("router_type", "http".into()),
+                ("backend_type", "regular".into()),
+                ("connection_mode", route.connection_mode.into()),
+                ("model", self.model(route.model)),
+                ("endpoint", route.endpoint.into()),
+                ("error_type", error_type.into()),
+            ])
+            .inc();
+    }
+
+    /// A worker's response head (or a failed exchange, with the gateway error code).
+    pub fn upstream_response(&self, status: u16, error_code: &'static str) {
+        self.upstream_responses
+            .get_or_create(&[
+                ("router_type", "http".into()),
+                ("status_code", labels::status(status).into()),
+                ("error_code", error_code.into()),
+            ])
+            .inc();
+    }
+
+    pub fn send_retry(&self) {
+        self.send_retries
+            .get_or_create(&[("router_type", "http".into())])
+            .inc();
+    }
+
+    pub fn body_path(&self, path: BodyPath) {
+        self.body_path
+            .get_or_create(&[
+                ("path", path.path().into()),
+                ("reason", path.reason().into()),
+            ])
+            .inc();
+    }
+
+    // Workers.
+
+    pub fn health_check(&self, worker: &Worker, ok: bool) {
+        self.health_checks
+            .get_or_create(&[
+                ("worker_type", worker.worker_type.as_str().into()),
+                ("result", if ok { "success" } else { "failure" }.into()),
+            ])
+            .inc();
+    }
+
+    /// A selection by `policy`, with the policy's branch and match ratio.
+    pub fn selected(
+        &self,
+        worker: &Worker,
+        model: Option<&str>,
+        policy: &'static str,
+        how: &Selection,
+    ) {
+        self.selections
+            .get_or_create(&[
+                ("worker_type", worker.worker_type.as_str().into()),
+                ("connection_mode", worker.connection_mode().as_str().into()),
+                ("model", self.model(model.or(worker.model_id.as_deref()))),
+                ("policy", policy.into()),
+            ])
+            .inc();
+        if let Some(branch) = how.branch {
+            let family = match branch_family(branch) {
+                usize::MAX => policy_family(policy),
+                i => Some(i),
+            };
+            if let Some(family) = family.and_then(|i| self.branches.get(i)) {
+                family
+                    .get_or_create(&[("branch", branch.as_str().into())])
+                    .inc();
+            }
+        }
+        if let Some(ratio) = how.match_ratio {
+            self.match_ratio.observe(f64::from(ratio));
+        }
+    }
+
+    /// Where a sticky routing key came from (`header` or `rid`).
+    pub fn routing_key_source(&self, source: &'static str) {
+        self.key_source
+            .get_or_create(&[("source", source.into())])
+            .inc();
+    }
+
+    /// A server error or failed send of a worker (`timeout` for 504, else `backend_error`).
+    pub fn worker_error(&self, worker: &Worker, error_type: &'static str) {
+        self.worker_errors
+            .get_or_create(&[
+                ("worker_type", worker.worker_type.as_str().into()),
+                ("connection_mode", worker.connection_mode().as_str().into()),
+                ("error_type", error_type.into()),
+            ])
+            .inc();
+    }
+
+    pub fn breaker_outcome(&self, worker: &Worker, failure: bool) {
+        self.cb_outcomes
+            .get_or_create(&[
+                ("worker", worker_label(worker)),
+                (
+                    "outcome",
+                    if failure { "failure" } else { "success" }.into(),
+                ),
+            ])
+            .inc();
+    }
+
+    pub fn breaker_transition(&self, worker: &Worker, from: &'static str, to: &'static str) {
+        self.cb_transitions
+            .get_or_create(&[
+                ("worker", worker_label(worker)),
+                ("from", from.into()),
+                ("to", to.into()),
+            ])
+            .inc();
+    }
+
+    pub fn retry(&self, worker: &Worker, endpoint: &'static str) {
+        self.retries
+            .get_or_create(&[
+                ("worker_type", worker.worker_type.as_str().into()),
+                ("endpoint", endpoint.into()),
+            ])
+            .inc();
+    }
+
+    pub fn retries_exhausted(&self, worker: &Worker, endpoint: &'static str) {
+        self.retries_exhausted
+            .get_or_create(&[
+                ("worker_type", worker.worker_type.as_str().into()),
+                ("endpoint", endpoint.into()),
+            ])
+            .inc();
+    }
+}
+
+/// The `worker` label: the worker's URL, shared rather than copied.
+fn worker_label(worker: &Worker) -> Label {
+    Label::Shared(worker.url_label.clone())
+}
+
+/// Keeps `gw_http_connections_active` up while a request is in flight.
+#[derive(Debug)]
+pub struct InFlight(Gauge);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
