@@ -6,6 +6,15 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
+# The real engine (llama.cpp, model, SDK venv) is fetched and built once per machine; on a
+# fresh machine that takes minutes, so it starts now, at low priority, beside the Rust stages.
+engine_fetch_log=""
+if [ "${TOLLGATE_REAL_ENGINE:-1}" != "0" ]; then
+    engine_fetch_log="$(mktemp)"
+    nice -n 10 perf/real_engine/fetch.sh >"$engine_fetch_log" 2>&1 &
+    engine_fetch_pid=$!
+fi
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
@@ -35,6 +44,11 @@ cargo bench --no-run --quiet
 # /var/tmp/tollgate-real-engine/ (keyed by package version). TOLLGATE_REAL_ENGINE=0 skips it.
 if [ "${TOLLGATE_REAL_ENGINE:-1}" != "0" ]; then
     step "real-engine suite (llama-server + openai/anthropic SDKs)"
+    if ! wait "$engine_fetch_pid"; then
+        cat "$engine_fetch_log"
+        echo "fetching or building the real engine failed" >&2
+        exit 1
+    fi
     tests/real_engine/run.sh
 fi
 # --- end real-engine suite ----------------------------------------------------------------
