@@ -9,6 +9,7 @@ pub mod headers;
 pub mod peek;
 pub mod select;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -101,19 +102,12 @@ pub struct Forward<'a> {
     pub endpoint: &'static str,
 }
 
-/// What the router metrics need to know of a request once it is over.
+/// What the router metrics need to know of a request once it is over: the model the body
+/// named (copied only when the body was read anyway) and the last worker tried.
+#[derive(Default)]
 struct Seen {
-    connection_mode: &'static str,
     model: Option<String>,
-}
-
-impl Default for Seen {
-    fn default() -> Seen {
-        Seen {
-            connection_mode: "http",
-            model: None,
-        }
-    }
+    worker: Option<Arc<Worker>>,
 }
 
 /// The `error_type` of `gw_router_request_errors_total` for a gateway error.
@@ -182,8 +176,14 @@ impl Forward<'_> {
         let mut seen = Seen::default();
         let result = self.dispatch(req, content_type, &mut seen).await;
         let route = RouteLabels {
-            connection_mode: seen.connection_mode,
-            model: seen.model.as_deref(),
+            connection_mode: seen
+                .worker
+                .as_ref()
+                .map_or("http", |w| w.connection_mode().as_str()),
+            model: seen
+                .model
+                .as_deref()
+                .or_else(|| seen.worker.as_ref().and_then(|w| w.model_id.as_deref())),
             endpoint: self.endpoint,
         };
         match &result {
@@ -318,10 +318,7 @@ impl Forward<'_> {
             };
             let last_chance = !payload.replayable();
             let upstream = self.request(&parts, &mut headers, &worker, body, last_chance)?;
-            seen.connection_mode = worker.connection_mode().as_str();
-            if seen.model.is_none() {
-                seen.model.clone_from(&worker.model_id);
-            }
+            seen.worker = Some(worker.clone());
             let load = worker.track();
             let sent = tokio::time::timeout_at(
                 deadline.into(),
