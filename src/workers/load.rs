@@ -25,7 +25,7 @@ use serde_json::Value;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use super::calls::{call, CallClient, CallError, CallReply};
+use super::calls::{call_url, CallClient, CallError, CallReply};
 use super::prom_text::{parse_line, Line, Sample};
 use super::{ConnectionMode, RuntimeType, Worker, WorkerType};
 use crate::app::Gateway;
@@ -223,7 +223,7 @@ pub async fn poll(
         worker.runtime,
         RuntimeType::Vllm | RuntimeType::Trtllm | RuntimeType::Mlx
     ) {
-        match call(client, worker, Method::GET, LOADS_PATH, None, left()).await {
+        match ask(client, worker, LOADS_PATH, left()).await {
             Ok(reply) => {
                 if let Some(loads) = success(&reply).and_then(from_loads_json) {
                     return Ok(report(Source::LoadsApi, loads));
@@ -234,13 +234,33 @@ pub async fn poll(
             Err(_) => {}
         }
     }
-    let reply = call(client, worker, Method::GET, "/metrics", None, left())
+    let reply = ask(client, worker, "/metrics", left())
         .await
         .map_err(|e| e.to_string())?;
     let body = success(&reply).ok_or_else(|| format!("/metrics answered {}", reply.status))?;
     from_metrics(&String::from_utf8_lossy(body))
         .map(|loads| report(Source::Metrics, loads))
         .ok_or_else(|| "no engine load figures in /metrics".to_owned())
+}
+
+/// `GET path` on a worker with its key, as housekeeping (the probe `User-Agent`, like
+/// health probes), so engine logs and request counts tell polls from client traffic.
+async fn ask(
+    client: &CallClient,
+    worker: &Worker,
+    path: &str,
+    timeout: Duration,
+) -> Result<CallReply, CallError> {
+    call_url(
+        client.pool(worker.http2),
+        &worker.spec.url,
+        worker.bearer.as_ref(),
+        Method::GET,
+        path,
+        None,
+        timeout,
+    )
+    .await
 }
 
 /// The body of a 2xx reply.
