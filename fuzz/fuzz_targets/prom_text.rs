@@ -20,7 +20,10 @@ fuzz_target!(|data: &[u8]| {
     };
     let at = usize::from(*split).min(rest.len());
     let (first, second) = rest.split_at(at);
-    let pages = [String::from_utf8_lossy(first), String::from_utf8_lossy(second)];
+    let pages = [
+        String::from_utf8_lossy(first),
+        String::from_utf8_lossy(second),
+    ];
     let mut merged = Merged::new();
     for (page, addr) in pages.iter().zip(ADDRS) {
         for line in page.split('\n') {
