@@ -143,6 +143,8 @@ async fn respond(ctx: &ThreadCtx, mut req: Request<Incoming>) -> Response<RespBo
             Ok(admin::forward_info(&ctx.gateway, &ctx.calls, route.template()).await)
         }
         Route::FlushCache => Ok(admin::flush_cache(&ctx.gateway, &ctx.calls).await),
+        Route::EngineMetrics => Ok(admin::engine_metrics(&ctx.gateway, &ctx.calls).await),
+        Route::Loads | Route::GetLoads => Ok(admin::loads(&ctx.gateway, req.uri().query())),
         Route::StartProfile | Route::StopProfile => {
             let start = route == Route::StartProfile;
             match read_admin_body(req.into_body()).await {

@@ -13,8 +13,8 @@ use crate::resilience;
 use crate::routing::{self, PolicyParams};
 use crate::runtime::{choose_engine, DataPlane};
 use crate::workers::jobs::Jobs;
-use crate::workers::lifecycle;
 use crate::workers::Registry;
+use crate::workers::{lifecycle, load};
 
 /// Resolves once SIGTERM or SIGINT arrives.
 async fn shutdown_signal() {
@@ -83,6 +83,9 @@ pub fn run(config: Config) -> Result<(), String> {
     control.block_on(lifecycle::register_startup(&gateway))?;
     control.spawn(lifecycle::run_jobs(gateway.clone(), job_queue));
     control.spawn(maintain_policy(gateway.clone()));
+    if load::needed(&gateway.config) {
+        control.spawn(load::monitor(gateway.clone()));
+    }
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let plane = DataPlane::start(gateway, engine, addr, threads, shutdown_rx)
         .map_err(|e| format!("cannot listen on {addr}: {e}"))?;

@@ -388,7 +388,6 @@ async fn routes_not_built_yet_answer_501() {
     let cases = [
         ("GET", "/v1/tokenizers"),
         ("POST", "/parse/reasoning"),
-        ("GET", "/loads"),
         ("GET", "/v1/responses/resp_1"),
         ("POST", "/v1/conversations"),
     ];

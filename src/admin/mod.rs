@@ -6,17 +6,23 @@
 //! - [`info`]: `GET /v1/models` (answered from the registry) and `GET /get_model_info`,
 //!   `GET /get_server_info`, `GET /health_generate` (forwarded to one healthy worker).
 //! - [`workers`]: `/workers` and `/workers/{worker_id}` (registration jobs).
+//! - [`engine_metrics`]: `GET /engine_metrics` (the engines' Prometheus pages, merged).
+//! - [`loads`]: `GET /loads`, `GET /get_loads` (the load monitor's cached reports).
 //!
 //! Every handler returns a complete response and never panics; every worker call goes
 //! through [`crate::workers::calls`], which bounds it as a whole and presents the worker key.
 //! Authentication happens before these handlers run.
 
+pub mod engine_metrics;
 pub mod fanout;
 pub mod info;
+pub mod loads;
 pub mod workers;
 
+pub use engine_metrics::engine_metrics;
 pub use fanout::{flush_cache, profile};
 pub use info::{forward_info, models};
+pub use loads::loads;
 
 use bytes::Bytes;
 use http::{Response, StatusCode};

@@ -118,12 +118,7 @@ pub fn create(gateway: &Gateway, headers: &HeaderMap, body: &[u8]) -> Response<R
 
 /// `GET /workers[?model=]`.
 pub fn list(gateway: &Gateway, query: Option<&str>) -> Response<RespBody> {
-    let model = query.and_then(|q| {
-        q.split('&')
-            .filter_map(|pair| pair.split_once('='))
-            .find(|(k, _)| *k == "model")
-            .map(|(_, v)| percent_decode(v))
-    });
+    let model = model_query(query);
     let snapshot = gateway.registry.snapshot();
     let mut workers = Vec::new();
     let (mut prefill, mut decode, mut regular) = (0, 0, 0);
@@ -296,10 +291,23 @@ fn worker_object(gateway: &Gateway, worker: &Worker) -> Value {
     if let Some(pairing) = worker.pd_pairing() {
         object.insert("pd_pairing".into(), json!(pairing));
     }
+    if let Some(report) = worker.engine_load() {
+        object.insert("engine_load".into(), json!(*report));
+    }
     if let Some(job) = gateway.jobs.status(&worker.id) {
         object.insert("job_status".into(), job.to_json());
     }
     Value::Object(object)
+}
+
+/// The `model` parameter of a query string, decoded (`?model=` filters).
+pub(crate) fn model_query(query: Option<&str>) -> Option<String> {
+    query.and_then(|q| {
+        q.split('&')
+            .filter_map(|pair| pair.split_once('='))
+            .find(|(k, _)| *k == "model")
+            .map(|(_, v)| percent_decode(v))
+    })
 }
 
 /// Decodes `%XX` escapes and `+` of a query value; malformed escapes are kept as written.

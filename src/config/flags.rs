@@ -336,6 +336,23 @@ pub static FLAGS: &[Flag] = &[
         },
     ),
     Flag::one(
+        "load-monitor-interval",
+        "SECS",
+        "10",
+        Group::Workers,
+        "Time between engine load polls of each ready worker (GET /loads, engine_load)",
+        |c, v| {
+            c.load_monitor_interval = seconds(v, 1)?;
+            Ok(())
+        },
+    ),
+    Flag::switch(
+        "disable-load-monitoring",
+        Group::Workers,
+        "Poll engine load only for worker groups whose policy needs it (power_of_two)",
+        |c| c.disable_load_monitoring = true,
+    ),
+    Flag::one(
         "worker-startup-timeout-secs",
         "SECS",
         "1800",

@@ -234,6 +234,10 @@ pub struct Config {
     pub disable_health_check: bool,
     /// `--drain-settle-secs`: how long a removed ready worker drains.
     pub drain_settle: Duration,
+    /// `--load-monitor-interval`: time between engine load polls of a worker.
+    pub load_monitor_interval: Duration,
+    /// `--disable-load-monitoring`: poll engine load only for groups that need it.
+    pub disable_load_monitoring: bool,
     /// `--worker-startup-timeout-secs`: how long registration waits for a worker to answer.
     pub worker_startup_timeout: Duration,
     /// `--worker-startup-check-interval`: time between registration probes.
@@ -335,6 +339,8 @@ impl Default for Config {
             health_failure_threshold: 3,
             disable_health_check: false,
             drain_settle: Duration::from_secs(5),
+            load_monitor_interval: Duration::from_secs(10),
+            disable_load_monitoring: false,
             worker_startup_timeout: Duration::from_secs(1800),
             worker_startup_check_interval: Duration::from_secs(30),
             model_aliases: Vec::new(),

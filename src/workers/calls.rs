@@ -140,8 +140,8 @@ impl StdError for CallError {}
 
 /// `User-Agent` of the gateway's administrative calls (fan-out, forwarded information).
 pub const AGENT: &str = concat!("tollgate/", env!("CARGO_PKG_VERSION"));
-/// `User-Agent` of health probes and registration detection, so engine logs (and tests)
-/// can tell the gateway's housekeeping from real traffic.
+/// `User-Agent` of health probes, registration detection and engine load polls, so engine
+/// logs (and tests) can tell the gateway's housekeeping from real traffic.
 pub const PROBE_AGENT: &str = concat!("tollgate-probe/", env!("CARGO_PKG_VERSION"));
 
 /// `method path_and_query` on a registered worker, with its key as bearer token.

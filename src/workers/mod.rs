@@ -10,6 +10,8 @@ pub mod calls;
 pub mod detect;
 pub mod jobs;
 pub mod lifecycle;
+pub mod load;
+pub mod prom_text;
 pub mod protocol;
 pub mod spec;
 mod url;
@@ -19,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use http::uri::{Authority, Scheme};
 use http::HeaderValue;
 use uuid::Uuid;
@@ -193,6 +195,9 @@ pub struct Live {
     failures: AtomicU32,
     /// Set when the worker leaves the registry; its background tasks stop.
     retired: AtomicBool,
+    /// The load monitor's latest report of the engine; `None` until the first poll, after
+    /// a failed one and while the worker is not ready.
+    engine_load: ArcSwapOption<load::EngineLoad>,
 }
 
 /// One registered worker: an immutable description plus shared live figures.
@@ -349,6 +354,15 @@ impl Worker {
         };
         reset.store(0, Ordering::Relaxed);
         hit.fetch_add(1, Ordering::Relaxed).saturating_add(1)
+    }
+
+    /// The engine's latest load report (lock-free; see [`load`]).
+    pub fn engine_load(&self) -> Option<Arc<load::EngineLoad>> {
+        self.live.engine_load.load_full()
+    }
+
+    pub fn set_engine_load(&self, report: Option<Arc<load::EngineLoad>>) {
+        self.live.engine_load.store(report);
     }
 
     /// Whether the worker has left the registry (its background tasks stop).
