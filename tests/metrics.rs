@@ -281,3 +281,43 @@ fn a_taken_metrics_port_stops_startup() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("for metrics"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn engine_load_is_reexported_and_minus_one_once_gone() {
+    let m = mock(&["--model", "load-model"]);
+    let set = post_json(
+        &format!("{}/mock/config", m.url()),
+        &json!({"load": {"running": 7, "waiting": 3}}),
+    )
+    .await;
+    assert_eq!(set.status, 200, "{}", set.text());
+    let gw = gateway(&["--worker-urls", &m.url(), "--load-monitor-interval", "1"]);
+    let w = m.url();
+    let running =
+        format!(r#"gw_engine_running_requests{{worker="{w}",model="load-model",dp_rank="0"}}"#);
+    let waiting =
+        format!(r#"gw_engine_waiting_requests{{worker="{w}",model="load-model",dp_rank="0"}}"#);
+    let polled = common::eventually(Duration::from_secs(10), || async {
+        sample(&scrape(&gw).await, &running).is_some_and(|v| v >= 7.0)
+    })
+    .await;
+    assert!(polled, "{}", scrape(&gw).await);
+    assert!(sample(&scrape(&gw).await, &waiting).is_some_and(|v| v >= 3.0));
+
+    let listing = get(&format!("{}/workers", gw.url())).await.json();
+    let id = listing["workers"][0]["id"].as_str().expect("id").to_owned();
+    let del = send(
+        &client(false),
+        "DELETE",
+        &format!("{}/workers/{id}", gw.url()),
+        &[],
+        Bytes::new(),
+    )
+    .await;
+    assert_eq!(del.status, 202);
+    let gone = common::eventually(Duration::from_secs(10), || async {
+        sample(&scrape(&gw).await, &running) == Some(-1.0)
+    })
+    .await;
+    assert!(gone, "{}", scrape(&gw).await);
+}

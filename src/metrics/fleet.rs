@@ -6,8 +6,8 @@
 //! reporting as spec 3 says: health and breaker state -1, in-flight and streaks 0, HTTP/2
 //! its last value.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -16,6 +16,7 @@ use prometheus_client::metrics::MetricType;
 
 use super::labels::{Label, Labels};
 use crate::resilience::State;
+use crate::workers::load::RankLoad;
 use crate::workers::{Fleet, Status};
 
 /// What the fleet collector reads.
@@ -24,11 +25,103 @@ pub type SnapshotSource = Arc<Fleet>;
 #[derive(Debug)]
 pub struct FleetCollector {
     fleet: Arc<Fleet>,
+    /// Engine-load series exported so far: they report -1 once their worker stops
+    /// reporting (removed, out of ready), as spec 3 says.
+    engine_series: Mutex<HashSet<EngineSeries>>,
 }
+
+/// One (worker, model, dp_rank) of the `gw_engine_*` gauges.
+type EngineSeries = (Arc<str>, Arc<str>, u32);
+
+/// Engine-load series remembered for the -1 rule; beyond this, new ones are not tracked.
+const ENGINE_SERIES_CAP: usize = 65_536;
+
+/// The re-exported engine gauges: name, help, and the figure of a rank report.
+const ENGINE_GAUGES: [(&str, &str, fn(&RankLoad) -> f64); 5] = [
+    (
+        "gw_engine_running_requests",
+        "Engine running requests",
+        |r| r.num_running_reqs as f64,
+    ),
+    (
+        "gw_engine_waiting_requests",
+        "Engine waiting requests",
+        |r| r.num_waiting_reqs as f64,
+    ),
+    (
+        "gw_engine_token_usage",
+        "Engine KV token usage (0.0-1.0)",
+        |r| r.token_usage,
+    ),
+    (
+        "gw_engine_gen_throughput",
+        "Engine generation throughput (tokens/s)",
+        |r| r.gen_throughput,
+    ),
+    (
+        "gw_engine_cache_hit_rate",
+        "Engine prefix cache hit rate (0.0-1.0)",
+        |r| r.cache_hit_rate,
+    ),
+];
 
 impl FleetCollector {
     pub fn new(fleet: Arc<Fleet>) -> FleetCollector {
-        FleetCollector { fleet }
+        FleetCollector {
+            fleet,
+            engine_series: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// The `gw_engine_*` gauges: the latest report of every reporting worker, -1 for
+    /// series whose worker no longer reports.
+    fn encode_engine(
+        &self,
+        encoder: &mut DescriptorEncoder,
+        snapshot: &crate::workers::Snapshot,
+    ) -> Result<(), std::fmt::Error> {
+        let mut rows: Vec<(EngineSeries, Option<RankLoad>)> = Vec::new();
+        let mut live: HashSet<EngineSeries> = HashSet::new();
+        for w in snapshot.all() {
+            let Some(report) = w.engine_load() else {
+                continue;
+            };
+            let model: Arc<str> = Arc::from(w.model_id.as_deref().unwrap_or("unknown"));
+            for rank in &report.loads {
+                let key = (w.url_label.clone(), model.clone(), rank.dp_rank);
+                live.insert(key.clone());
+                rows.push((key, Some(rank.clone())));
+            }
+        }
+        if let Ok(mut seen) = self.engine_series.lock() {
+            for key in seen.iter().filter(|k| !live.contains(*k)) {
+                rows.push((key.clone(), None));
+            }
+            for key in live {
+                if seen.len() < ENGINE_SERIES_CAP {
+                    seen.insert(key);
+                }
+            }
+        }
+        if rows.is_empty() {
+            return Ok(());
+        }
+        for (name, help, figure) in ENGINE_GAUGES {
+            let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for ((worker, model, rank), load) in &rows {
+                let labels: Labels<3> = [
+                    ("worker", Label::Shared(worker.clone())),
+                    ("model", Label::Shared(model.clone())),
+                    (
+                        "dp_rank",
+                        Label::Shared(Arc::from(rank.to_string().as_str())),
+                    ),
+                ];
+                let value = load.as_ref().map_or(-1.0, figure);
+                ConstGauge::new(value).encode(metric.encode_family(&labels)?)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -126,6 +219,7 @@ impl Collector for FleetCollector {
         for family in &families {
             emit(&mut encoder, family)?;
         }
+        self.encode_engine(&mut encoder, &snapshot)?;
         if !pools.is_empty() {
             let mut metric = encoder.encode_descriptor(
                 "gw_worker_pool_size",
