@@ -36,8 +36,10 @@ type EngineSeries = (Arc<str>, Arc<str>, u32);
 /// Engine-load series remembered for the -1 rule; beyond this, new ones are not tracked.
 const ENGINE_SERIES_CAP: usize = 65_536;
 
-/// The re-exported engine gauges: name, help, and the figure of a rank report.
-const ENGINE_GAUGES: [(&str, &str, fn(&RankLoad) -> f64); 5] = [
+/// A re-exported engine gauge: name, help, and the figure it takes from a rank report.
+type EngineGauge = (&'static str, &'static str, fn(&RankLoad) -> f64);
+
+const ENGINE_GAUGES: [EngineGauge; 5] = [
     (
         "gw_engine_running_requests",
         "Engine running requests",
