@@ -51,8 +51,9 @@ pub const MAX_TEXT_BYTES: usize = 256 * 1024;
 
 /// Which fields the caller needs; everything else is skipped without allocation.
 ///
-/// (Skipping builds nothing; serde_json's one scratch buffer, reused for the whole body,
-/// holds the brackets open inside a skipped value and any key that has escapes.)
+/// (Skipping builds nothing; serde_json's scratch buffer, one per walk of an object or
+/// array, holds the brackets open inside a skipped value, and a key with escapes is
+/// unescaped into a string of its own.)
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Wants {
     pub model: bool,
