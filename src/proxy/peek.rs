@@ -14,7 +14,10 @@
 //! serde_json's own string and number parsing is never used, for it is stricter than the
 //! skip: a lone surrogate escape (`"\ud83d"`, which JavaScript clients send when they cut an
 //! emoji in half) or a number like `1e400` would fail a read but not a skip, and a field's
-//! result would then depend on which other fields are wanted. The skip keeps its stack of
+//! result would then depend on which other fields are wanted. When the text is wanted,
+//! `messages` is walked as an array of objects in the same pass (the bulk of a chat body
+//! would otherwise be scanned three times), falling back to the raw walk on any other shape.
+//! The skip keeps its stack of
 //! open brackets on the heap, so no nesting depth can exhaust the thread's stack, and the
 //! walks go at most four levels deep (`messages`, a message, its `content`, a part).
 //!
@@ -38,7 +41,8 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use serde::de::{Deserializer as _, MapAccess, SeqAccess, Visitor};
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::error::Category;
 use serde_json::value::RawValue;
 
 /// Most bytes of prompt text returned, cut on a char boundary.
@@ -106,23 +110,134 @@ pub fn peek(body: &[u8], wants: Wants) -> Peeked<'_> {
         return Peeked::default();
     };
     let mut raw = Raw::default();
-    let walked = walk_object(body, |key, value| {
-        let slot = match &*key {
-            "model" => &mut raw.model,
-            "stream" => &mut raw.stream,
-            "rid" => &mut raw.rid,
-            "messages" => &mut raw.messages,
-            "system" => &mut raw.system,
-            "prompt" => &mut raw.prompt,
-            "text" => &mut raw.text,
-            "input" => &mut raw.input,
-            _ => return,
-        };
-        *slot = Some(value);
-    });
+    let mut walked = walk_top(body, &mut raw, wants.text);
+    if walked
+        .as_ref()
+        .is_err_and(|err| err.classify() == Category::Data)
+    {
+        // A type error, not a syntax error: `messages` is not an array of objects (or the
+        // body not an object). Walk again, reading `messages` raw.
+        raw = Raw::default();
+        walked = walk_top(body, &mut raw, false);
+    }
     match walked {
         Ok(()) => raw.read(wants),
         Err(_) => Peeked::default(),
+    }
+}
+
+/// Walks the body's object into `raw`; with `stream_messages`, see [`Top`].
+fn walk_top<'a>(body: &'a str, raw: &mut Raw<'a>, stream_messages: bool) -> serde_json::Result<()> {
+    let mut de = serde_json::Deserializer::from_str(body);
+    de.deserialize_map(Top {
+        raw,
+        stream_messages,
+    })?;
+    de.end()
+}
+
+/// The body's object. With `stream_messages`, `messages` is read as an array of objects
+/// during the walk: one pass over the bulk of a chat body instead of three (skip, walk the
+/// array, walk each message). Any other shape of it stops the walk with a type error.
+struct Top<'r, 'a> {
+    raw: &'r mut Raw<'a>,
+    stream_messages: bool,
+}
+
+impl<'a> Visitor<'a> for Top<'_, 'a> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'a>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<&RawValue>()? {
+            let key = key_of(key);
+            if self.stream_messages && key == "messages" {
+                let mut text = Text::default();
+                map.next_value_seed(Messages(&mut text))?;
+                self.raw.streamed = Some(text);
+                continue;
+            }
+            let value = map.next_value::<&RawValue>()?;
+            let slot = match &*key {
+                "model" => &mut self.raw.model,
+                "stream" => &mut self.raw.stream,
+                "rid" => &mut self.raw.rid,
+                "messages" => &mut self.raw.messages,
+                "system" => &mut self.raw.system,
+                "prompt" => &mut self.raw.prompt,
+                "text" => &mut self.raw.text,
+                "input" => &mut self.raw.input,
+                _ => continue,
+            };
+            *slot = Some(value);
+        }
+        Ok(())
+    }
+}
+
+/// `messages` as an array of objects, each message's text pushed as it is walked.
+struct Messages<'t, 'a>(&'t mut Text<'a>);
+
+impl<'a> DeserializeSeed<'a> for Messages<'_, 'a> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'a>>(self, de: D) -> Result<(), D::Error> {
+        de.deserialize_seq(self)
+    }
+}
+
+impl<'a> Visitor<'a> for Messages<'_, 'a> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array of messages")
+    }
+
+    fn visit_seq<A: SeqAccess<'a>>(self, mut seq: A) -> Result<(), A::Error> {
+        while !self.0.full {
+            if seq.next_element_seed(Message(&mut *self.0))?.is_none() {
+                return Ok(());
+            }
+        }
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(())
+    }
+}
+
+/// One message, as an object: its last `content` is pushed.
+struct Message<'t, 'a>(&'t mut Text<'a>);
+
+impl<'a> DeserializeSeed<'a> for Message<'_, 'a> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'a>>(self, de: D) -> Result<(), D::Error> {
+        de.deserialize_map(self)
+    }
+}
+
+impl<'a> Visitor<'a> for Message<'_, 'a> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a message object")
+    }
+
+    fn visit_map<A: MapAccess<'a>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut content = None;
+        while let Some(key) = map.next_key::<&RawValue>()? {
+            if key_of(key) == "content" {
+                content = Some(map.next_value::<&RawValue>()?);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        if let Some(content) = content {
+            push_parts(content, self.0);
+        }
+        Ok(())
     }
 }
 
@@ -137,21 +252,26 @@ struct Raw<'a> {
     prompt: Option<&'a RawValue>,
     text: Option<&'a RawValue>,
     input: Option<&'a RawValue>,
+    /// The text of `messages`, when it was read during the walk (see [`Top`]).
+    streamed: Option<Text<'a>>,
 }
 
 impl<'a> Raw<'a> {
-    fn read(self, wants: Wants) -> Peeked<'a> {
-        let whole = |raw: Option<&'a RawValue>| raw.and_then(|raw| string(raw, usize::MAX));
+    fn read(mut self, wants: Wants) -> Peeked<'a> {
+        let whole = |raw: Option<&'a RawValue>, wanted: bool| {
+            raw.filter(|_| wanted)
+                .and_then(|raw| string(raw, usize::MAX))
+        };
         Peeked {
-            model: whole(self.model).filter(|_| wants.model),
+            model: whole(self.model, wants.model),
             stream: wants.stream && self.stream.is_some_and(|raw| raw.get() == "true"),
-            rid: whole(self.rid).filter(|_| wants.rid),
+            rid: whole(self.rid, wants.rid),
             text: if wants.text { self.text() } else { None },
         }
     }
 
     /// The prompt text: see [`Peeked::text`].
-    fn text(&self) -> Option<Cow<'a, str>> {
+    fn text(&mut self) -> Option<Cow<'a, str>> {
         self.chat()
             .or_else(|| first_string(self.prompt?))
             .or_else(|| first_string(self.text?))
@@ -159,12 +279,19 @@ impl<'a> Raw<'a> {
     }
 
     /// `system` and `messages` joined, when `messages` is an array.
-    fn chat(&self) -> Option<Cow<'a, str>> {
-        let messages = self.messages.filter(|raw| raw.get().starts_with('['))?;
+    fn chat(&mut self) -> Option<Cow<'a, str>> {
         let mut text = Text::default();
         if let Some(system) = self.system {
             push_parts(system, &mut text);
         }
+        if let Some(streamed) = self.streamed.take() {
+            // Joining the two capped texts cuts where joining every part would.
+            if let Some(messages) = streamed.joined {
+                text.push(messages);
+            }
+            return text.joined;
+        }
+        let messages = self.messages.filter(|raw| raw.get().starts_with('['))?;
         let _ = walk_array(messages.get(), |message| {
             if let Some(content) = last_field(message, "content") {
                 push_parts(content, &mut text);
@@ -245,8 +372,7 @@ impl<'a, F: FnMut(Cow<'a, str>, &'a RawValue)> Visitor<'a> for Fields<F> {
     fn visit_map<A: MapAccess<'a>>(mut self, mut map: A) -> Result<(), A::Error> {
         while let Some(key) = map.next_key::<&RawValue>()? {
             let value = map.next_value::<&RawValue>()?;
-            // A key is a string, so `string` always finds one.
-            (self.0)(string(key, usize::MAX).unwrap_or_default(), value);
+            (self.0)(key_of(key), value);
         }
         Ok(())
     }
@@ -272,24 +398,34 @@ impl<'a, F: FnMut(&'a RawValue) -> bool> Visitor<'a> for Elements<F> {
     }
 }
 
+/// An object key, unescaped.
+fn key_of(raw: &RawValue) -> Cow<'_, str> {
+    // A key is a string, so `string` always finds one.
+    string(raw, usize::MAX).unwrap_or_default()
+}
+
 /// The value of a raw JSON string (`None` for other types), borrowed unless it has escapes;
 /// unescaping stops soon after `limit` bytes.
 fn string(raw: &RawValue, limit: usize) -> Option<Cow<'_, str>> {
     let inner = raw.get().strip_prefix('"')?.strip_suffix('"')?;
-    if !inner.contains('\\') {
+    // The memchr crate's search is SIMD; `str::find` searches a word at a time.
+    let Some(first) = memchr::memchr(b'\\', inner.as_bytes()) else {
         return Some(Cow::Borrowed(inner));
-    }
+    };
     let mut out = String::with_capacity(inner.len().min(limit));
     let mut rest = inner;
+    let mut next = Some(first);
     while out.len() < limit {
-        let Some(at) = rest.find('\\') else {
+        let Some(at) = next else {
             out.push_str(rest);
             break;
         };
-        out.push_str(&rest[..at]);
+        // A backslash is ASCII: `at` is a char boundary.
+        out.push_str(rest.get(..at).unwrap_or_default());
         let (ch, len) = escape(rest.get(at + 1..).unwrap_or_default());
         out.push(ch);
         rest = rest.get(at + 1 + len..).unwrap_or_default();
+        next = memchr::memchr(b'\\', rest.as_bytes());
     }
     Some(Cow::Owned(out))
 }
@@ -729,6 +865,24 @@ mod tests {
         let exact = "a".repeat(MAX_TEXT_BYTES);
         let body = format!(r#"{{"text":"{exact}"}}"#);
         assert_eq!(text(&body).as_deref(), Some(exact.as_str()));
+    }
+
+    /// A message that is not an object makes `messages` read raw instead of streamed: the
+    /// text must come out the same, cut included.
+    #[test]
+    fn streamed_and_raw_messages_give_the_same_text() {
+        let half = wide(MAX_TEXT_BYTES / 2 + 1);
+        for system in ["", r#""system":"S","#] {
+            for messages in [
+                r#"{"content":"a"},{"content":[{"text":"b"}]}"#.to_owned(),
+                format!(r#"{{"content":"{half}"}},{{"content":"{half}"}}"#),
+            ] {
+                let streamed = format!(r#"{{{system}"messages":[{messages}]}}"#);
+                let raw = format!(r#"{{{system}"messages":[{messages},7]}}"#);
+                assert_eq!(text(&streamed), text(&raw));
+                assert!(text(&raw).is_some());
+            }
+        }
     }
 
     #[test]
