@@ -28,28 +28,29 @@ fn chat_body(size: usize) -> Vec<u8> {
                 "properties": {"q": {"type": "string"}, "k": {"type": "integer"}}}}}
     ]);
     let mut messages = vec![json!({"role": "system", "content": "You are a helpful assistant."})];
-    let mut body = Vec::new();
+    let mut estimate = tools.to_string().len() + 200;
     let mut turn = 0;
-    while body.len() < size {
+    while estimate < size {
         let role = if turn % 2 == 0 { "user" } else { "assistant" };
         let content = if turn % 3 == 2 {
             format!("Quoting \"line {turn}\":\n{}\n", sentence.repeat(4))
         } else {
             sentence.repeat(4)
         };
-        messages.push(json!({"role": role, "content": content}));
+        let message = json!({"role": role, "content": content});
+        estimate += message.to_string().len() + 1;
+        messages.push(message);
         turn += 1;
-        body = serde_json::to_vec(&json!({
-            "model": "meta-llama/Llama-3.1-8B-Instruct",
-            "messages": messages,
-            "tools": tools,
-            "stream": true,
-            "max_tokens": 256,
-            "temperature": 0.7,
-        }))
-        .expect("bench body serialises");
     }
-    body
+    serde_json::to_vec(&json!({
+        "model": "meta-llama/Llama-3.1-8B-Instruct",
+        "messages": messages,
+        "tools": tools,
+        "stream": true,
+        "max_tokens": 256,
+        "temperature": 0.7,
+    }))
+    .expect("bench body serialises")
 }
 
 /// Prompt text from a parsed body, joined as `peek` does (string contents only: the
@@ -104,6 +105,7 @@ fn bench(c: &mut Criterion) {
     };
     for (name, size) in [("1k", 1 << 10), ("64k", 64 << 10), ("1m", 1 << 20)] {
         let body = chat_body(size);
+        eprintln!("json_peek/{name}: a body of {} bytes", body.len());
         let (model, stream, _, text) = serde_value(&body);
         let peeked = peek(&body, Wants::ALL);
         assert_eq!(peeked.model.as_deref(), model.as_deref());

@@ -6,29 +6,44 @@
 //! never materialised, and a field's string is borrowed from the body unless it has to be
 //! unescaped or joined.
 //!
-//! The reading is done by serde_json's parser driven by visitors of our own (measured
-//! against `serde_json::Value`, simd-json and a full parse in `benches/json_peek.rs`).
-//! serde_json skips unwanted values with a loop and a heap stack of open brackets
-//! (`IgnoredAny`), so no nesting depth in a skipped value can exhaust the thread's stack;
-//! the values read here are at most five levels deep (body, `messages`, a message, its
-//! `content` array, a part), within serde_json's recursion limit of 128.
+//! How (measured against `serde_json::Value`, simd-json and a full parse in
+//! `benches/json_peek.rs`): serde_json walks the body's top-level object and hands over each
+//! value as raw JSON text (`RawValue`, a slice of the body), checked by the same loop that
+//! skips values (`IgnoredAny`). This module then reads the few raw values it wants: strings
+//! with its own unescaper, arrays and objects by walking their (already checked) text again.
+//! serde_json's own string and number parsing is never used, for it is stricter than the
+//! skip: a lone surrogate escape (`"\ud83d"`, which JavaScript clients send when they cut an
+//! emoji in half) or a number like `1e400` would fail a read but not a skip, and a field's
+//! result would then depend on which other fields are wanted. When the text is wanted,
+//! `messages` is walked as an array of objects in the same pass (the bulk of a chat body
+//! would otherwise be scanned three times), falling back to the raw walk on any other shape.
+//! The skip keeps its stack of
+//! open brackets on the heap, so no nesting depth can exhaust the thread's stack, and the
+//! walks go at most four levels deep (`messages`, a message, its `content`, a part).
 //!
 //! Rules, chosen to match what the (Python) workers will see:
 //! - **Invalid JSON yields nothing**: any syntax error anywhere in the body, including a
 //!   truncated body or trailing bytes after the object, gives `Peeked::default()`, even for
 //!   fields read before the error. Routing on a body the worker will refuse is pointless, and
-//!   the worker answers the malformed request itself. One exception, to keep skipping cheap:
-//!   the bytes of skipped strings are not checked to be UTF-8 (those of strings read are).
+//!   the worker answers the malformed request itself. JSON is UTF-8 (RFC 8259), so a body
+//!   that is not UTF-8 anywhere, even inside a skipped string, is invalid too: the whole
+//!   body is checked first (SIMD-fast, a tenth of the cost of skipping it).
+//! - **Lone surrogate escapes are valid** (as in Python's `json`) and read as U+FFFD, since a
+//!   `str` cannot hold them.
 //! - **Duplicate keys: the last one wins**, at every level, as with Python's `json.loads`
 //!   (SGLang, vLLM): the gateway and the worker then agree on which model was asked for.
 //! - **Wrong types count as absent**: `"model": 7` gives `None`, `"stream": "true"` gives
 //!   `false`; the rest of the body is still read.
 //! - Keys are compared after unescaping (`"mod\u0065l"` is `model`), as the worker does.
+//!
+//! Whether a body is valid, and so every field's result, does not depend on `Wants`.
 
 use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::error::Category;
+use serde_json::value::RawValue;
 
 /// Most bytes of prompt text returned, cut on a char boundary.
 ///
@@ -39,6 +54,10 @@ use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess,
 pub const MAX_TEXT_BYTES: usize = 256 * 1024;
 
 /// Which fields the caller needs; everything else is skipped without allocation.
+///
+/// (Skipping builds nothing; serde_json's scratch buffer, one per walk of an object or
+/// array, holds the brackets open inside a skipped value, and a key with escapes is
+/// unescaped into a string of its own.)
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Wants {
     pub model: bool,
@@ -71,8 +90,8 @@ pub struct Peeked<'a> {
     /// yields text:
     /// 1. `messages` (OpenAI chat, Anthropic messages), when it is an array: each message's
     ///    `content`, a string or an array of parts whose `text` strings count, preceded by
-    ///    Anthropic's top-level `system` (a string or an array of blocks with `text`);
-    ///    nothing when no part has text;
+    ///    Anthropic's top-level `system` (a string or an array of blocks with `text`; not a
+    ///    source on its own); nothing when no message part and no `system` has text;
     /// 2. `prompt` (completions), 3. `text` (SGLang `/generate`), 4. `input` (embeddings):
     ///    a string, or the first element of an array when that is a string.
     ///
@@ -87,11 +106,370 @@ pub fn peek(body: &[u8], wants: Wants) -> Peeked<'_> {
     if wants == Wants::default() {
         return Peeked::default();
     }
-    let mut de = serde_json::Deserializer::from_slice(body);
-    match Top(wants).deserialize(&mut de) {
-        Ok(found) if de.end().is_ok() => found.finish(),
-        _ => Peeked::default(),
+    let Ok(body) = std::str::from_utf8(body) else {
+        return Peeked::default();
+    };
+    let mut raw = Raw::default();
+    let mut walked = walk_top(body, &mut raw, wants.text);
+    if walked
+        .as_ref()
+        .is_err_and(|err| err.classify() == Category::Data)
+    {
+        // A type error, not a syntax error: `messages` is not an array of objects (or the
+        // body not an object). Walk again, reading `messages` raw.
+        raw = Raw::default();
+        walked = walk_top(body, &mut raw, false);
     }
+    match walked {
+        Ok(()) => raw.read(wants),
+        Err(_) => Peeked::default(),
+    }
+}
+
+/// Walks the body's object into `raw`; with `stream_messages`, see [`Top`].
+fn walk_top<'a>(body: &'a str, raw: &mut Raw<'a>, stream_messages: bool) -> serde_json::Result<()> {
+    let mut de = serde_json::Deserializer::from_str(body);
+    de.deserialize_map(Top {
+        raw,
+        stream_messages,
+    })?;
+    de.end()
+}
+
+/// The body's object. With `stream_messages`, `messages` is read as an array of objects
+/// during the walk: one pass over the bulk of a chat body instead of three (skip, walk the
+/// array, walk each message). Any other shape of it stops the walk with a type error.
+struct Top<'r, 'a> {
+    raw: &'r mut Raw<'a>,
+    stream_messages: bool,
+}
+
+impl<'a> Visitor<'a> for Top<'_, 'a> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'a>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<&RawValue>()? {
+            let key = key_of(key);
+            if self.stream_messages && key == "messages" {
+                let mut text = Text::default();
+                map.next_value_seed(Messages(&mut text))?;
+                self.raw.streamed = Some(text);
+                continue;
+            }
+            let value = map.next_value::<&RawValue>()?;
+            let slot = match &*key {
+                "model" => &mut self.raw.model,
+                "stream" => &mut self.raw.stream,
+                "rid" => &mut self.raw.rid,
+                "messages" => &mut self.raw.messages,
+                "system" => &mut self.raw.system,
+                "prompt" => &mut self.raw.prompt,
+                "text" => &mut self.raw.text,
+                "input" => &mut self.raw.input,
+                _ => continue,
+            };
+            *slot = Some(value);
+        }
+        Ok(())
+    }
+}
+
+/// `messages` as an array of objects, each message's text pushed as it is walked.
+struct Messages<'t, 'a>(&'t mut Text<'a>);
+
+impl<'a> DeserializeSeed<'a> for Messages<'_, 'a> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'a>>(self, de: D) -> Result<(), D::Error> {
+        de.deserialize_seq(self)
+    }
+}
+
+impl<'a> Visitor<'a> for Messages<'_, 'a> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array of messages")
+    }
+
+    fn visit_seq<A: SeqAccess<'a>>(self, mut seq: A) -> Result<(), A::Error> {
+        while !self.0.full {
+            if seq.next_element_seed(Message(&mut *self.0))?.is_none() {
+                return Ok(());
+            }
+        }
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(())
+    }
+}
+
+/// One message, as an object: its last `content` is pushed.
+struct Message<'t, 'a>(&'t mut Text<'a>);
+
+impl<'a> DeserializeSeed<'a> for Message<'_, 'a> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'a>>(self, de: D) -> Result<(), D::Error> {
+        de.deserialize_map(self)
+    }
+}
+
+impl<'a> Visitor<'a> for Message<'_, 'a> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a message object")
+    }
+
+    fn visit_map<A: MapAccess<'a>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut content = None;
+        while let Some(key) = map.next_key::<&RawValue>()? {
+            if key_of(key) == "content" {
+                content = Some(map.next_value::<&RawValue>()?);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        if let Some(content) = content {
+            push_parts(content, self.0);
+        }
+        Ok(())
+    }
+}
+
+/// The raw values of the top-level fields read, the last of each name.
+#[derive(Default)]
+struct Raw<'a> {
+    model: Option<&'a RawValue>,
+    stream: Option<&'a RawValue>,
+    rid: Option<&'a RawValue>,
+    messages: Option<&'a RawValue>,
+    system: Option<&'a RawValue>,
+    prompt: Option<&'a RawValue>,
+    text: Option<&'a RawValue>,
+    input: Option<&'a RawValue>,
+    /// The text of `messages`, when it was read during the walk (see [`Top`]).
+    streamed: Option<Text<'a>>,
+}
+
+impl<'a> Raw<'a> {
+    fn read(mut self, wants: Wants) -> Peeked<'a> {
+        let whole = |raw: Option<&'a RawValue>, wanted: bool| {
+            raw.filter(|_| wanted)
+                .and_then(|raw| string(raw, usize::MAX))
+        };
+        Peeked {
+            model: whole(self.model, wants.model),
+            stream: wants.stream && self.stream.is_some_and(|raw| raw.get() == "true"),
+            rid: whole(self.rid, wants.rid),
+            text: if wants.text { self.text() } else { None },
+        }
+    }
+
+    /// The prompt text: see [`Peeked::text`].
+    fn text(&mut self) -> Option<Cow<'a, str>> {
+        self.chat()
+            .or_else(|| first_string(self.prompt?))
+            .or_else(|| first_string(self.text?))
+            .or_else(|| first_string(self.input?))
+    }
+
+    /// `system` and `messages` joined, when `messages` is an array.
+    fn chat(&mut self) -> Option<Cow<'a, str>> {
+        let mut text = Text::default();
+        if let Some(system) = self.system {
+            push_parts(system, &mut text);
+        }
+        if let Some(streamed) = self.streamed.take() {
+            // Joining the two capped texts cuts where joining every part would.
+            if let Some(messages) = streamed.joined {
+                text.push(messages);
+            }
+            return text.joined;
+        }
+        let messages = self.messages.filter(|raw| raw.get().starts_with('['))?;
+        let _ = walk_array(messages.get(), |message| {
+            if let Some(content) = last_field(message, "content") {
+                push_parts(content, &mut text);
+            }
+            !text.full
+        });
+        text.joined
+    }
+}
+
+/// Pushes a `content` or `system` value: a string, or the `text` strings of an array's parts.
+fn push_parts<'a>(raw: &'a RawValue, text: &mut Text<'a>) {
+    if raw.get().starts_with('[') {
+        let _ = walk_array(raw.get(), |part| {
+            if let Some(s) = last_field(part, "text").and_then(|t| string(t, MAX_TEXT_BYTES)) {
+                text.push(s);
+            }
+            !text.full
+        });
+    } else if let Some(s) = string(raw, MAX_TEXT_BYTES) {
+        text.push(s);
+    }
+}
+
+/// A string, or the first element of an array when that is a string; capped.
+fn first_string(raw: &RawValue) -> Option<Cow<'_, str>> {
+    let mut first = None;
+    if raw.get().starts_with('[') {
+        let _ = walk_array(raw.get(), |element| {
+            first = Some(element);
+            false
+        });
+        return string(first?, MAX_TEXT_BYTES).map(capped);
+    }
+    string(raw, MAX_TEXT_BYTES).map(capped)
+}
+
+/// The value of an object's last field named `name`; `None` when `raw` is not an object.
+fn last_field<'a>(raw: &'a RawValue, name: &str) -> Option<&'a RawValue> {
+    let mut found = None;
+    if raw.get().starts_with('{') {
+        let _ = walk_object(raw.get(), |key, value| {
+            if key == name {
+                found = Some(value);
+            }
+        });
+    }
+    found
+}
+
+/// Calls `each` with every key (unescaped) and raw value of the JSON object `json`, then
+/// checks that nothing but whitespace follows it.
+fn walk_object<'a>(
+    json: &'a str,
+    each: impl FnMut(Cow<'a, str>, &'a RawValue),
+) -> serde_json::Result<()> {
+    let mut de = serde_json::Deserializer::from_str(json);
+    de.deserialize_map(Fields(each))?;
+    de.end()
+}
+
+/// Calls `each` with every raw element of the JSON array `json`, while it returns `true`.
+/// Only for text a walk already checked: an early stop leaves the rest unread.
+fn walk_array<'a>(json: &'a str, each: impl FnMut(&'a RawValue) -> bool) -> serde_json::Result<()> {
+    serde_json::Deserializer::from_str(json).deserialize_seq(Elements(each))
+}
+
+/// Visits an object's fields as raw values.
+struct Fields<F>(F);
+
+impl<'a, F: FnMut(Cow<'a, str>, &'a RawValue)> Visitor<'a> for Fields<F> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'a>>(mut self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<&RawValue>()? {
+            let value = map.next_value::<&RawValue>()?;
+            (self.0)(key_of(key), value);
+        }
+        Ok(())
+    }
+}
+
+/// Visits an array's elements as raw values.
+struct Elements<F>(F);
+
+impl<'a, F: FnMut(&'a RawValue) -> bool> Visitor<'a> for Elements<F> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON array")
+    }
+
+    fn visit_seq<A: SeqAccess<'a>>(mut self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(element) = seq.next_element::<&RawValue>()? {
+            if !(self.0)(element) {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An object key, unescaped.
+fn key_of(raw: &RawValue) -> Cow<'_, str> {
+    // A key is a string, so `string` always finds one.
+    string(raw, usize::MAX).unwrap_or_default()
+}
+
+/// The value of a raw JSON string (`None` for other types), borrowed unless it has escapes;
+/// unescaping stops soon after `limit` bytes.
+fn string(raw: &RawValue, limit: usize) -> Option<Cow<'_, str>> {
+    let inner = raw.get().strip_prefix('"')?.strip_suffix('"')?;
+    // The memchr crate's search is SIMD; `str::find` searches a word at a time.
+    let Some(first) = memchr::memchr(b'\\', inner.as_bytes()) else {
+        return Some(Cow::Borrowed(inner));
+    };
+    let mut out = String::with_capacity(inner.len().min(limit));
+    let mut rest = inner;
+    let mut next = Some(first);
+    while out.len() < limit {
+        let Some(at) = next else {
+            out.push_str(rest);
+            break;
+        };
+        // A backslash is ASCII: `at` is a char boundary.
+        out.push_str(rest.get(..at).unwrap_or_default());
+        let (ch, len) = escape(rest.get(at + 1..).unwrap_or_default());
+        out.push(ch);
+        rest = rest.get(at + 1 + len..).unwrap_or_default();
+        next = memchr::memchr(b'\\', rest.as_bytes());
+    }
+    Some(Cow::Owned(out))
+}
+
+/// The char an escape stands for, from the bytes after its backslash (whose syntax
+/// serde_json checked), and how many of those bytes it takes.
+fn escape(s: &str) -> (char, usize) {
+    let ch = match s.as_bytes().first() {
+        Some(b'n') => '\n',
+        Some(b't') => '\t',
+        Some(b'r') => '\r',
+        Some(b'b') => '\u{8}',
+        Some(b'f') => '\u{c}',
+        Some(b'u') => return unicode_escape(s),
+        Some(&other) => char::from(other), // `"`, `\`, `/`
+        None => return (char::REPLACEMENT_CHARACTER, 0),
+    };
+    (ch, 1)
+}
+
+/// `uXXXX`, or a surrogate pair `uD83D\uDE00`; a lone surrogate is U+FFFD.
+fn unicode_escape(s: &str) -> (char, usize) {
+    let Some(unit) = hex4(s.get(1..)) else {
+        return (char::REPLACEMENT_CHARACTER, 1);
+    };
+    if (0xD800..0xDC00).contains(&unit) {
+        let low = hex4(s.get(5..).and_then(|rest| rest.strip_prefix("\\u")));
+        if let Some(low @ 0xDC00..=0xDFFF) = low {
+            let ch = char::from_u32(0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00));
+            return (ch.unwrap_or(char::REPLACEMENT_CHARACTER), 11);
+        }
+    }
+    (
+        char::from_u32(unit).unwrap_or(char::REPLACEMENT_CHARACTER),
+        5,
+    )
+}
+
+/// Four hex digits at the start of `s`.
+fn hex4(s: Option<&str>) -> Option<u32> {
+    let digits = s?.get(..4)?;
+    digits
+        .chars()
+        .try_fold(0, |acc, c| Some(acc * 16 + c.to_digit(16)?))
 }
 
 /// The longest prefix of `s` of at most `max` bytes that ends on a char boundary.
@@ -125,14 +503,7 @@ fn capped(mut s: Cow<'_, str>) -> Cow<'_, str> {
 #[derive(Debug, Default)]
 struct Text<'a> {
     joined: Option<Cow<'a, str>>,
-    /// A part was cut: later parts are skipped unread.
-    full: bool,
-}
-
-/// A [`Text`]'s state, to return to when a duplicate key replaces what was pushed since.
-#[derive(Clone, Copy)]
-struct Mark {
-    len: Option<usize>,
+    /// A part was cut: later parts are not read.
     full: bool,
 }
 
@@ -160,375 +531,6 @@ impl<'a> Text<'a> {
                 joined.push_str(&part[..take]);
             }
         }
-    }
-
-    fn mark(&self) -> Mark {
-        Mark {
-            len: self.joined.as_ref().map(|j| j.len()),
-            full: self.full,
-        }
-    }
-
-    /// Forgets every part pushed since `mark`.
-    fn reset(&mut self, mark: Mark) {
-        self.full = mark.full;
-        match (mark.len, &mut self.joined) {
-            (Some(len), Some(joined)) => truncate(joined, len),
-            _ => self.joined = None,
-        }
-    }
-}
-
-/// The top-level keys read; any other key's value is skipped.
-enum Key {
-    Model,
-    Stream,
-    Rid,
-    Messages,
-    System,
-    Prompt,
-    Text,
-    Input,
-    Other,
-}
-
-impl<'de> serde::Deserialize<'de> for Key {
-    fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Key, D::Error> {
-        de.deserialize_identifier(KeyVisitor)
-    }
-}
-
-struct KeyVisitor;
-
-impl Visitor<'_> for KeyVisitor {
-    type Value = Key;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("an object key")
-    }
-
-    fn visit_str<E>(self, key: &str) -> Result<Key, E> {
-        Ok(match key {
-            "model" => Key::Model,
-            "stream" => Key::Stream,
-            "rid" => Key::Rid,
-            "messages" => Key::Messages,
-            "system" => Key::System,
-            "prompt" => Key::Prompt,
-            "text" => Key::Text,
-            "input" => Key::Input,
-            _ => Key::Other,
-        })
-    }
-}
-
-/// Whether an object key is the one name looked for inside a message or a part.
-struct KeyIs(&'static str);
-
-impl<'de> DeserializeSeed<'de> for KeyIs {
-    type Value = bool;
-
-    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<bool, D::Error> {
-        de.deserialize_identifier(self)
-    }
-}
-
-impl Visitor<'_> for KeyIs {
-    type Value = bool;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("an object key")
-    }
-
-    fn visit_str<E>(self, key: &str) -> Result<bool, E> {
-        Ok(key == self.0)
-    }
-}
-
-/// What a value is read as. Every JSON type is accepted (through [`Lenient`]): the types a
-/// shape does not handle give `Out::default()`, their contents skipped.
-trait Shape<'de>: Sized {
-    type Out: Default;
-
-    fn string(self, _s: Cow<'de, str>) -> Self::Out {
-        Self::Out::default()
-    }
-
-    fn boolean(self, _b: bool) -> Self::Out {
-        Self::Out::default()
-    }
-
-    fn seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Out, A::Error> {
-        IgnoredAny.visit_seq(seq).map(|_| Self::Out::default())
-    }
-
-    fn map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Out, A::Error> {
-        IgnoredAny.visit_map(map).map(|_| Self::Out::default())
-    }
-}
-
-/// Reads a value of any type as the shape `S`.
-struct Lenient<S>(S);
-
-impl<'de, S: Shape<'de>> DeserializeSeed<'de> for Lenient<S> {
-    type Value = S::Out;
-
-    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<S::Out, D::Error> {
-        de.deserialize_any(self)
-    }
-}
-
-impl<'de, S: Shape<'de>> Visitor<'de> for Lenient<S> {
-    type Value = S::Out;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_bool<E>(self, b: bool) -> Result<S::Out, E> {
-        Ok(self.0.boolean(b))
-    }
-
-    fn visit_i64<E>(self, _: i64) -> Result<S::Out, E> {
-        Ok(S::Out::default())
-    }
-
-    fn visit_u64<E>(self, _: u64) -> Result<S::Out, E> {
-        Ok(S::Out::default())
-    }
-
-    fn visit_f64<E>(self, _: f64) -> Result<S::Out, E> {
-        Ok(S::Out::default())
-    }
-
-    fn visit_unit<E>(self) -> Result<S::Out, E> {
-        Ok(S::Out::default())
-    }
-
-    fn visit_borrowed_str<E>(self, s: &'de str) -> Result<S::Out, E> {
-        Ok(self.0.string(Cow::Borrowed(s)))
-    }
-
-    /// A string with escapes, unescaped into the parser's scratch buffer: copied.
-    fn visit_str<E>(self, s: &str) -> Result<S::Out, E> {
-        Ok(self.0.string(Cow::Owned(s.to_owned())))
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<S::Out, A::Error> {
-        self.0.seq(seq)
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<S::Out, A::Error> {
-        self.0.map(map)
-    }
-}
-
-/// A string (`model`, `rid`).
-struct Str;
-
-impl<'de> Shape<'de> for Str {
-    type Out = Option<Cow<'de, str>>;
-
-    fn string(self, s: Cow<'de, str>) -> Self::Out {
-        Some(s)
-    }
-}
-
-/// `true` (`stream`).
-struct Flag;
-
-impl<'de> Shape<'de> for Flag {
-    type Out = bool;
-
-    fn boolean(self, b: bool) -> bool {
-        b
-    }
-}
-
-/// A string, or the first element of an array when that is a string (`prompt`, `text`,
-/// `input`); the rest of the array is skipped.
-struct FirstStr;
-
-impl<'de> Shape<'de> for FirstStr {
-    type Out = Option<Cow<'de, str>>;
-
-    fn string(self, s: Cow<'de, str>) -> Self::Out {
-        Some(capped(s))
-    }
-
-    fn seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Out, A::Error> {
-        let first = seq.next_element_seed(Lenient(Str))?.flatten();
-        IgnoredAny.visit_seq(seq)?;
-        Ok(first.map(capped))
-    }
-}
-
-/// A message's `content` or Anthropic's `system`: a string, or an array of parts whose
-/// `text` strings are pushed onto the text.
-struct Parts<'t, 'de>(&'t mut Text<'de>);
-
-impl<'de> Shape<'de> for Parts<'_, 'de> {
-    type Out = ();
-
-    fn string(self, s: Cow<'de, str>) {
-        self.0.push(s);
-    }
-
-    fn seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while !self.0.full {
-            match seq.next_element_seed(Lenient(Field("text")))? {
-                None => return Ok(()),
-                Some(Some(text)) => self.0.push(text),
-                Some(None) => {}
-            }
-        }
-        IgnoredAny.visit_seq(seq).map(drop)
-    }
-}
-
-/// An object's string field `.0` (a part's `text`), the last one if repeated.
-struct Field(&'static str);
-
-impl<'de> Shape<'de> for Field {
-    type Out = Option<Cow<'de, str>>;
-
-    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Out, A::Error> {
-        let mut found = None;
-        while let Some(is_field) = map.next_key_seed(KeyIs(self.0))? {
-            if is_field {
-                found = map.next_value_seed(Lenient(Str))?;
-            } else {
-                map.next_value::<IgnoredAny>()?;
-            }
-        }
-        Ok(found)
-    }
-}
-
-/// The `messages` array; `Out` is whether it was an array.
-struct Messages<'t, 'de>(&'t mut Text<'de>);
-
-impl<'de> Shape<'de> for Messages<'_, 'de> {
-    type Out = bool;
-
-    fn seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<bool, A::Error> {
-        while !self.0.full {
-            if seq
-                .next_element_seed(Lenient(Message(&mut *self.0)))?
-                .is_none()
-            {
-                return Ok(true);
-            }
-        }
-        IgnoredAny.visit_seq(seq).map(|_| true)
-    }
-}
-
-/// One message: its `content` (the last one if repeated) is pushed onto the text.
-struct Message<'t, 'de>(&'t mut Text<'de>);
-
-impl<'de> Shape<'de> for Message<'_, 'de> {
-    type Out = ();
-
-    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let before = self.0.mark();
-        while let Some(is_content) = map.next_key_seed(KeyIs("content"))? {
-            if !is_content {
-                map.next_value::<IgnoredAny>()?;
-                continue;
-            }
-            self.0.reset(before);
-            if self.0.full {
-                map.next_value::<IgnoredAny>()?;
-            } else {
-                map.next_value_seed(Lenient(Parts(&mut *self.0)))?;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The body's object, read as [`Found`].
-struct Top(Wants);
-
-impl<'de> DeserializeSeed<'de> for Top {
-    type Value = Found<'de>;
-
-    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<Found<'de>, D::Error> {
-        de.deserialize_map(self)
-    }
-}
-
-/// Every candidate source, kept until the end because the last duplicate key wins and the
-/// text's source depends on which fields are present.
-#[derive(Default)]
-struct Found<'a> {
-    model: Option<Cow<'a, str>>,
-    stream: bool,
-    rid: Option<Cow<'a, str>>,
-    system: Text<'a>,
-    /// `Some` when `messages` is an array.
-    messages: Option<Text<'a>>,
-    prompt: Option<Cow<'a, str>>,
-    text: Option<Cow<'a, str>>,
-    input: Option<Cow<'a, str>>,
-}
-
-impl<'a> Found<'a> {
-    fn finish(self) -> Peeked<'a> {
-        let chat = self.messages.and_then(|messages| {
-            let mut text = self.system;
-            if let Some(joined) = messages.joined {
-                text.push(joined);
-            }
-            text.joined
-        });
-        Peeked {
-            model: self.model,
-            stream: self.stream,
-            rid: self.rid,
-            text: chat.or(self.prompt).or(self.text).or(self.input),
-        }
-    }
-}
-
-impl<'de> Visitor<'de> for Top {
-    type Value = Found<'de>;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a JSON object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Found<'de>, A::Error> {
-        let wants = self.0;
-        let mut found = Found::default();
-        while let Some(key) = map.next_key::<Key>()? {
-            match key {
-                Key::Model if wants.model => found.model = map.next_value_seed(Lenient(Str))?,
-                Key::Stream if wants.stream => {
-                    found.stream = map.next_value_seed(Lenient(Flag))?;
-                }
-                Key::Rid if wants.rid => found.rid = map.next_value_seed(Lenient(Str))?,
-                Key::Messages if wants.text => {
-                    let mut text = Text::default();
-                    let is_array = map.next_value_seed(Lenient(Messages(&mut text)))?;
-                    found.messages = is_array.then_some(text);
-                }
-                Key::System if wants.text => {
-                    found.system = Text::default();
-                    map.next_value_seed(Lenient(Parts(&mut found.system)))?;
-                }
-                Key::Prompt if wants.text => {
-                    found.prompt = map.next_value_seed(Lenient(FirstStr))?;
-                }
-                Key::Text if wants.text => found.text = map.next_value_seed(Lenient(FirstStr))?,
-                Key::Input if wants.text => found.input = map.next_value_seed(Lenient(FirstStr))?,
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(found)
     }
 }
 
@@ -673,6 +675,30 @@ mod tests {
     }
 
     #[test]
+    fn every_escape_is_decoded() {
+        let got = text(r#"{"prompt":"\"\\\/\b\f\n\r\t\u0041\u00e9\u20ac\uD83D\uDE00."}"#);
+        assert_eq!(got.as_deref(), Some("\"\\/\u{8}\u{c}\n\r\tAé€😀."));
+    }
+
+    /// Python's `json` (the workers) accepts lone surrogates and numbers out of `f64` range,
+    /// and so does this module, wherever they stand and whatever is wanted (both found by
+    /// the fuzzer, when serde_json read the values it did not skip).
+    #[test]
+    fn lone_surrogates_and_huge_numbers_are_valid() {
+        let body = r#"{"model":"m\ud83d","rid":"\udc00\ud83dx\ud83d\u0041","stream":1e400,
+            "messages":[{"content":"cut \ud83d"}],"n":-1e999}"#;
+        let got = all(body);
+        assert_eq!(got.model.as_deref(), Some("m\u{fffd}"));
+        assert_eq!(got.rid.as_deref(), Some("\u{fffd}\u{fffd}x\u{fffd}A"));
+        assert_eq!(got.text.as_deref(), Some("cut \u{fffd}"));
+        let model_only = Wants {
+            model: true,
+            ..Wants::default()
+        };
+        assert_eq!(peek(body.as_bytes(), model_only).model, got.model);
+    }
+
+    #[test]
     fn non_object_bodies_yield_nothing() {
         for body in [
             "",
@@ -728,24 +754,27 @@ mod tests {
             r#"{"model":"m","x":[1,2}"#,
             r#"{"model":"m","x":tru}"#,
             "{\"model\":\"m\",\"x\":\"raw\ncontrol\"}",
-            r#"{"model":"\ud800"}"#,
             r#"{"model":"\x"}"#,
+            r#"{"model":"\u12g4"}"#,
+            r#"{"model":"m","x":01}"#,
         ] {
             assert_eq!(all(body), Peeked::default(), "{body:?}");
         }
-        // A read string must be UTF-8; a skipped one is not checked (the worker will refuse it).
-        let mut bad = br#"{"model":"m","prompt":"x"}"#.to_vec();
-        let x = bad.iter().rposition(|&b| b == b'x').unwrap_or_default();
-        bad[x] = 0xff;
-        assert_eq!(peek(&bad, Wants::ALL), Peeked::default());
-        let got = peek(
-            &bad,
-            Wants {
-                model: true,
-                ..Wants::default()
-            },
-        );
-        assert_eq!(got.model.as_deref(), Some("m"));
+        // Not UTF-8, in a string read or skipped: invalid, whatever is wanted (found by
+        // the fuzzer: `model` used to be read when the bad `input` was skipped).
+        let model_only = Wants {
+            model: true,
+            ..Wants::default()
+        };
+        let body = br#"{"model":"m","input":"x","tools":"y"}"#;
+        for at in [b'x', b'y'] {
+            let mut bad = body.to_vec();
+            let i = bad.iter().position(|&b| b == at).unwrap_or_default();
+            bad[i] = 0xff;
+            assert_eq!(peek(&bad, Wants::ALL), Peeked::default());
+            assert_eq!(peek(&bad, model_only), Peeked::default());
+        }
+        assert_eq!(peek(body, model_only).model.as_deref(), Some("m"));
     }
 
     #[test]
@@ -836,6 +865,24 @@ mod tests {
         let exact = "a".repeat(MAX_TEXT_BYTES);
         let body = format!(r#"{{"text":"{exact}"}}"#);
         assert_eq!(text(&body).as_deref(), Some(exact.as_str()));
+    }
+
+    /// A message that is not an object makes `messages` read raw instead of streamed: the
+    /// text must come out the same, cut included.
+    #[test]
+    fn streamed_and_raw_messages_give_the_same_text() {
+        let half = wide(MAX_TEXT_BYTES / 2 + 1);
+        for system in ["", r#""system":"S","#] {
+            for messages in [
+                r#"{"content":"a"},{"content":[{"text":"b"}]}"#.to_owned(),
+                format!(r#"{{"content":"{half}"}},{{"content":"{half}"}}"#),
+            ] {
+                let streamed = format!(r#"{{{system}"messages":[{messages}]}}"#);
+                let raw = format!(r#"{{{system}"messages":[{messages},7]}}"#);
+                assert_eq!(text(&streamed), text(&raw));
+                assert!(text(&raw).is_some());
+            }
+        }
     }
 
     #[test]
