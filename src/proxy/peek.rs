@@ -17,9 +17,9 @@
 //! result would then depend on which other fields are wanted. When the text is wanted,
 //! `messages` is walked as an array of objects in the same pass (the bulk of a chat body
 //! would otherwise be scanned three times), falling back to the raw walk on any other shape.
-//! The skip keeps its stack of
-//! open brackets on the heap, so no nesting depth can exhaust the thread's stack, and the
-//! walks go at most four levels deep (`messages`, a message, its `content`, a part).
+//! The skip keeps its stack of open brackets on the heap, so no nesting depth can exhaust
+//! the thread's stack, and the walks go at most four levels deep (`messages`, a message, its
+//! `content`, a part).
 //!
 //! Rules, chosen to match what the (Python) workers will see:
 //! - **Invalid JSON yields nothing**: any syntax error anywhere in the body, including a
