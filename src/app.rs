@@ -10,6 +10,7 @@ use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use crate::admin;
+use crate::admission::Admission;
 use crate::auth::gate::Authenticator;
 use crate::config::Config;
 use crate::http::body::{read_whole, ReadError, RespBody};
@@ -27,7 +28,7 @@ use crate::workers::Registry;
 pub struct Gateway {
     pub config: Config,
     pub registry: Registry,
-    pub policy: Box<dyn Policy>,
+    pub policy: Arc<dyn Policy>,
     /// Retry settings in force (none under `--disable-retries`).
     pub retry: RetryConfig,
     pub auth: Authenticator,
@@ -35,6 +36,8 @@ pub struct Gateway {
     pub jobs: Jobs,
     /// Every metric family.
     pub metrics: Arc<Metrics>,
+    /// Admission control of inference requests.
+    pub admission: Arc<Admission>,
 }
 
 /// One data-plane thread's view: the shared gateway plus what the thread owns alone.
@@ -60,6 +63,7 @@ impl ThreadCtx {
             config: &self.gateway.config,
             registry: &self.gateway.registry,
             policy: self.gateway.policy.as_ref(),
+            admission: &self.gateway.admission,
             client: &self.client,
             retry: self.gateway.retry,
             metrics: &self.gateway.metrics,
@@ -158,13 +162,25 @@ async fn respond(ctx: &ThreadCtx, mut req: Request<Incoming>) -> Response<RespBo
         | Route::WorkerPatch
         | Route::WorkerReplace
         | Route::WorkerDelete => Ok(workers_route(&ctx.gateway, route, req).await),
-        Route::AudioTranscriptions => ctx.forward(route).send(req, ContentType::FromClient).await,
-        r if is_forwarded(r) => ctx.forward(r).send(req, ContentType::Json).await,
+        Route::AudioTranscriptions => forward(ctx, route, req, ContentType::FromClient).await,
+        r if is_forwarded(r) => forward(ctx, r, req, ContentType::Json).await,
         r => Err(GatewayError::NotImplemented {
             route: r.template(),
         }),
     };
     result.unwrap_or_else(|err| error_response(&err))
+}
+
+/// An inference request: admitted (perhaps after a wait in the queue), then forwarded;
+/// the admission ticket rides on the response until its last byte.
+async fn forward(
+    ctx: &ThreadCtx,
+    route: Route,
+    req: Request<Incoming>,
+    content_type: ContentType,
+) -> Result<Response<RespBody>, GatewayError> {
+    let ticket = ctx.gateway.admission.admit(&ctx.gateway.metrics).await?;
+    ctx.forward(route).send(req, content_type, ticket).await
 }
 
 /// Largest body of an administration request.

@@ -7,6 +7,7 @@
 //! `workers` holds the fleet as a lock-free snapshot; `config` turns flags into a `Config`.
 
 pub mod admin;
+pub mod admission;
 pub mod app;
 pub mod auth;
 pub mod config;

@@ -5,10 +5,12 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
+use crate::admission::Admission;
 use crate::app::Gateway;
 use crate::auth::gate::Authenticator;
 use crate::config::Config;
-use crate::metrics::{exporter, Metrics};
+use crate::metrics::inflight::InflightAges;
+use crate::metrics::{exporter, Metrics, Sources};
 use crate::resilience;
 use crate::routing::{self, PolicyParams};
 use crate::runtime::{choose_engine, DataPlane};
@@ -62,15 +64,21 @@ pub fn run(config: Config) -> Result<(), String> {
     let auth = control.block_on(Authenticator::new(&config));
     let (jobs, job_queue) = Jobs::new();
     let retry = resilience::retry_config(&config);
+    let admission = Arc::new(Admission::new(&config.admission));
     let metrics = Arc::new(Metrics::new(
         &config.prometheus_duration_buckets,
-        registry.fleet(),
+        Sources {
+            fleet: registry.fleet(),
+            policy: policy.clone(),
+            admission: admission.clone(),
+        },
     ));
     metrics.runtime.set_workers(threads);
     let metrics_addr = SocketAddr::new(config.prometheus_host, config.prometheus_port);
     let metrics_listener = control.block_on(exporter::bind(metrics_addr))?;
     control.spawn(exporter::serve(metrics_listener, metrics.clone()));
-    control.spawn(metrics.runtime.clone().canary());
+    control.spawn(metrics.runtime.clone().canary(None));
+    control.spawn(InflightAges::sampler(metrics.inflight_ages.clone()));
     let gateway = Arc::new(Gateway {
         config,
         registry,
@@ -79,13 +87,12 @@ pub fn run(config: Config) -> Result<(), String> {
         auth,
         jobs,
         metrics,
+        admission,
     });
     control.block_on(lifecycle::register_startup(&gateway))?;
     control.spawn(lifecycle::run_jobs(gateway.clone(), job_queue));
     control.spawn(maintain_policy(gateway.clone()));
-    if load::needed(&gateway.config) {
-        control.spawn(load::monitor(gateway.clone()));
-    }
+    control.spawn(load::monitor(gateway.clone()));
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let plane = DataPlane::start(gateway, engine, addr, threads, shutdown_rx)
         .map_err(|e| format!("cannot listen on {addr}: {e}"))?;

@@ -10,22 +10,8 @@ use std::net::TcpListener;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{client, gateway, get, mock, post_json, run_to_exit, send, Proc};
+use common::{client, gateway, get, mock, post_json, run_to_exit, sample, scrape, send, Proc};
 use serde_json::{json, Value};
-
-async fn scrape(gw: &Proc) -> String {
-    let reply = get(&gw.metrics_url()).await;
-    assert_eq!(reply.status, 200, "{}", reply.text());
-    reply.text()
-}
-
-/// The value of the sample `series` (name with its labels, exactly as exported).
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
 
 fn assert_sample(text: &str, series: &str, expected: f64) {
     assert_eq!(sample(text, series), Some(expected), "{series} in\n{text}");
@@ -320,4 +306,92 @@ async fn engine_load_is_reexported_and_minus_one_once_gone() {
     })
     .await;
     assert!(gone, "{}", scrape(&gw).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policy_runtime_age_and_backoff_families() {
+    let m = mock(&[]);
+    let gw = gateway(&[
+        "--worker-urls",
+        &m.url(),
+        "--policy",
+        "cache_aware",
+        "--eviction-interval",
+        "1",
+        "--retry-max-retries",
+        "1",
+        "--retry-initial-backoff-ms",
+        "20",
+        "--retry-jitter-factor",
+        "0",
+    ]);
+    assert_eq!(chat(&gw, Value::Null).await, 200);
+    assert_eq!(chat(&gw, json!({"fail_status": 503})).await, 503);
+    // One eviction pass and one runtime sample later.
+    tokio::time::sleep(Duration::from_millis(2200)).await;
+    let text = scrape(&gw).await;
+
+    // The retry's backoff, as a summary per attempt.
+    assert!(
+        text.contains("# TYPE gw_worker_retry_backoff_seconds summary\n"),
+        "{text}"
+    );
+    assert_sample(
+        &text,
+        r#"gw_worker_retry_backoff_seconds{attempt="1",quantile="0.5"}"#,
+        0.02,
+    );
+    assert_sample(
+        &text,
+        r#"gw_worker_retry_backoff_seconds_count{attempt="1"}"#,
+        1.0,
+    );
+
+    // The cache tree as of the last eviction pass.
+    assert!(
+        sample(&text, r#"gw_cache_tree_chars{model="mock-model"}"#).is_some_and(|n| n > 0.0),
+        "{text}"
+    );
+    assert_sample(
+        &text,
+        r#"gw_cache_tree_tenants{model="mock-model",tree="string"}"#,
+        1.0,
+    );
+
+    // Runtime sampler: tasks, queue, busy ratio per data-plane thread.
+    assert!(sample(&text, "gw_runtime_alive_tasks").is_some_and(|n| n >= 1.0));
+    assert!(sample(&text, "gw_runtime_global_queue_depth").is_some());
+    for worker in ["0", "1"] {
+        let busy = sample(
+            &text,
+            &format!(r#"gw_runtime_worker_busy_ratio{{worker="{worker}"}}"#),
+        );
+        assert!(busy.is_some_and(|b| (0.0..=1.0).contains(&b)), "{text}");
+    }
+    // Parks come from the epoll runtime's park hook only.
+    let parks = sample(&text, r#"gw_runtime_worker_parks_total{worker="0"}"#);
+    if common::io_engine() != "uring" {
+        assert!(parks.is_some_and(|n| n >= 1.0), "{text}");
+    } else {
+        assert_eq!(parks, None, "{text}");
+    }
+
+    // In-flight ages: twelve buckets, nothing in flight between requests.
+    let ages: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("gw_http_inflight_request_age_count{"))
+        .collect();
+    assert_eq!(ages.len(), 12, "{text}");
+    assert_sample(
+        &text,
+        r#"gw_http_inflight_request_age_count{gt="0",le="30"}"#,
+        0.0,
+    );
+    assert_sample(
+        &text,
+        r#"gw_http_inflight_request_age_count{gt="86400",le="+Inf"}"#,
+        0.0,
+    );
+    // Admission control is off: its limiter families do not exist.
+    assert!(!text.contains("gw_admission_inflight"), "{text}");
 }

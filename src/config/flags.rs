@@ -22,6 +22,7 @@ pub enum Group {
     Workers,
     Routing,
     Resilience,
+    Admission,
     Runtime,
     LimitsAndTimeouts,
     Logging,
@@ -35,6 +36,7 @@ impl Group {
         Group::Workers,
         Group::Routing,
         Group::Resilience,
+        Group::Admission,
         Group::Runtime,
         Group::LimitsAndTimeouts,
         Group::Logging,
@@ -48,6 +50,7 @@ impl Group {
             Group::Workers => "Workers",
             Group::Routing => "Routing",
             Group::Resilience => "Retries and circuit breakers",
+            Group::Admission => "Admission control and overload protection",
             Group::Runtime => "Runtime",
             Group::LimitsAndTimeouts => "Limits and timeouts",
             Group::Logging => "Logging",
@@ -633,6 +636,99 @@ pub static FLAGS: &[Flag] = &[
         Group::Resilience,
         "Workers' circuit breakers never open",
         |c| c.breaker.disabled = true,
+    ),
+    // Admission control and overload protection
+    Flag::one(
+        "max-concurrent-requests",
+        "N",
+        "none",
+        Group::Admission,
+        "Inference requests in flight at once (each holds a token until its response ends, streams included); others queue; 0: no limit",
+        |c, v| {
+            let n = integer(v, 0, u64::from(u32::MAX))?;
+            c.admission.max_concurrent = (n > 0).then_some(n as usize);
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "queue-size",
+        "N",
+        "100",
+        Group::Admission,
+        "Requests that may wait for admission (FIFO); full: 429 admission_queue_full; 0: no queue, 429 at once",
+        |c, v| {
+            c.admission.queue_size = integer(v, 0, 1_000_000)? as usize;
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "queue-timeout-secs",
+        "SECS",
+        "60",
+        Group::Admission,
+        "Longest wait for admission before 503 admission_queue_timeout (also the media budget's wait)",
+        |c, v| {
+            c.admission.queue_timeout = seconds(v, 1)?;
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "rate-limit-tokens-per-second",
+        "RATE",
+        "none",
+        Group::Admission,
+        "Inference requests admitted per second on average (burst: one second's worth); excess waits in the queue",
+        |c, v| {
+            let rate = float(v, 0.0, 1e9)?;
+            if rate <= 0.0 {
+                return Err(Invalid::new(v, "expected a number above 0"));
+            }
+            c.admission.rate_per_second = Some(rate);
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "multimodal-max-inflight-bytes",
+        "BYTES",
+        "none",
+        Group::Admission,
+        "Body bytes of media-carrying requests in flight; larger request: 413, budget full: wait, then 429",
+        |c, v| {
+            c.admission.multimodal_max_inflight_bytes = Some(byte_size(v)?);
+            Ok(())
+        },
+    ),
+    Flag::switch(
+        "worker-overload-protection",
+        Group::Admission,
+        "Take workers out of routing while their engine reports overload (KV usage 0.9 unless set)",
+        |c| c.overload.protection = true,
+    ),
+    Flag::one(
+        "worker-overload-waiting-requests",
+        "N",
+        "none",
+        Group::Admission,
+        "Waiting requests (summed over DP ranks) at or above which a worker is overloaded; turns protection on",
+        |c, v| {
+            c.overload.waiting_requests = Some(integer(v, 1, u64::from(u32::MAX))?);
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "worker-overload-token-usage",
+        "RATIO",
+        "none (0.9 under --worker-overload-protection)",
+        Group::Admission,
+        "Mean KV usage in (0, 1] at or above which a worker is overloaded; turns protection on",
+        |c, v| {
+            let usage = float(v, 0.0, 1.0)?;
+            if usage <= 0.0 {
+                return Err(Invalid::new(v, "expected a number in (0, 1]"));
+            }
+            c.overload.token_usage = Some(usage);
+            Ok(())
+        },
     ),
     // Runtime
     Flag::one(

@@ -20,9 +20,11 @@ use lexopt::Arg;
 
 use flags::{Flag, Invalid, Kind};
 
+pub use crate::admission::AdmissionConfig;
 use crate::auth::keys::{ControlPlaneKey, TenantKey};
 use crate::auth::Role;
 use crate::resilience::RetryConfig;
+pub use crate::workers::overload::OverloadDefaults;
 
 /// What the command line asks the binary to do.
 #[derive(Debug)]
@@ -274,6 +276,11 @@ pub struct Config {
     pub max_buffered_request_bytes: u64,
     /// `--cb-*`, `--disable-circuit-breaker`: gateway defaults of workers' breakers.
     pub breaker: BreakerDefaults,
+    /// `--max-concurrent-requests`, `--queue-*`, `--rate-limit-tokens-per-second`,
+    /// `--multimodal-max-inflight-bytes`: admission control.
+    pub admission: AdmissionConfig,
+    /// `--worker-overload-*`: overload protection defaults of workers.
+    pub overload: OverloadDefaults,
     /// `--runtime-worker-threads`: data-plane threads, one runtime each (>= 1).
     pub runtime_worker_threads: usize,
     /// `--io-engine`: io_uring, epoll, or probe.
@@ -359,6 +366,8 @@ impl Default for Config {
             disable_retries: false,
             max_buffered_request_bytes: 16 * 1024 * 1024,
             breaker: BreakerDefaults::default(),
+            admission: AdmissionConfig::default(),
+            overload: OverloadDefaults::default(),
             runtime_worker_threads: std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(1),

@@ -434,6 +434,8 @@ fn help_lists_every_flag_with_default() {
         "Listener",
         "Workers",
         "Routing",
+        "Retries and circuit breakers",
+        "Admission control and overload protection",
         "Runtime",
         "Limits and timeouts",
         "Logging",
@@ -833,6 +835,79 @@ fn routing_and_resilience_flags() {
         (
             &["--routing-key-headers", "bad header"],
             "--routing-key-headers",
+        ),
+    ] {
+        let e = error(args);
+        assert!(e.contains(flag), "{args:?}: {e}");
+    }
+}
+
+#[test]
+fn admission_and_overload_flags() {
+    let c = run(&[]);
+    assert_eq!(c.admission, crate::admission::AdmissionConfig::default());
+    assert_eq!(c.admission.queue_size, 100);
+    assert_eq!(c.admission.queue_timeout, Duration::from_secs(60));
+    assert!(!c.admission.limits());
+    assert!(!c.overload.on());
+    let c = run(&[
+        "--max-concurrent-requests",
+        "8",
+        "--queue-size",
+        "0",
+        "--queue-timeout-secs",
+        "5",
+        "--rate-limit-tokens-per-second",
+        "2.5",
+        "--multimodal-max-inflight-bytes",
+        "64MiB",
+        "--worker-overload-protection",
+        "--worker-overload-waiting-requests",
+        "12",
+        "--worker-overload-token-usage",
+        "0.75",
+    ]);
+    assert_eq!(c.admission.max_concurrent, Some(8));
+    assert_eq!(c.admission.queue_size, 0);
+    assert_eq!(c.admission.queue_timeout, Duration::from_secs(5));
+    assert_eq!(c.admission.rate_per_second, Some(2.5));
+    assert_eq!(c.admission.multimodal_max_inflight_bytes, Some(64 << 20));
+    assert!(c.overload.protection);
+    assert_eq!(c.overload.waiting_requests, Some(12));
+    assert_eq!(c.overload.token_usage, Some(0.75));
+    // 0 concurrent requests means no limit.
+    assert_eq!(
+        run(&["--max-concurrent-requests", "0"])
+            .admission
+            .max_concurrent,
+        None
+    );
+    for (args, flag) in [
+        (
+            &["--max-concurrent-requests", "-1"][..],
+            "--max-concurrent-requests",
+        ),
+        (&["--queue-size", "x"], "--queue-size"),
+        (&["--queue-timeout-secs", "0"], "--queue-timeout-secs"),
+        (
+            &["--rate-limit-tokens-per-second", "0"],
+            "--rate-limit-tokens-per-second",
+        ),
+        (
+            &["--multimodal-max-inflight-bytes", "0"],
+            "--multimodal-max-inflight-bytes",
+        ),
+        (
+            &["--worker-overload-waiting-requests", "0"],
+            "--worker-overload-waiting-requests",
+        ),
+        (
+            &["--worker-overload-token-usage", "0"],
+            "--worker-overload-token-usage",
+        ),
+        (
+            &["--worker-overload-token-usage", "1.01"],
+            "--worker-overload-token-usage",
         ),
     ] {
         let e = error(args);

@@ -18,6 +18,7 @@ use hyper::body::Incoming;
 use pin_project_lite::pin_project;
 use tokio::time::Sleep;
 
+use crate::admission::Ticket;
 use crate::server::ConnActivity;
 use crate::workers::LoadGuard;
 
@@ -194,6 +195,8 @@ pin_project! {
         #[pin]
         kind: Kind,
         activity: Option<ConnActivity>,
+        // The request's admission token (and media charge), returned with the last byte.
+        ticket: Option<Ticket>,
     }
 }
 
@@ -204,6 +207,7 @@ impl RespBody {
                 data: (!data.is_empty()).then_some(data),
             },
             activity: None,
+            ticket: None,
         }
     }
 
@@ -211,6 +215,7 @@ impl RespBody {
         RespBody {
             kind: Kind::Full { data: None },
             activity: None,
+            ticket: None,
         }
     }
 
@@ -225,12 +230,19 @@ impl RespBody {
                 },
             },
             activity: None,
+            ticket: None,
         }
     }
 
     /// Keeps the connection counted as active until this body is done.
     pub fn with_activity(mut self, activity: ConnActivity) -> RespBody {
         self.activity = Some(activity);
+        self
+    }
+
+    /// Holds the request's admission ticket until this body is done.
+    pub fn holding(mut self, ticket: Ticket) -> RespBody {
+        self.ticket = Some(ticket);
         self
     }
 
@@ -279,6 +291,7 @@ impl Body for RespBody {
         };
         if matches!(polled, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) {
             this.activity.take();
+            this.ticket.take();
         }
         polled
     }

@@ -6,7 +6,7 @@
 use std::fmt;
 
 use bytes::Bytes;
-use http::header::{HeaderValue, CONNECTION, CONTENT_TYPE};
+use http::header::{HeaderValue, CONNECTION, CONTENT_TYPE, RETRY_AFTER};
 use http::{Response, StatusCode};
 use serde::Serialize;
 
@@ -15,8 +15,13 @@ use super::body::RespBody;
 /// The gateway error code named `code` as a static string (for metric labels), or
 /// `other` for a code this build does not produce.
 pub fn known_code(code: &str) -> &'static str {
-    const CODES: [&str; 11] = [
+    const CODES: [&str; 16] = [
         "no_available_workers",
+        "admission_queue_full",
+        "admission_queue_timeout",
+        "multimodal_payload_too_large",
+        "multimodal_inflight_budget",
+        "worker_overload_protection_shed",
         "not_implemented",
         "payload_too_large",
         "worker_connect_failed",
@@ -62,6 +67,17 @@ pub enum GatewayError {
     /// A worker answered an error status that the gateway reports in its own envelope
     /// (information routes in prefill/decode mode).
     WorkerStatus { status: StatusCode },
+    /// Every admission token is taken and the admission queue is full (or disabled).
+    AdmissionQueueFull,
+    /// The request waited `--queue-timeout-secs` in the admission queue.
+    AdmissionQueueTimeout,
+    /// One request's media is larger than `--multimodal-max-inflight-bytes`.
+    MultimodalTooLarge { limit: u64 },
+    /// The media budget stayed full for the whole wait.
+    MultimodalBudgetFull,
+    /// Every candidate worker is overloaded; the client should come back after
+    /// `retry_after_secs` (the load-monitor interval, when reports refresh).
+    OverloadShed { retry_after_secs: u64 },
 }
 
 impl GatewayError {
@@ -77,6 +93,13 @@ impl GatewayError {
             GatewayError::ClientBodyBroken => StatusCode::BAD_REQUEST,
             GatewayError::ClientBodyTimeout => StatusCode::REQUEST_TIMEOUT,
             GatewayError::WorkerStatus { status } => *status,
+            GatewayError::AdmissionQueueFull | GatewayError::MultimodalBudgetFull => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
+            GatewayError::AdmissionQueueTimeout | GatewayError::OverloadShed { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            GatewayError::MultimodalTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
         }
     }
 
@@ -93,6 +116,11 @@ impl GatewayError {
             GatewayError::ClientBodyBroken => "invalid_request_body",
             GatewayError::ClientBodyTimeout => "request_timeout",
             GatewayError::WorkerStatus { .. } => "upstream_error",
+            GatewayError::AdmissionQueueFull => "admission_queue_full",
+            GatewayError::AdmissionQueueTimeout => "admission_queue_timeout",
+            GatewayError::MultimodalTooLarge { .. } => "multimodal_payload_too_large",
+            GatewayError::MultimodalBudgetFull => "multimodal_inflight_budget",
+            GatewayError::OverloadShed { .. } => "worker_overload_protection_shed",
         }
     }
 
@@ -138,6 +166,23 @@ impl fmt::Display for GatewayError {
             GatewayError::WorkerStatus { status } => {
                 write!(f, "the worker answered {}", status.as_u16())
             }
+            GatewayError::AdmissionQueueFull => f.write_str(
+                "too many requests in flight and the admission queue is full; retry later",
+            ),
+            GatewayError::AdmissionQueueTimeout => {
+                f.write_str("the request waited too long in the admission queue")
+            }
+            GatewayError::MultimodalTooLarge { limit } => write!(
+                f,
+                "the request's media exceeds the in-flight media budget of {limit} bytes"
+            ),
+            GatewayError::MultimodalBudgetFull => {
+                f.write_str("the in-flight media budget is full; retry later")
+            }
+            GatewayError::OverloadShed { retry_after_secs } => write!(
+                f,
+                "every worker that could serve this request is overloaded; retry after {retry_after_secs} s"
+            ),
         }
     }
 }
@@ -178,6 +223,9 @@ pub fn error_response(err: &GatewayError) -> Response<RespBody> {
     headers.insert(ERROR_CODE_HEADER, HeaderValue::from_static(err.code()));
     if err.closes_connection() {
         headers.insert(CONNECTION, HeaderValue::from_static("close"));
+    }
+    if let GatewayError::OverloadShed { retry_after_secs } = err {
+        headers.insert(RETRY_AFTER, HeaderValue::from(*retry_after_secs));
     }
     resp
 }
@@ -227,6 +275,47 @@ mod tests {
             .as_str()
             .unwrap()
             .contains("no available"));
+    }
+
+    #[test]
+    fn admission_and_overload_errors_have_their_codes() {
+        for (err, status, code) in [
+            (
+                GatewayError::AdmissionQueueFull,
+                429,
+                "admission_queue_full",
+            ),
+            (
+                GatewayError::AdmissionQueueTimeout,
+                503,
+                "admission_queue_timeout",
+            ),
+            (
+                GatewayError::MultimodalTooLarge { limit: 5 },
+                413,
+                "multimodal_payload_too_large",
+            ),
+            (
+                GatewayError::MultimodalBudgetFull,
+                429,
+                "multimodal_inflight_budget",
+            ),
+        ] {
+            let resp = error_response(&err);
+            assert_eq!(resp.status(), status);
+            assert_eq!(resp.headers()[ERROR_CODE_HEADER], code);
+            assert_eq!(known_code(code), code);
+            assert!(!resp.headers().contains_key(RETRY_AFTER));
+        }
+        let resp = error_response(&GatewayError::OverloadShed {
+            retry_after_secs: 10,
+        });
+        assert_eq!(resp.status(), 503);
+        assert_eq!(resp.headers()[RETRY_AFTER], "10");
+        assert_eq!(
+            resp.headers()[ERROR_CODE_HEADER],
+            "worker_overload_protection_shed"
+        );
     }
 
     #[test]

@@ -67,6 +67,43 @@ const ENGINE_GAUGES: [EngineGauge; 5] = [
     ),
 ];
 
+/// A re-exported disaggregation gauge (spec 3 `gw_engine_pd_*`): name, help and the figure,
+/// present only in ranks whose report has a disaggregation section.
+type PdGauge = (&'static str, &'static str, fn(&RankLoad) -> Option<f64>);
+
+const PD_GAUGES: [PdGauge; 4] = [
+    (
+        "gw_engine_pd_kv_transfer_latency_ms",
+        "Engine KV transfer latency (ms)",
+        |r| r.kv_transfer_latency_ms,
+    ),
+    (
+        "gw_engine_pd_kv_transfer_speed_gb_s",
+        "Engine KV transfer speed (GB/s)",
+        |r| r.kv_transfer_speed_gb_s,
+    ),
+    (
+        "gw_engine_pd_prefill_queue_reqs",
+        "Engine prefill bootstrap and in-flight queue",
+        |r| r.prefill_queue_reqs.map(|n| n as f64),
+    ),
+    (
+        "gw_engine_pd_decode_queue_reqs",
+        "Engine decode prealloc and transfer queue",
+        |r| r.decode_queue_reqs.map(|n| n as f64),
+    ),
+];
+
+/// The `role` label of a disaggregation section: the engine's mode when it is one of the
+/// two roles, else `null`.
+fn pd_role(rank: &RankLoad) -> &'static str {
+    match rank.disagg_mode.as_deref() {
+        Some("prefill") => "prefill",
+        Some("decode") => "decode",
+        _ => "null",
+    }
+}
+
 impl FleetCollector {
     pub fn new(fleet: Arc<Fleet>) -> FleetCollector {
         FleetCollector {
@@ -120,6 +157,29 @@ impl FleetCollector {
                     ),
                 ];
                 let value = load.as_ref().map_or(-1.0, figure);
+                ConstGauge::new(value).encode(metric.encode_family(&labels)?)?;
+            }
+        }
+        let pd_rows: Vec<(&Arc<str>, &RankLoad)> = rows
+            .iter()
+            .filter_map(|((worker, _, _), load)| Some((worker, load.as_ref()?)))
+            .filter(|(_, load)| load.kv_transfer_latency_ms.is_some())
+            .collect();
+        if pd_rows.is_empty() {
+            return Ok(());
+        }
+        for (name, help, figure) in PD_GAUGES {
+            let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for (worker, load) in &pd_rows {
+                let labels: Labels<3> = [
+                    ("worker", Label::Shared((*worker).clone())),
+                    ("role", pd_role(load).into()),
+                    (
+                        "dp_rank",
+                        Label::Shared(Arc::from(load.dp_rank.to_string().as_str())),
+                    ),
+                ];
+                let value = figure(load).unwrap_or(0.0);
                 ConstGauge::new(value).encode(metric.encode_family(&labels)?)?;
             }
         }
@@ -184,6 +244,7 @@ impl Collector for FleetCollector {
             },
         ];
         let mut pools: BTreeMap<(&'static str, &'static str, String), i64> = BTreeMap::new();
+        let mut overloaded: BTreeMap<&str, i64> = BTreeMap::new();
         for w in snapshot.all() {
             let url = w.url_label.clone();
             let cb = match w.breaker.state() {
@@ -207,6 +268,11 @@ impl Collector for FleetCollector {
                 "zmq" => "zmq",
                 _ => "http",
             };
+            if w.overload.is_some() {
+                *overloaded
+                    .entry(w.model_id.as_deref().unwrap_or("unknown"))
+                    .or_default() += i64::from(w.is_overloaded());
+            }
             let model = w.model_id.clone().unwrap_or_else(|| "unknown".to_owned());
             *pools
                 .entry((w.worker_type.as_str(), mode, model))
@@ -220,6 +286,18 @@ impl Collector for FleetCollector {
         }
         for family in &families {
             emit(&mut encoder, family)?;
+        }
+        if !overloaded.is_empty() {
+            let mut metric = encoder.encode_descriptor(
+                "gw_workers_overloaded",
+                "Workers flagged overloaded",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (model, count) in overloaded {
+                let labels: Labels<1> = [("model", Label::Shared(Arc::from(model)))];
+                ConstGauge::new(count).encode(metric.encode_family(&labels)?)?;
+            }
         }
         self.encode_engine(&mut encoder, &snapshot)?;
         if !pools.is_empty() {

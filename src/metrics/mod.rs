@@ -9,8 +9,11 @@
 
 pub mod exporter;
 pub mod fleet;
+pub mod inflight;
 pub mod labels;
+pub mod policy;
 pub mod runtime;
+pub mod summary;
 
 use std::sync::Arc;
 
@@ -20,9 +23,10 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use crate::admission::Admission;
 use crate::proxy::body_path::BodyPath;
-use crate::routing::{Branch, Selection};
-use crate::workers::Worker;
+use crate::routing::{Branch, Policy, Selection};
+use crate::workers::{Fleet, Worker};
 use labels::{Label, Labels, ModelLabels};
 
 /// Default buckets (seconds) of every `*_duration_seconds` histogram.
@@ -53,6 +57,12 @@ pub struct Metrics {
     http_duration: Histograms<2>,
     http_responses: Counters<3>,
     http_active: Gauge,
+    /// In-flight requests by start time, for the age gauge.
+    pub inflight_ages: Arc<inflight::InflightAges>,
+    // Admission.
+    rate_limits: Counters<1>,
+    admission_rejected: Counters<1>,
+    overload_shed: Counters<1>,
     // Router.
     router_requests: Counters<6>,
     router_duration: Histograms<5>,
@@ -68,6 +78,7 @@ pub struct Metrics {
     cb_outcomes: Counters<2>,
     retries: Counters<2>,
     retries_exhausted: Counters<2>,
+    retry_backoff: summary::BackoffSummary,
     // Policies.
     branches: [Counters<1>; 4],
     match_ratio: Histogram,
@@ -118,6 +129,14 @@ fn histograms<const N: usize>(buckets: Arc<[f64]>) -> Histograms<N> {
     Family::new_with_constructor(Buckets(buckets))
 }
 
+/// What the scrape-time collectors read: the fleet, the policy's gauges and the admission
+/// limiter's state.
+pub struct Sources {
+    pub fleet: Arc<Fleet>,
+    pub policy: Arc<dyn Policy>,
+    pub admission: Arc<Admission>,
+}
+
 /// Where a request was routed, for the router families.
 pub struct RouteLabels<'a> {
     pub connection_mode: &'static str,
@@ -127,7 +146,7 @@ pub struct RouteLabels<'a> {
 
 impl Metrics {
     /// Registers every family; `duration_buckets` replaces the default latency buckets.
-    pub fn new(duration_buckets: &[f64], registry_snapshot: fleet::SnapshotSource) -> Metrics {
+    pub fn new(duration_buckets: &[f64], sources: Sources) -> Metrics {
         let buckets: Arc<[f64]> = Arc::from(duration_buckets);
         let mut registry = Registry::default();
         let m = Metrics {
@@ -137,6 +156,10 @@ impl Metrics {
             http_duration: histograms(buckets.clone()),
             http_responses: Family::default(),
             http_active: Gauge::default(),
+            inflight_ages: Arc::default(),
+            rate_limits: Family::default(),
+            admission_rejected: Family::default(),
+            overload_shed: Family::default(),
             router_requests: Family::default(),
             router_duration: histograms(buckets),
             router_errors: Family::default(),
@@ -150,6 +173,7 @@ impl Metrics {
             cb_outcomes: Family::default(),
             retries: Family::default(),
             retries_exhausted: Family::default(),
+            retry_backoff: summary::BackoffSummary::default(),
             branches: Default::default(),
             match_ratio: Histogram::new((0..=10).map(|i| f64::from(i) / 10.0)),
             key_source: Family::default(),
@@ -171,6 +195,36 @@ impl Metrics {
             "gw_http_connections_active",
             "Requests in flight on the main listener",
             m.http_active.clone(),
+        );
+        // The limiter's families exist only while it runs (spec 3: recorded when
+        // `--max-concurrent-requests` is set); rejections by the media budget are counted
+        // whether or not it does.
+        if sources.admission.limits() {
+            registry.register(
+                "gw_http_rate_limit",
+                "Concurrency limiter decisions",
+                m.rate_limits.clone(),
+            );
+            registry.register(
+                "gw_admission_inflight",
+                "Requests holding an admission token",
+                sources.admission.gauges.inflight.clone(),
+            );
+            registry.register(
+                "gw_admission_queue_depth",
+                "Requests waiting in the admission queue",
+                sources.admission.gauges.queue_depth.clone(),
+            );
+        }
+        registry.register(
+            "gw_admission_queue_rejected",
+            "Requests refused by admission control, by reason",
+            m.admission_rejected.clone(),
+        );
+        registry.register(
+            "gw_worker_overload_shed",
+            "Requests shed with 503 worker_overload_protection_shed",
+            m.overload_shed.clone(),
         );
         registry.register(
             "gw_router_requests",
@@ -254,14 +308,18 @@ impl Metrics {
             m.key_source.clone(),
         );
         m.runtime.register(&mut registry);
-        registry.register_collector(Box::new(fleet::FleetCollector::new(registry_snapshot)));
+        registry.register_collector(Box::new(inflight::AgeCollector(m.inflight_ages.clone())));
+        registry.register_collector(Box::new(fleet::FleetCollector::new(sources.fleet)));
+        registry.register_collector(Box::new(policy::PolicyCollector::new(sources.policy)));
         Metrics { registry, ..m }
     }
 
     /// The exposition text of every family.
     pub fn encode(&self) -> Result<String, std::fmt::Error> {
         let mut out = String::with_capacity(16 * 1024);
-        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        prometheus_client::encoding::text::encode_registry(&mut out, &self.registry)?;
+        self.retry_backoff.encode(&mut out)?;
+        prometheus_client::encoding::text::encode_eof(&mut out)?;
         Ok(out)
     }
 
@@ -277,12 +335,15 @@ impl Metrics {
 
     /// A request matched `path` (a route template): counted, and in flight until the
     /// returned guard drops.
-    pub fn http_started(&self, method: &'static str, path: &'static str) -> InFlight {
+    pub fn http_started(&self, method: &'static str, path: &'static str) -> InFlight<'_> {
         self.http_requests
             .get_or_create(&[("method", method.into()), ("path", path.into())])
             .inc();
         self.http_active.inc();
-        InFlight(self.http_active.clone())
+        InFlight {
+            metrics: self,
+            age_slot: self.inflight_ages.enter(),
+        }
     }
 
     /// The response head is ready.
@@ -303,6 +364,35 @@ impl Metrics {
                 ("status_code", labels::status(status).into()),
                 ("error_code", error_code.into()),
             ])
+            .inc();
+    }
+
+    // Admission.
+
+    /// A decision of the concurrency limiter taken without queueing: admitted at once, or
+    /// refused at once because queueing is off.
+    pub fn rate_limit(&self, allowed: bool) {
+        self.rate_limits
+            .get_or_create(&[(
+                "result",
+                if allowed { "allowed" } else { "rejected" }.into(),
+            )])
+            .inc();
+    }
+
+    /// A request refused by admission control: `full`, `timeout`, `multimodal_too_large`,
+    /// `multimodal_inflight`.
+    pub fn admission_rejected(&self, reason: &'static str) {
+        self.admission_rejected
+            .get_or_create(&[("reason", reason.into())])
+            .inc();
+    }
+
+    /// A request shed because every candidate was overloaded, at `stage` (`selection`,
+    /// `dispatch`).
+    pub fn overload_shed(&self, stage: &'static str) {
+        self.overload_shed
+            .get_or_create(&[("stage", stage.into())])
             .inc();
     }
 
@@ -456,7 +546,9 @@ impl Metrics {
             .inc();
     }
 
-    pub fn retry(&self, worker: &Worker, endpoint: &'static str) {
+    /// A retry, numbered `attempt` (1 for the first retry), after `backoff`.
+    pub fn retry(&self, worker: &Worker, endpoint: &'static str, attempt: u32, backoff: f64) {
+        self.retry_backoff.observe(attempt, backoff);
         self.retries
             .get_or_create(&[
                 ("worker_type", worker.worker_type.as_str().into()),
@@ -480,12 +572,17 @@ fn worker_label(worker: &Worker) -> Label {
     Label::Shared(worker.url_label.clone())
 }
 
-/// Keeps `gw_http_connections_active` up while a request is in flight.
+/// Keeps a request counted in `gw_http_connections_active` and the in-flight age buckets
+/// until it drops.
 #[derive(Debug)]
-pub struct InFlight(Gauge);
+pub struct InFlight<'a> {
+    metrics: &'a Metrics,
+    age_slot: usize,
+}
 
-impl Drop for InFlight {
+impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        self.0.dec();
+        self.metrics.http_active.dec();
+        self.metrics.inflight_ages.leave(self.age_slot);
     }
 }

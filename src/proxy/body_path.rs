@@ -19,6 +19,9 @@ pub enum BufferReason {
     Retryable,
     /// Retries are on and the size is unknown until the body has arrived.
     NoContentLength,
+    /// `--multimodal-max-inflight-bytes`: the body is looked at for media parts. (Not a
+    /// reason spec 3 lists: its gateway has no media budget on the HTTP router.)
+    MultimodalBudget,
 }
 
 /// Why a body streams through unread.
@@ -54,6 +57,7 @@ impl BodyPath {
             BodyPath::Buffered(BufferReason::RoutingKeyOverride) => "routing_key_override",
             BodyPath::Buffered(BufferReason::Retryable) => "retryable",
             BodyPath::Buffered(BufferReason::NoContentLength) => "no_content_length",
+            BodyPath::Buffered(BufferReason::MultimodalBudget) => "multimodal_budget",
             BodyPath::Streamed(StreamReason::RetryForfeited) => "retry_forfeited",
             BodyPath::Streamed(StreamReason::PureForward) => "pure_forward",
         }
@@ -73,6 +77,8 @@ pub struct Inputs {
     pub needs_text: bool,
     /// The policy's routing key may come from the body and the request carries no header.
     pub needs_rid: bool,
+    /// A media budget is set and the route carries JSON.
+    pub needs_media: bool,
     pub retries: bool,
     /// The client's `Content-Length`, if it sent one.
     pub declared_len: Option<u64>,
@@ -89,6 +95,9 @@ pub fn decide(inputs: Inputs) -> BodyPath {
     }
     if inputs.needs_rid {
         return BodyPath::Buffered(BufferReason::RoutingKeyOverride);
+    }
+    if inputs.needs_media {
+        return BodyPath::Buffered(BufferReason::MultimodalBudget);
     }
     if !inputs.retries {
         return BodyPath::Streamed(StreamReason::PureForward);
@@ -109,6 +118,7 @@ mod tests {
             needs_model: false,
             needs_text: false,
             needs_rid: false,
+            needs_media: false,
             retries: true,
             declared_len: Some(100),
             max_buffered: 1000,
@@ -125,6 +135,7 @@ mod tests {
             needs_model: true,
             needs_text: true,
             needs_rid: true,
+            needs_media: true,
             retries: false,
             declared_len: Some(u64::MAX),
             ..inputs()
@@ -140,6 +151,11 @@ mod tests {
             ..text
         };
         assert_eq!(labels(decide(rid)), ("buffered", "routing_key_override"));
+        let media = Inputs {
+            needs_rid: false,
+            ..rid
+        };
+        assert_eq!(labels(decide(media)), ("buffered", "multimodal_budget"));
     }
 
     #[test]

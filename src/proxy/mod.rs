@@ -21,6 +21,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
+use crate::admission::{Admission, Ticket};
 use crate::config::Config;
 use crate::http::body::{is_body_too_large, read_whole, LimitedBody, ReadError, RespBody};
 use crate::http::error::GatewayError;
@@ -95,6 +96,7 @@ pub struct Forward<'a> {
     pub config: &'a Config,
     pub registry: &'a Registry,
     pub policy: &'a dyn Policy,
+    pub admission: &'a Admission,
     pub client: &'a UpstreamClient,
     pub retry: RetryConfig,
     pub metrics: &'a Metrics,
@@ -110,10 +112,11 @@ struct Seen {
     worker: Option<Arc<Worker>>,
 }
 
-/// The `error_type` of `gw_router_request_errors_total` for a gateway error.
-fn error_type(err: &GatewayError) -> &'static str {
-    match err {
-        GatewayError::NoAvailableWorkers => "no_workers",
+/// The `error_type` of `gw_router_request_errors_total` for a gateway error; `None` for
+/// admission refusals, which turn a request away before routing.
+fn error_type(err: &GatewayError) -> Option<&'static str> {
+    Some(match err {
+        GatewayError::NoAvailableWorkers | GatewayError::OverloadShed { .. } => "no_workers",
         GatewayError::UpstreamTimeout => "timeout",
         GatewayError::UpstreamConnect
         | GatewayError::UpstreamBroken
@@ -123,7 +126,11 @@ fn error_type(err: &GatewayError) -> &'static str {
         | GatewayError::ClientBodyBroken
         | GatewayError::ClientBodyTimeout => "validation_error",
         GatewayError::NotImplemented { .. } => "internal_error",
-    }
+        GatewayError::AdmissionQueueFull
+        | GatewayError::AdmissionQueueTimeout
+        | GatewayError::MultimodalTooLarge { .. }
+        | GatewayError::MultimodalBudgetFull => return None,
+    })
 }
 
 /// The request body as the attempts see it: streamed once, or held for replay.
@@ -156,9 +163,13 @@ enum Failed {
 
 impl Failed {
     /// The client's answer when no further attempt follows.
-    fn into_result(self, deadline: Instant) -> Result<Response<RespBody>, GatewayError> {
+    fn into_result(
+        self,
+        deadline: Instant,
+        ticket: Ticket,
+    ) -> Result<Response<RespBody>, GatewayError> {
         match self {
-            Failed::Status(response, load) => Ok(relay(response, deadline, load)),
+            Failed::Status(response, load) => Ok(relay(response, deadline, load, ticket)),
             Failed::Exchange(err) => Err(err),
         }
     }
@@ -171,10 +182,11 @@ impl Forward<'_> {
         &self,
         req: Request<Incoming>,
         content_type: ContentType,
+        ticket: Ticket,
     ) -> Result<Response<RespBody>, GatewayError> {
         let started = Instant::now();
         let mut seen = Seen::default();
-        let result = self.dispatch(req, content_type, &mut seen).await;
+        let result = self.dispatch(req, content_type, &mut seen, ticket).await;
         let route = RouteLabels {
             connection_mode: seen
                 .worker
@@ -195,7 +207,11 @@ impl Forward<'_> {
                 self.metrics
                     .routed(&route, streaming, started.elapsed().as_secs_f64());
             }
-            Err(err) => self.metrics.router_error(&route, error_type(err)),
+            Err(err) => {
+                if let Some(kind) = error_type(err) {
+                    self.metrics.router_error(&route, kind);
+                }
+            }
         }
         result
     }
@@ -205,6 +221,7 @@ impl Forward<'_> {
         req: Request<Incoming>,
         content_type: ContentType,
         seen: &mut Seen,
+        mut ticket: Ticket,
     ) -> Result<Response<RespBody>, GatewayError> {
         if self.config.pd_disaggregation && !self.config.enable_igw {
             return Err(GatewayError::NotImplemented {
@@ -236,6 +253,7 @@ impl Forward<'_> {
                 && json
                 && routing_key.is_none()
                 && target_worker.is_none(),
+            needs_media: json && self.admission.media.is_some(),
             retries: self.retry.enabled(),
             declared_len: declared,
             max_buffered: self.config.max_buffered_request_bytes,
@@ -252,6 +270,11 @@ impl Forward<'_> {
                         ReadError::Broken => GatewayError::ClientBodyBroken,
                         ReadError::TooSlow => GatewayError::ClientBodyTimeout,
                     })?;
+            if json {
+                self.admission
+                    .charge_media(&mut ticket, &bytes, self.metrics)
+                    .await?;
+            }
             Payload::Held(bytes)
         } else {
             Payload::Stream(Some(body))
@@ -309,9 +332,22 @@ impl Forward<'_> {
                         .selected(&worker, facts.model, self.policy.name(), &how);
                     worker
                 }
+                // Overload sheds the request, never retried: the first attempt sheds at
+                // selection, a retry at dispatch.
+                (Err(select::NoPick::Overloaded), _) => {
+                    let stage = if attempt == 0 {
+                        "selection"
+                    } else {
+                        "dispatch"
+                    };
+                    self.metrics.overload_shed(stage);
+                    return Err(GatewayError::OverloadShed {
+                        retry_after_secs: self.config.load_monitor_interval.as_secs(),
+                    });
+                }
                 // Every breaker opened while retrying: the last answer is the better word.
-                (Err(_), Some(failed)) => return failed.into_result(deadline),
-                (Err(err), None) => return Err(err),
+                (Err(_), Some(failed)) => return failed.into_result(deadline, ticket),
+                (Err(select::NoPick::None), None) => return Err(GatewayError::NoAvailableWorkers),
             };
             let Some(body) = payload.next(limit) else {
                 return Err(GatewayError::UpstreamBroken);
@@ -366,7 +402,7 @@ impl Forward<'_> {
                     if RetryConfig::retries_status(status) && payload.replayable() {
                         Failed::Status(response, load)
                     } else {
-                        return Ok(relay(response, deadline, load));
+                        return Ok(relay(response, deadline, load, ticket));
                     }
                 }
             };
@@ -380,9 +416,10 @@ impl Forward<'_> {
                     tracing::debug!(worker = %worker.url, attempts = attempt, "retries exhausted");
                     self.metrics.retries_exhausted(&worker, self.endpoint);
                 }
-                return failed.into_result(deadline);
+                return failed.into_result(deadline, ticket);
             }
-            self.metrics.retry(&worker, self.endpoint);
+            self.metrics
+                .retry(&worker, self.endpoint, attempt, backoff.as_secs_f64());
             last = Some(failed);
             tracing::debug!(worker = %worker.url, attempt, backoff_ms = backoff.as_millis() as u64, "retrying on another worker");
             tried.push(worker.id);
@@ -479,8 +516,13 @@ impl Forward<'_> {
 }
 
 /// The worker's response on its way to the client, hop-by-hop headers removed.
-fn relay(response: Response<Incoming>, deadline: Instant, load: LoadGuard) -> Response<RespBody> {
+fn relay(
+    response: Response<Incoming>,
+    deadline: Instant,
+    load: LoadGuard,
+    ticket: Ticket,
+) -> Response<RespBody> {
     let (mut head, body) = response.into_parts();
     headers::strip_hop_by_hop(&mut head.headers);
-    Response::from_parts(head, RespBody::relay(body, deadline, load))
+    Response::from_parts(head, RespBody::relay(body, deadline, load).holding(ticket))
 }

@@ -1,17 +1,32 @@
 //! Choosing the worker for one attempt: the policy's pick among the routable candidates,
-//! skipping workers whose circuit breaker is open and, on a retry, workers already tried.
+//! skipping workers whose circuit breaker is open, workers overload protection has taken
+//! out of routing and, on a retry, workers already tried.
 //!
-//! The common case costs one policy call and one breaker check, with no allocation: the
-//! candidate slice comes straight from the registry snapshot. Only when the pick is
-//! refused (open breaker, already tried) is a filtered candidate list built.
+//! The common case costs one policy call, one breaker check and one flag read, with no
+//! allocation: the candidate slice comes straight from the registry snapshot. Only when
+//! the pick is refused is a filtered candidate list built.
 
 use std::sync::Arc;
 
 use uuid::Uuid;
 
-use crate::http::error::GatewayError;
 use crate::routing::{Policy, RequestFacts, Selection};
 use crate::workers::{Snapshot, Worker};
+
+/// Why no worker was picked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoPick {
+    /// No candidate can take traffic (none routable, every breaker open).
+    None,
+    /// Candidates exist, but overload protection holds every one whose breaker allows
+    /// traffic: the request is shed.
+    Overloaded,
+}
+
+/// Whether a worker may take an attempt now, leaving aside earlier attempts.
+fn usable(worker: &Worker) -> bool {
+    worker.breaker.allows() && !worker.is_overloaded()
+}
 
 /// Picks a worker for an attempt. `tried` lists the workers earlier attempts went to; they
 /// are avoided while any other candidate is available, and reused otherwise (a retry on
@@ -22,7 +37,7 @@ pub fn pick(
     policy: &dyn Policy,
     facts: &RequestFacts<'_>,
     tried: &[Uuid],
-) -> Result<(Arc<Worker>, Selection), GatewayError> {
+) -> Result<(Arc<Worker>, Selection), NoPick> {
     let candidates = match model {
         Some(model) => snapshot.routable_for_model(model),
         None => snapshot.routable(),
@@ -31,15 +46,21 @@ pub fn pick(
     let first = how
         .index
         .and_then(|idx| candidates.get(idx))
-        .ok_or(GatewayError::NoAvailableWorkers)?;
-    if !tried.contains(&first.id) && first.breaker.allows() {
+        .ok_or(NoPick::None)?;
+    if !tried.contains(&first.id) && usable(first) {
         return Ok((first.clone(), how));
     }
-    let open: Vec<Arc<Worker>> = candidates
-        .iter()
-        .filter(|w| w.breaker.allows())
-        .cloned()
-        .collect();
+    let open: Vec<Arc<Worker>> = candidates.iter().filter(|w| usable(w)).cloned().collect();
+    if open.is_empty() {
+        let overloaded = candidates
+            .iter()
+            .any(|w| w.breaker.allows() && w.is_overloaded());
+        return Err(if overloaded {
+            NoPick::Overloaded
+        } else {
+            NoPick::None
+        });
+    }
     let fresh: Vec<Arc<Worker>> = open
         .iter()
         .filter(|w| !tried.contains(&w.id))
@@ -50,7 +71,7 @@ pub fn pick(
     how.index
         .and_then(|idx| pool.get(idx))
         .map(|w| (w.clone(), how))
-        .ok_or(GatewayError::NoAvailableWorkers)
+        .ok_or(NoPick::None)
 }
 
 #[cfg(test)]
@@ -103,6 +124,56 @@ mod tests {
         assert!(again == workers[1].id || again == workers[2].id);
         open(&workers[1]);
         open(&workers[2]);
-        assert_eq!(pick(&[]), Err(GatewayError::NoAvailableWorkers));
+        assert_eq!(pick(&[]), Err(NoPick::None));
+    }
+
+    #[test]
+    fn overloaded_workers_are_skipped_and_all_overloaded_sheds() {
+        use crate::workers::load::{EngineLoad, RankLoad, Source};
+        use crate::workers::overload::Thresholds;
+        let registry = Registry::new();
+        let workers: Vec<Arc<Worker>> = (0..2)
+            .map(|i| {
+                let mut w = Worker::for_url(&format!("http://127.0.0.1:{}", 2100 + i)).unwrap();
+                w.overload = Some(Thresholds {
+                    waiting_requests: Some(4),
+                    token_usage: None,
+                });
+                let w = Arc::new(w);
+                w.set_status(Status::Ready);
+                registry.insert(w.clone());
+                w
+            })
+            .collect();
+        let report = |waiting| {
+            Some(Arc::new(EngineLoad {
+                timestamp: String::new(),
+                source: Source::LoadsApi,
+                loads: vec![RankLoad {
+                    num_waiting_reqs: waiting,
+                    ..RankLoad::default()
+                }],
+            }))
+        };
+        let policy = RoundRobin::default();
+        let facts = RequestFacts::default();
+        let pick = || pick(&registry.snapshot(), None, &policy, &facts, &[]).map(|(w, _)| w.id);
+        workers[0].set_engine_load(report(9));
+        for _ in 0..4 {
+            assert_eq!(pick().unwrap(), workers[1].id);
+        }
+        workers[1].set_engine_load(report(4));
+        assert_eq!(pick(), Err(NoPick::Overloaded));
+        // No report keeps the verdict; a report below the threshold lifts it.
+        workers[1].set_engine_load(None);
+        assert_eq!(pick(), Err(NoPick::Overloaded));
+        workers[1].set_engine_load(report(3));
+        assert_eq!(pick().unwrap(), workers[1].id);
+        // An open breaker is not overload: with the only usable worker's breaker open and
+        // the other overloaded, the request is still shed (the overloaded one could serve).
+        open(&workers[1]);
+        assert_eq!(pick(), Err(NoPick::Overloaded));
+        workers[0].set_engine_load(report(0));
+        assert_eq!(pick().unwrap(), workers[0].id);
     }
 }

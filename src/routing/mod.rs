@@ -181,16 +181,16 @@ pub trait Policy: Send + Sync {
 }
 
 /// Builds the policy for a configured name with the given parameters.
-pub fn build_with_params(name: PolicyName, params: &PolicyParams) -> Box<dyn Policy> {
+pub fn build_with_params(name: PolicyName, params: &PolicyParams) -> Arc<dyn Policy> {
     match name {
-        PolicyName::Random => Box::new(Random),
-        PolicyName::RoundRobin => Box::new(RoundRobin::default()),
-        PolicyName::PowerOfTwo => Box::new(PowerOfTwo),
-        PolicyName::CacheAware => Box::new(CacheAware::new(params)),
-        PolicyName::PrefixHash => Box::new(PrefixHash::new(params)),
-        PolicyName::ConsistentHashing => Box::new(ConsistentHashing::new(params)),
-        PolicyName::Manual => Box::new(Manual::new(params)),
-        PolicyName::Bucket => Box::new(Bucket::new(params)),
+        PolicyName::Random => Arc::new(Random),
+        PolicyName::RoundRobin => Arc::new(RoundRobin::default()),
+        PolicyName::PowerOfTwo => Arc::new(PowerOfTwo),
+        PolicyName::CacheAware => Arc::new(CacheAware::new(params)),
+        PolicyName::PrefixHash => Arc::new(PrefixHash::new(params)),
+        PolicyName::ConsistentHashing => Arc::new(ConsistentHashing::new(params)),
+        PolicyName::Manual => Arc::new(Manual::new(params)),
+        PolicyName::Bucket => Arc::new(Bucket::new(params)),
     }
 }
 

@@ -189,24 +189,32 @@ async fn run_uring(
 /// Runs one data-plane thread to completion (shutdown drained).
 fn run_thread(
     engine: Engine,
+    index: usize,
     listener: TcpListener,
     gateway: Arc<Gateway>,
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
+    let canary = gateway.metrics.runtime.clone().canary(Some(index));
     match engine {
         Engine::Epoll => {
+            let runtime = gateway.metrics.runtime.clone();
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
+                .on_thread_park(move || {
+                    if let Some(stats) = runtime.thread(index) {
+                        stats.parked();
+                    }
+                })
                 .build()?;
             let local = tokio::task::LocalSet::new();
             local.block_on(&rt, async move {
-                tokio::task::spawn_local(gateway.metrics.runtime.clone().canary());
+                tokio::task::spawn_local(canary);
                 let ctx = Arc::new(ThreadCtx::new(gateway));
                 run_epoll(listener, ctx, shutdown).await
             })
         }
         Engine::Uring => tokio_uring::start(async move {
-            tokio::task::spawn_local(gateway.metrics.runtime.clone().canary());
+            tokio::task::spawn_local(canary);
             let ctx = Arc::new(ThreadCtx::new(gateway));
             run_uring(listener, ctx, shutdown).await
         }),
@@ -234,7 +242,7 @@ impl DataPlane {
             let (gateway, shutdown) = (gateway.clone(), shutdown.clone());
             let handle = std::thread::Builder::new()
                 .name(format!("tollgate-data-{i}"))
-                .spawn(move || run_thread(engine, listener, gateway, shutdown))?;
+                .spawn(move || run_thread(engine, i, listener, gateway, shutdown))?;
             handles.push(handle);
         }
         Ok(DataPlane {

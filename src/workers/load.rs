@@ -113,25 +113,13 @@ pub struct Queues {
     pub retracted: u64,
 }
 
-/// Whether the gateway runs the monitor at all: always, unless `--disable-load-monitoring`
-/// leaves no worker group that needs it (see [`polls_group`]).
-pub fn needed(config: &Config) -> bool {
-    [
-        WorkerType::Regular,
-        WorkerType::Prefill,
-        WorkerType::Decode,
-        WorkerType::Encode,
-    ]
-    .into_iter()
-    .any(|group| polls_group(config, group))
-}
-
 /// Whether workers of `group` are polled. Spec 3: with `--disable-load-monitoring` a group
 /// is polled only when something needs its engine load: a load-aware policy (in this
-/// build `power_of_two`, which compares engine load), overload protection or
-/// `--engine-metrics` (neither exists in this build yet).
+/// build `power_of_two`, which compares engine load), overload protection (the flags here;
+/// a worker's own `overload` block makes that worker polled, see [`round`]) or
+/// `--engine-metrics` (not in this build).
 pub fn polls_group(config: &Config, group: WorkerType) -> bool {
-    if !config.disable_load_monitoring {
+    if !config.disable_load_monitoring || config.overload.on() {
         return true;
     }
     let policy = match group {
@@ -143,7 +131,9 @@ pub fn polls_group(config: &Config, group: WorkerType) -> bool {
 }
 
 /// The monitor: a round of polls now and then every `--load-monitor-interval`, until the
-/// control runtime stops.
+/// control runtime stops. It always runs: under `--disable-load-monitoring` a round
+/// that finds nothing to poll costs one snapshot walk, and a worker registered later with
+/// an `overload` block must still be polled.
 pub async fn monitor(gateway: Arc<Gateway>) {
     let interval = gateway.config.load_monitor_interval;
     let client = CallClient::new();
@@ -164,7 +154,7 @@ async fn round(gateway: &Gateway, client: &CallClient) {
         .snapshot()
         .all()
         .iter()
-        .filter(|w| pollable(w) && polls_group(config, w.worker_type))
+        .filter(|w| pollable(w) && (polls_group(config, w.worker_type) || w.overload.is_some()))
         .cloned()
         .collect();
     let mut ready = Vec::with_capacity(workers.len());
@@ -687,13 +677,14 @@ mod tests {
     #[test]
     fn groups_polled_with_monitoring_disabled() {
         let mut config = Config::default();
-        assert!(needed(&config));
+        assert!(polls_group(&config, WorkerType::Regular));
         config.disable_load_monitoring = true;
-        assert!(!needed(&config));
+        assert!(!polls_group(&config, WorkerType::Regular));
         config.decode_policy = Some(PolicyName::PowerOfTwo);
-        assert!(needed(&config));
         assert!(polls_group(&config, WorkerType::Decode));
         assert!(!polls_group(&config, WorkerType::Regular));
+        config.overload.waiting_requests = Some(3);
+        assert!(polls_group(&config, WorkerType::Regular));
     }
 
     #[tokio::test]

@@ -11,6 +11,7 @@ pub mod detect;
 pub mod jobs;
 pub mod lifecycle;
 pub mod load;
+pub mod overload;
 pub mod prom_text;
 pub mod protocol;
 pub mod spec;
@@ -198,6 +199,8 @@ pub struct Live {
     /// The load monitor's latest report of the engine; `None` until the first poll, after
     /// a failed one and while the worker is not ready.
     engine_load: ArcSwapOption<load::EngineLoad>,
+    /// Overload protection's verdict on the latest report (only with thresholds).
+    overloaded: AtomicBool,
 }
 
 /// One registered worker: an immutable description plus shared live figures.
@@ -226,6 +229,8 @@ pub struct Worker {
     pub labels: BTreeMap<String, String>,
     pub health: HealthConfig,
     pub http2: bool,
+    /// Overload thresholds; `None` when overload protection is off for this worker.
+    pub overload: Option<overload::Thresholds>,
     /// The circuit breaker. Not part of [`Live`]: a PATCH rebuilds it (spec 1).
     pub breaker: Arc<Breaker>,
     live: Arc<Live>,
@@ -273,6 +278,7 @@ impl Worker {
             model_names,
             labels,
             http2: discovered.http2,
+            overload: overload::Thresholds::resolve(&config.overload, &spec.overload),
             breaker: Arc::new(Breaker::new(resilience::breaker_config(
                 config,
                 &spec.resilience,
@@ -312,6 +318,7 @@ impl Worker {
             model_names: self.model_names.clone(),
             labels,
             http2: self.http2,
+            overload: self.overload,
             // Spec 1, PATCH: the breaker restarts with the built-in thresholds until a PUT.
             breaker: Arc::new(Breaker::new(self.breaker.config().after_patch())),
             spec,
@@ -361,8 +368,22 @@ impl Worker {
         self.live.engine_load.load_full()
     }
 
+    /// Keeps a load report (or drops the last one) and, under overload protection, takes
+    /// the verdict on it. Without a report the verdict stands: a worker leaves the
+    /// overloaded state only on a report below both thresholds.
     pub fn set_engine_load(&self, report: Option<Arc<load::EngineLoad>>) {
+        if let (Some(thresholds), Some(report)) = (&self.overload, &report) {
+            let now = thresholds.exceeded(report);
+            if self.live.overloaded.swap(now, Ordering::AcqRel) != now {
+                tracing::info!(worker = %self.url, overloaded = now, "worker overload state changed");
+            }
+        }
         self.live.engine_load.store(report);
+    }
+
+    /// Whether overload protection keeps the worker out of routing.
+    pub fn is_overloaded(&self) -> bool {
+        self.live.overloaded.load(Ordering::Relaxed)
     }
 
     /// Whether the worker has left the registry (its background tasks stop).

@@ -384,3 +384,18 @@ where
     }
     false
 }
+
+/// The gateway's `/metrics` exposition.
+pub async fn scrape(gw: &Proc) -> String {
+    let reply = get(&gw.metrics_url()).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    reply.text()
+}
+
+/// The value of the sample `series` (name with its labels, exactly as exported).
+pub fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}

@@ -39,6 +39,8 @@ class Proc:
     log_path: Path
     port: int
     popen: subprocess.Popen | None = None
+    # The gateway's --prometheus-port (gateways only).
+    metrics_port: int | None = None
     _log: object = field(default=None, repr=False)
 
     @property
@@ -121,17 +123,18 @@ def start_engine(proc: Proc, timeout: float = 120) -> Proc:
 
 def gateway(logdir: Path, name: str, worker_urls: list[str], extra: list[str]) -> Proc:
     port = free_port()
+    metrics_port = free_port()
     argv = [
         env_path("TOLLGATE_BIN"),
         "--host", "127.0.0.1", "--port", str(port),
-        "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()),
+        "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port),
         "--runtime-worker-threads", "2",
         "--log-level", os.environ.get("TOLLGATE_REAL_ENGINE_LOG_LEVEL", "info"),
     ]
     if worker_urls:
         argv += ["--worker-urls", *worker_urls]
     argv += extra
-    return Proc(name, argv, logdir / f"{name}.log", port)
+    return Proc(name, argv, logdir / f"{name}.log", port, metrics_port=metrics_port)
 
 
 def start_gateway(proc: Proc, timeout: float = 30) -> Proc:

@@ -274,3 +274,44 @@ def test_engine_metrics_carry_engine_series_with_worker_addr(fleet):
         assert any(l.startswith("llamacpp:prompt_tokens_total") for l in mine), (e.url, r.text[:2000])
         assert any(l.startswith("llamacpp:tokens_predicted_total") for l in mine), e.url
     assert all("worker_addr=" in l for l in lines), "a sample without worker_addr"
+
+
+def test_gateway_metrics_parse_as_openmetrics(fleet):
+    """The whole /metrics exposition, after the traffic above, read by the reference parser."""
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+    r = httpx.get(f"http://127.0.0.1:{fleet.gw.metrics_port}/metrics", timeout=10)
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("application/openmetrics-text")
+    families = {f.name: f for f in text_string_to_metric_families(r.text)}
+    want = {
+        "gw_http_requests": "counter",
+        "gw_http_request_duration_seconds": "histogram",
+        "gw_http_responses": "counter",
+        "gw_http_connections_active": "gauge",
+        "gw_http_inflight_request_age_count": "gauge",
+        "gw_router_requests": "counter",
+        "gw_router_request_duration_seconds": "histogram",
+        "gw_router_upstream_responses": "counter",
+        "gw_router_request_body_path": "counter",
+        "gw_worker_selection": "counter",
+        "gw_worker_health": "gauge",
+        "gw_worker_requests_active": "gauge",
+        "gw_worker_pool_size": "gauge",
+        "gw_worker_cb_state": "gauge",
+        "gw_runtime_event_loop_delay_seconds": "histogram",
+        "gw_runtime_workers": "gauge",
+        "gw_runtime_alive_tasks": "gauge",
+        "gw_runtime_worker_busy_ratio": "gauge",
+    }
+    for name, kind in want.items():
+        assert name in families, f"{name} missing: {sorted(families)}"
+        assert families[name].type == kind, (name, families[name].type)
+    chat = [
+        s
+        for s in families["gw_router_requests"].samples
+        if s.labels.get("endpoint") == "chat" and s.name == "gw_router_requests_total"
+    ]
+    assert chat and sum(s.value for s in chat) >= 1, chat
+    ages = families["gw_http_inflight_request_age_count"].samples
+    assert [(s.labels["gt"], s.labels["le"]) for s in ages][-1] == ("86400", "+Inf")
