@@ -16,7 +16,7 @@ use crate::config::Config;
 use crate::http::body::{read_whole, ReadError, RespBody};
 use crate::http::error::{self, error_response, GatewayError};
 use crate::http::route::{match_route, path_param, Route, RouteGroup, RouteMatch};
-use crate::metrics::{labels, Metrics};
+use crate::metrics::Metrics;
 use crate::proxy::{ContentType, Forward, UpstreamClient};
 use crate::resilience::RetryConfig;
 use crate::routing::Policy;
@@ -76,30 +76,23 @@ impl ThreadCtx {
 /// (requests matching no route are not recorded, as spec 3 says).
 pub async fn handle(ctx: &ThreadCtx, req: Request<Incoming>) -> Response<RespBody> {
     let metrics = &ctx.gateway.metrics;
-    let path = match match_route(req.method(), req.uri().path()) {
-        RouteMatch::Found(route) if !is_rl(route) => Some(route.template()),
-        _ => None,
+    let route = match match_route(req.method(), req.uri().path()) {
+        RouteMatch::Found(route) if !is_rl(route) => route,
+        _ => return respond(ctx, req).await,
     };
-    let Some(path) = path else {
-        return respond(ctx, req).await;
-    };
-    let method = labels::method(req.method());
     let started = Instant::now();
-    let in_flight = metrics.http_started(method, path);
+    let in_flight = metrics.http_started(req.method(), route);
     let resp = respond(ctx, req).await;
     let code = resp
         .headers()
         .get(error::ERROR_CODE_HEADER)
         .and_then(|v| v.to_str().ok())
         .map_or("", error::known_code);
-    metrics.http_finished(
-        method,
-        path,
+    in_flight.finished(
         resp.status().as_u16(),
         code,
         started.elapsed().as_secs_f64(),
     );
-    drop(in_flight);
     resp
 }
 

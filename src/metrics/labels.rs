@@ -80,15 +80,25 @@ impl ModelLabels {
 
 /// The `method` label: the known methods, any other is `OTHER`.
 pub fn method(m: &http::Method) -> &'static str {
+    METHODS[method_index(m)]
+}
+
+/// Every `method` label value.
+pub const METHODS: [&str; 8] = [
+    "GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "OTHER",
+];
+
+/// The index of a method's label in [`METHODS`].
+pub fn method_index(m: &http::Method) -> usize {
     match *m {
-        http::Method::GET => "GET",
-        http::Method::POST => "POST",
-        http::Method::PUT => "PUT",
-        http::Method::DELETE => "DELETE",
-        http::Method::PATCH => "PATCH",
-        http::Method::HEAD => "HEAD",
-        http::Method::OPTIONS => "OPTIONS",
-        _ => "OTHER",
+        http::Method::GET => 0,
+        http::Method::POST => 1,
+        http::Method::PUT => 2,
+        http::Method::DELETE => 3,
+        http::Method::PATCH => 4,
+        http::Method::HEAD => 5,
+        http::Method::OPTIONS => 6,
+        _ => 7,
     }
 }
 

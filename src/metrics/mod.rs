@@ -9,21 +9,25 @@
 
 pub mod exporter;
 pub mod fleet;
+pub mod histogram;
 pub mod inflight;
 pub mod labels;
+mod local;
 pub mod policy;
 pub mod runtime;
 pub mod summary;
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
+use histogram::Histogram;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::admission::Admission;
+use crate::http::route::Route;
 use crate::proxy::body_path::BodyPath;
 use crate::routing::{Branch, Policy, Selection};
 use crate::workers::{Fleet, Worker};
@@ -50,6 +54,8 @@ impl MetricConstructor<Histogram> for Buckets {
 
 /// Every family the gateway records.
 pub struct Metrics {
+    /// Tells this instance's per-thread caches from another's.
+    id: usize,
     registry: Registry,
     models: ModelLabels,
     // HTTP layer.
@@ -57,6 +63,9 @@ pub struct Metrics {
     http_duration: Histograms<2>,
     http_responses: Counters<3>,
     http_active: Gauge,
+    /// Pre-resolved HTTP-layer handles, one slot per (route, method).
+    http: Box<[OnceLock<HttpHandles>]>,
+    http_overflow: OnceLock<HttpHandles>,
     /// In-flight requests by start time, for the age gauge.
     pub inflight_ages: Arc<inflight::InflightAges>,
     // Admission.
@@ -68,8 +77,12 @@ pub struct Metrics {
     router_duration: Histograms<5>,
     router_errors: Counters<6>,
     upstream_responses: Counters<3>,
+    /// `gw_router_upstream_responses_total` for 200 without a gateway code, pre-resolved.
+    upstream_ok: OnceLock<Counter>,
     send_retries: Counters<1>,
     body_path: Counters<2>,
+    /// One pre-resolved counter per body path decision.
+    body_paths: [OnceLock<Counter>; BodyPath::COUNT],
     // Workers.
     health_checks: Counters<2>,
     selections: Counters<4>,
@@ -149,13 +162,19 @@ impl Metrics {
     pub fn new(duration_buckets: &[f64], sources: Sources) -> Metrics {
         let buckets: Arc<[f64]> = Arc::from(duration_buckets);
         let mut registry = Registry::default();
+        static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
         let m = Metrics {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             registry: Registry::default(),
             models: ModelLabels::default(),
             http_requests: Family::default(),
             http_duration: histograms(buckets.clone()),
             http_responses: Family::default(),
             http_active: Gauge::default(),
+            http: (0..Route::ALL.len() * labels::METHODS.len())
+                .map(|_| OnceLock::new())
+                .collect(),
+            http_overflow: OnceLock::new(),
             inflight_ages: Arc::default(),
             rate_limits: Family::default(),
             admission_rejected: Family::default(),
@@ -164,8 +183,10 @@ impl Metrics {
             router_duration: histograms(buckets),
             router_errors: Family::default(),
             upstream_responses: Family::default(),
+            upstream_ok: OnceLock::new(),
             send_retries: Family::default(),
             body_path: Family::default(),
+            body_paths: Default::default(),
             health_checks: Family::default(),
             selections: Family::default(),
             worker_errors: Family::default(),
@@ -326,38 +347,51 @@ impl Metrics {
     /// The `model` label value for a model name (capped).
     pub fn model(&self, model: Option<&str>) -> Label {
         match model {
-            Some(m) => self.models.get(m),
+            Some(m) => local::model(self.id, m, |m| self.models.get(m)),
             None => Label::Static("unknown"),
         }
     }
 
     // HTTP layer.
 
-    /// A request matched `path` (a route template): counted, and in flight until the
-    /// returned guard drops.
-    pub fn http_started(&self, method: &'static str, path: &'static str) -> InFlight<'_> {
-        self.http_requests
-            .get_or_create(&[("method", method.into()), ("path", path.into())])
-            .inc();
+    /// A request matched `route`: counted, and in flight until the returned guard
+    /// finishes or drops.
+    pub fn http_started(&self, method: &http::Method, route: Route) -> InFlight<'_> {
+        let handles = self.http_handles(method, route);
+        handles.requests.inc();
         self.http_active.inc();
         InFlight {
             metrics: self,
+            handles,
+            path: route.template(),
             age_slot: self.inflight_ages.enter(),
         }
     }
 
-    /// The response head is ready.
-    pub fn http_finished(
-        &self,
-        method: &'static str,
-        path: &'static str,
-        status: u16,
-        error_code: &'static str,
-        seconds: f64,
-    ) {
-        self.http_duration
-            .get_or_create(&[("method", method.into()), ("path", path.into())])
-            .observe(seconds);
+    /// The HTTP-layer series of one (route, method), resolved on first use: later requests
+    /// record with an atomic load and the metric's own atomic adds, no lock, no hash.
+    fn http_handles(&self, method: &http::Method, route: Route) -> &HttpHandles {
+        let method_index = labels::method_index(method);
+        let slot = (route as usize) * labels::METHODS.len() + method_index;
+        let fill = || {
+            let method = labels::METHODS[method_index];
+            let path = route.template();
+            let pair: Labels<2> = [("method", method.into()), ("path", path.into())];
+            HttpHandles {
+                requests: self.http_requests.get_or_create(&pair).clone(),
+                duration: self.http_duration.get_or_create(&pair).clone(),
+                ok: OnceLock::new(),
+            }
+        };
+        match self.http.get(slot) {
+            Some(cell) => cell.get_or_init(fill),
+            // Not reachable (the table has a slot per route and method); kept total.
+            None => self.http_overflow.get_or_init(fill),
+        }
+    }
+
+    /// `gw_http_responses_total` for one response of `path`.
+    fn http_response(&self, path: &'static str, status: u16, error_code: &'static str) {
         self.http_responses
             .get_or_create(&[
                 ("path", path.into()),
@@ -400,52 +434,62 @@ impl Metrics {
 
     /// One request through the HTTP router, with its outcome.
     pub fn routed(&self, route: &RouteLabels<'_>, streaming: bool, seconds: f64) {
-        let model = self.model(route.model);
-        self.router_requests
-            .get_or_create(&[
-                ("router_type", "http".into()),
-                ("backend_type", "regular".into()),
-                ("connection_mode", route.connection_mode.into()),
-                ("model", model.clone()),
-                ("endpoint", route.endpoint.into()),
-                ("streaming", if streaming { "true" } else { "false" }.into()),
-            ])
-            .inc();
-        self.router_duration
-            .get_or_create(&[
-                ("router_type", "http".into()),
-                ("backend_type", "regular".into()),
-                ("connection_mode", route.connection_mode.into()),
-                ("model", model),
-                ("endpoint", route.endpoint.into()),
-            ])
-            .observe(seconds);
+        let key = local::RouteKey {
+            connection_mode: route.connection_mode,
+            model: self.model(route.model),
+            endpoint: route.endpoint,
+        };
+        let (requests, duration) = local::route(
+            self.id,
+            key,
+            streaming,
+            |k| {
+                let [a, b, c, d, e] = router_labels(k.connection_mode, k.model.clone(), k.endpoint);
+                let streaming = if streaming { "true" } else { "false" };
+                self.router_requests
+                    .get_or_create(&[a, b, c, d, e, ("streaming", streaming.into())])
+                    .clone()
+            },
+            |k| {
+                self.router_duration
+                    .get_or_create(&router_labels(
+                        k.connection_mode,
+                        k.model.clone(),
+                        k.endpoint,
+                    ))
+                    .clone()
+            },
+        );
+        requests.inc();
+        duration.observe(seconds);
     }
 
     /// A routed request that ended in an error of `error_type` (`no_workers`, `timeout`,
     /// `backend_error`, `validation_error`, `internal_error`).
     pub fn router_error(&self, route: &RouteLabels<'_>, error_type: &'static str) {
+        let model = self.model(route.model);
+        let [a, b, c, d, e] = router_labels(route.connection_mode, model, route.endpoint);
         self.router_errors
-            .get_or_create(&[
-                ("router_type", "http".into()),
-                ("backend_type", "regular".into()),
-                ("connection_mode", route.connection_mode.into()),
-                ("model", self.model(route.model)),
-                ("endpoint", route.endpoint.into()),
-                ("error_type", error_type.into()),
-            ])
+            .get_or_create(&[a, b, c, d, e, ("error_type", error_type.into())])
             .inc();
     }
 
     /// A worker's response head (or a failed exchange, with the gateway error code).
     pub fn upstream_response(&self, status: u16, error_code: &'static str) {
-        self.upstream_responses
-            .get_or_create(&[
-                ("router_type", "http".into()),
-                ("status_code", labels::status(status).into()),
-                ("error_code", error_code.into()),
-            ])
-            .inc();
+        let lookup = || {
+            self.upstream_responses
+                .get_or_create(&[
+                    ("router_type", "http".into()),
+                    ("status_code", labels::status(status).into()),
+                    ("error_code", error_code.into()),
+                ])
+                .clone()
+        };
+        if status == 200 && error_code.is_empty() {
+            self.upstream_ok.get_or_init(lookup).inc();
+        } else {
+            lookup().inc();
+        }
     }
 
     pub fn send_retry(&self) {
@@ -455,11 +499,15 @@ impl Metrics {
     }
 
     pub fn body_path(&self, path: BodyPath) {
-        self.body_path
-            .get_or_create(&[
-                ("path", path.path().into()),
-                ("reason", path.reason().into()),
-            ])
+        self.body_paths[path.index()]
+            .get_or_init(|| {
+                self.body_path
+                    .get_or_create(&[
+                        ("path", path.path().into()),
+                        ("reason", path.reason().into()),
+                    ])
+                    .clone()
+            })
             .inc();
     }
 
@@ -482,14 +530,22 @@ impl Metrics {
         policy: &'static str,
         how: &Selection,
     ) {
-        self.selections
-            .get_or_create(&[
-                ("worker_type", worker.worker_type.as_str().into()),
-                ("connection_mode", worker.connection_mode().as_str().into()),
-                ("model", self.model(model.or(worker.model_id.as_deref()))),
-                ("policy", policy.into()),
-            ])
-            .inc();
+        let key = local::SelectKey {
+            worker_type: worker.worker_type.as_str(),
+            connection_mode: worker.connection_mode().as_str(),
+            model: self.model(model.or(worker.model_id.as_deref())),
+        };
+        local::selection(self.id, key, |k| {
+            self.selections
+                .get_or_create(&[
+                    ("worker_type", k.worker_type.into()),
+                    ("connection_mode", k.connection_mode.into()),
+                    ("model", k.model.clone()),
+                    ("policy", policy.into()),
+                ])
+                .clone()
+        })
+        .inc();
         if let Some(branch) = how.branch {
             let family = match branch_family(branch) {
                 usize::MAX => policy_family(policy),
@@ -567,17 +623,63 @@ impl Metrics {
     }
 }
 
+/// The labels every router series carries (HTTP router, regular backend).
+fn router_labels(connection_mode: &'static str, model: Label, endpoint: &'static str) -> Labels<5> {
+    [
+        ("router_type", "http".into()),
+        ("backend_type", "regular".into()),
+        ("connection_mode", connection_mode.into()),
+        ("model", model),
+        ("endpoint", endpoint.into()),
+    ]
+}
+
 /// The `worker` label: the worker's URL, shared rather than copied.
 fn worker_label(worker: &Worker) -> Label {
     Label::Shared(worker.url_label.clone())
 }
 
+/// The pre-resolved HTTP-layer series of one (route, method).
+#[derive(Debug)]
+struct HttpHandles {
+    requests: Counter,
+    duration: Histogram,
+    /// `gw_http_responses_total{status_code="200",error_code=""}`, the common answer.
+    ok: OnceLock<Counter>,
+}
+
 /// Keeps a request counted in `gw_http_connections_active` and the in-flight age buckets
-/// until it drops.
+/// until it finishes or drops.
 #[derive(Debug)]
 pub struct InFlight<'a> {
     metrics: &'a Metrics,
+    handles: &'a HttpHandles,
+    path: &'static str,
     age_slot: usize,
+}
+
+impl InFlight<'_> {
+    /// The response head is ready: its duration and status are recorded.
+    pub fn finished(self, status: u16, error_code: &'static str, seconds: f64) {
+        self.handles.duration.observe(seconds);
+        if status == 200 && error_code.is_empty() {
+            self.handles
+                .ok
+                .get_or_init(|| {
+                    self.metrics
+                        .http_responses
+                        .get_or_create(&[
+                            ("path", self.path.into()),
+                            ("status_code", "200".into()),
+                            ("error_code", "".into()),
+                        ])
+                        .clone()
+                })
+                .inc();
+        } else {
+            self.metrics.http_response(self.path, status, error_code);
+        }
+    }
 }
 
 impl Drop for InFlight<'_> {

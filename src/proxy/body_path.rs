@@ -63,6 +63,23 @@ impl BodyPath {
         }
     }
 
+    /// How many decisions there are (the metric's label pairs).
+    pub const COUNT: usize = 8;
+
+    /// A dense index in `0..COUNT`, for pre-resolved metric handles.
+    pub fn index(self) -> usize {
+        match self {
+            BodyPath::Buffered(BufferReason::ModelSelection) => 0,
+            BodyPath::Buffered(BufferReason::PolicyNeedsText) => 1,
+            BodyPath::Buffered(BufferReason::RoutingKeyOverride) => 2,
+            BodyPath::Buffered(BufferReason::Retryable) => 3,
+            BodyPath::Buffered(BufferReason::NoContentLength) => 4,
+            BodyPath::Buffered(BufferReason::MultimodalBudget) => 5,
+            BodyPath::Streamed(StreamReason::RetryForfeited) => 6,
+            BodyPath::Streamed(StreamReason::PureForward) => 7,
+        }
+    }
+
     pub fn is_buffered(self) -> bool {
         matches!(self, BodyPath::Buffered(_))
     }
@@ -156,6 +173,24 @@ mod tests {
             ..rid
         };
         assert_eq!(labels(decide(media)), ("buffered", "multimodal_budget"));
+    }
+
+    #[test]
+    fn every_decision_has_its_own_index() {
+        let all = [
+            BodyPath::Buffered(BufferReason::ModelSelection),
+            BodyPath::Buffered(BufferReason::PolicyNeedsText),
+            BodyPath::Buffered(BufferReason::RoutingKeyOverride),
+            BodyPath::Buffered(BufferReason::Retryable),
+            BodyPath::Buffered(BufferReason::NoContentLength),
+            BodyPath::Buffered(BufferReason::MultimodalBudget),
+            BodyPath::Streamed(StreamReason::RetryForfeited),
+            BodyPath::Streamed(StreamReason::PureForward),
+        ];
+        let mut seen: Vec<usize> = all.iter().map(|p| p.index()).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen, (0..BodyPath::COUNT).collect::<Vec<_>>());
     }
 
     #[test]

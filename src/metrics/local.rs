@@ -1,0 +1,191 @@
+//! Per-thread caches of resolved series for the families whose labels vary per request
+//! (model, endpoint, connection mode, streaming).
+//!
+//! A prometheus-client family lookup takes a read lock and hashes every label value with
+//! SipHash; interning the `model` label takes another lock and hash. On the request path
+//! that was most of the metrics' cost. Each data-plane thread instead keeps its own maps
+//! from the label values to the metric handles (which share their atomics with the family),
+//! hashed with a cheap multiplicative hash and never locked. The first request of a label
+//! combination on a thread does the family lookup; the maps are bounded, and past the bound
+//! a request simply does the lookup again.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use prometheus_client::metrics::counter::Counter;
+
+use super::histogram::Histogram;
+use super::labels::Label;
+
+/// Entries per map beyond which nothing more is cached.
+const MAX_ENTRIES: usize = 4096;
+
+/// A fast non-cryptographic hasher (the keys are the gateway's own label values, bounded
+/// in number, so collision attacks buy nothing).
+#[derive(Default)]
+pub struct QuickHasher(u64);
+
+const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+
+impl Hasher for QuickHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(word));
+        }
+        for &b in chunks.remainder() {
+            self.add(u64::from(b));
+        }
+    }
+
+    fn write_u8(&mut self, n: u8) {
+        self.add(u64::from(n));
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.add(n as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+impl QuickHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(SEED);
+    }
+}
+
+type Quick = BuildHasherDefault<QuickHasher>;
+
+/// The labels of one router series besides the constant ones.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RouteKey {
+    pub connection_mode: &'static str,
+    pub model: Label,
+    pub endpoint: &'static str,
+}
+
+/// The labels of one selection series besides the constant policy.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SelectKey {
+    pub worker_type: &'static str,
+    pub connection_mode: &'static str,
+    pub model: Label,
+}
+
+/// One thread's caches, for one `Metrics` instance.
+#[derive(Default)]
+struct Cache {
+    owner: usize,
+    models: HashMap<Box<str>, Label, Quick>,
+    requests: HashMap<(RouteKey, bool), Counter, Quick>,
+    durations: HashMap<RouteKey, Histogram, Quick>,
+    selections: HashMap<SelectKey, Counter, Quick>,
+}
+
+thread_local! {
+    static CACHE: RefCell<Cache> = RefCell::new(Cache::default());
+}
+
+/// Runs `f` on this thread's cache for the `Metrics` instance `owner` (a fresh cache when
+/// the thread last served another instance, as tests and benches do).
+fn with<R>(owner: usize, f: impl FnOnce(&mut Cache) -> R) -> R {
+    CACHE.with(|cell| {
+        let mut cache = cell.borrow_mut();
+        if cache.owner != owner {
+            *cache = Cache {
+                owner,
+                ..Cache::default()
+            };
+        }
+        f(&mut cache)
+    })
+}
+
+/// Looks `key` up in `map`, resolving and (within the bound) remembering it on a miss.
+fn cached<K, V>(map: &mut HashMap<K, V, Quick>, key: K, resolve: impl FnOnce(&K) -> V) -> V
+where
+    K: std::hash::Hash + Eq,
+    V: Clone,
+{
+    if let Some(v) = map.get(&key) {
+        return v.clone();
+    }
+    let v = resolve(&key);
+    if map.len() < MAX_ENTRIES {
+        map.insert(key, v.clone());
+    }
+    v
+}
+
+/// The interned `model` label for `model`.
+pub fn model(owner: usize, model: &str, resolve: impl FnOnce(&str) -> Label) -> Label {
+    with(owner, |c| {
+        if let Some(label) = c.models.get(model) {
+            return label.clone();
+        }
+        let label = resolve(model);
+        if c.models.len() < MAX_ENTRIES {
+            c.models.insert(Box::from(model), label.clone());
+        }
+        label
+    })
+}
+
+/// The router request counter and duration histogram of `key`.
+pub fn route(
+    owner: usize,
+    key: RouteKey,
+    streaming: bool,
+    requests: impl FnOnce(&RouteKey) -> Counter,
+    duration: impl FnOnce(&RouteKey) -> Histogram,
+) -> (Counter, Histogram) {
+    with(owner, |c| {
+        let counter = cached(&mut c.requests, (key.clone(), streaming), |(k, _)| {
+            requests(k)
+        });
+        let histogram = cached(&mut c.durations, key, duration);
+        (counter, histogram)
+    })
+}
+
+/// The selection counter of `key`.
+pub fn selection(
+    owner: usize,
+    key: SelectKey,
+    resolve: impl FnOnce(&SelectKey) -> Counter,
+) -> Counter {
+    with(owner, |c| cached(&mut c.selections, key, resolve))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owners_do_not_share_entries() {
+        let a = model(1, "m", |_| Label::Static("first"));
+        assert_eq!(a.as_str(), "first");
+        assert_eq!(model(1, "m", |_| Label::Static("second")).as_str(), "first");
+        assert_eq!(
+            model(2, "m", |_| Label::Static("second")).as_str(),
+            "second"
+        );
+    }
+
+    #[test]
+    fn maps_stop_growing_at_the_bound() {
+        let owner = 3;
+        for i in 0..MAX_ENTRIES + 10 {
+            let name = format!("m{i}");
+            model(owner, &name, |_| Label::Static("x"));
+        }
+        let size = with(owner, |c| c.models.len());
+        assert_eq!(size, MAX_ENTRIES);
+    }
+}
