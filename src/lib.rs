@@ -19,5 +19,6 @@ pub mod resilience;
 pub mod routing;
 pub mod runtime;
 pub mod server;
+pub mod sse;
 pub mod startup;
 pub mod workers;

@@ -4,6 +4,9 @@
 
 #![no_main]
 
+#[path = "../shared/reads.rs"]
+mod reads;
+
 use libfuzzer_sys::fuzz_target;
 use tollgate::server::h1_framing::{H1Framing, Verdict};
 
@@ -13,24 +16,15 @@ fuzz_target!(|data: &[u8]| {
     };
     let whole = H1Framing::new().feed(stream);
 
-    // Reads of pseudo-random sizes (1..=64 bytes, or the rest) derived from the seed.
+    // Reads of pseudo-random sizes derived from the seed.
     let mut framing = H1Framing::new();
     let mut verdict = framing.feed(&[]);
-    let mut state = u32::from(seed) | 0x100;
-    let mut rest = stream;
-    while !rest.is_empty() {
-        state = state.wrapping_mul(1_103_515_245).wrapping_add(12_345);
-        let size = match (state >> 16) % 67 {
-            0 => rest.len(),
-            n => usize::try_from(n).unwrap_or(1).min(rest.len()),
-        };
-        let (read, tail) = rest.split_at(size);
+    for read in reads::random_reads(seed, stream) {
         let next = framing.feed(read);
         if verdict != Verdict::Continue {
             assert_eq!(next, verdict, "verdicts are sticky");
         }
         verdict = next;
-        rest = tail;
     }
     assert_eq!(verdict, whole, "split reads");
 
