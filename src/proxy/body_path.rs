@@ -15,6 +15,9 @@ pub enum BufferReason {
     PolicyNeedsText,
     /// The routing key may come from the body's `rid`.
     RoutingKeyOverride,
+    /// The gateway rewrites the body for the chosen worker (`--dp-aware` sets
+    /// `data_parallel_rank`), so it must hold it.
+    WorkerMutatesBody,
     /// Kept for replay on retry (within `--max-buffered-request-bytes`).
     Retryable,
     /// Retries are on and the size is unknown until the body has arrived.
@@ -52,6 +55,7 @@ impl BodyPath {
             BodyPath::Buffered(BufferReason::ModelSelection) => "model_selection",
             BodyPath::Buffered(BufferReason::PolicyNeedsText) => "policy_needs_text",
             BodyPath::Buffered(BufferReason::RoutingKeyOverride) => "routing_key_override",
+            BodyPath::Buffered(BufferReason::WorkerMutatesBody) => "worker_mutates_body",
             BodyPath::Buffered(BufferReason::Retryable) => "retryable",
             BodyPath::Buffered(BufferReason::NoContentLength) => "no_content_length",
             BodyPath::Streamed(StreamReason::RetryForfeited) => "retry_forfeited",
@@ -73,6 +77,8 @@ pub struct Inputs {
     pub needs_text: bool,
     /// The policy's routing key may come from the body and the request carries no header.
     pub needs_rid: bool,
+    /// The chosen worker may need the body rewritten (`--dp-aware` on a JSON route).
+    pub mutates_body: bool,
     pub retries: bool,
     /// The client's `Content-Length`, if it sent one.
     pub declared_len: Option<u64>,
@@ -89,6 +95,9 @@ pub fn decide(inputs: Inputs) -> BodyPath {
     }
     if inputs.needs_rid {
         return BodyPath::Buffered(BufferReason::RoutingKeyOverride);
+    }
+    if inputs.mutates_body {
+        return BodyPath::Buffered(BufferReason::WorkerMutatesBody);
     }
     if !inputs.retries {
         return BodyPath::Streamed(StreamReason::PureForward);
@@ -109,6 +118,7 @@ mod tests {
             needs_model: false,
             needs_text: false,
             needs_rid: false,
+            mutates_body: false,
             retries: true,
             declared_len: Some(100),
             max_buffered: 1000,
@@ -125,6 +135,7 @@ mod tests {
             needs_model: true,
             needs_text: true,
             needs_rid: true,
+            mutates_body: true,
             retries: false,
             declared_len: Some(u64::MAX),
             ..inputs()
@@ -140,6 +151,11 @@ mod tests {
             ..text
         };
         assert_eq!(labels(decide(rid)), ("buffered", "routing_key_override"));
+        let mutates = Inputs {
+            needs_rid: false,
+            ..rid
+        };
+        assert_eq!(labels(decide(mutates)), ("buffered", "worker_mutates_body"));
     }
 
     #[test]

@@ -58,6 +58,18 @@ pub struct EngineLoad {
     pub loads: Vec<RankLoad>,
 }
 
+impl EngineLoad {
+    /// The report as `worker` shows it: a data-parallel rank target (`--dp-aware`) keeps
+    /// only its own rank's entry, so each rank carries its own figures; any other worker
+    /// keeps them all.
+    fn for_target(mut self, worker: &Worker) -> EngineLoad {
+        if let Some(rank) = worker.dp {
+            self.loads.retain(|load| load.dp_rank == rank.rank());
+        }
+        self
+    }
+}
+
 /// One DP rank's figures, named as SGLang's load report names them. Figures the engine
 /// does not report are 0; sections it does not report are absent.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -198,7 +210,7 @@ fn store(worker: &Worker, result: Result<EngineLoad, String>) {
         return;
     }
     match result {
-        Ok(report) => worker.set_engine_load(Some(Arc::new(report))),
+        Ok(report) => worker.set_engine_load(Some(Arc::new(report.for_target(worker)))),
         Err(reason) => {
             if worker.engine_load().is_some() {
                 tracing::warn!(worker = %worker.url, %reason, "engine load poll failed; report dropped");
