@@ -1,8 +1,8 @@
 //! `--dp-aware`, black box (issue 4; spec 1 `dp_size` and the PUT rule): an engine that
 //! reports `dp_size` registers as one routing target per rank, requests reach the engine
 //! with the chosen `data_parallel_rank` in their body, prefix-aware policies keep a prompt
-//! on one rank, PUT is refused, DELETE of any rank removes the engine, and an engine
-//! without data-parallel ranks stays a single worker.
+//! on one rank, cache flushes reach the engine once, PUT is refused, DELETE of any rank
+//! removes the engine, and an engine without data-parallel ranks stays a single worker.
 
 mod common;
 
@@ -193,6 +193,17 @@ async fn put_is_refused_and_delete_of_any_rank_removes_the_engine() {
         .as_str()
         .expect("id")
         .to_owned();
+
+    // Once-per-engine calls reach a data-parallel engine once, not once per rank.
+    clear_log(&engine).await;
+    let flush = post_json(&format!("{}/flush_cache", gw.url()), &json!({})).await;
+    assert_eq!(flush.status, 200, "{}", flush.text());
+    let flushes = mock_requests(&engine)
+        .await
+        .iter()
+        .filter(|r| r["path"] == "/flush_cache")
+        .count();
+    assert_eq!(flushes, 1);
 
     let url = format!("{}/workers/{rank2}", gw.url());
     let put = send(

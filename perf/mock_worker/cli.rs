@@ -306,6 +306,13 @@ mod tests {
     }
 
     #[test]
+    fn dp_size_is_reported_as_given() {
+        assert_eq!(run(&[]).unwrap().dp_size, 1);
+        assert_eq!(run(&["--dp-size", "4"]).unwrap().dp_size, 4);
+        assert!(run(&["--dp-size", "-1"]).is_err());
+    }
+
+    #[test]
     fn runtime_drives_defaults_regardless_of_order() {
         let flags = run(&["--owned-by", "me", "--runtime", "vllm"]).unwrap();
         assert_eq!(flags.owned_by, "me");

@@ -209,6 +209,10 @@ async fn register(
                 ..discovered
             }
         }
+        // Spec 1: a ZMQ worker has no server to pin ranks through.
+        Transport::Zmq { .. } if config.dp_aware && spec.dp_size.is_some_and(|n| n > 1) => {
+            return Err("a ZMQ worker cannot have dp_size above 1 on a --dp-aware gateway".into());
+        }
         // Stored so operators see them; no traffic until their transports exist.
         Transport::Grpc { .. } | Transport::Zmq { .. } => Discovered::default(),
     };

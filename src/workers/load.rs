@@ -570,6 +570,42 @@ mod tests {
     use crate::workers::calls::tests::serve;
 
     #[test]
+    fn a_rank_target_keeps_only_its_rank() {
+        let body = br#"{"loads":[{"dp_rank":0,"num_running_reqs":5},
+            {"dp_rank":1,"num_running_reqs":7},{"dp_rank":2,"num_running_reqs":9}]}"#;
+        let report = EngineLoad {
+            timestamp: String::new(),
+            source: Source::LoadsApi,
+            loads: from_loads_json(body).unwrap(),
+        };
+        let spec = crate::workers::spec::WorkerSpec::new(
+            crate::workers::parse_worker_url("http://e:30000").unwrap(),
+        );
+        let size = crate::workers::dp::DpSize::choose(Some(3), None)
+            .unwrap()
+            .unwrap();
+        let Some(rank1) = size.ranks().nth(1) else {
+            panic!("three ranks")
+        };
+        let config = Config::default();
+        let target = Worker::for_rank(
+            uuid::Uuid::new_v4(),
+            spec.clone(),
+            crate::workers::Discovered::default(),
+            &config,
+            rank1,
+        );
+        let kept = report.clone().for_target(&target);
+        assert_eq!(kept.loads.len(), 1);
+        assert_eq!(
+            (kept.loads[0].dp_rank, kept.loads[0].num_running_reqs),
+            (1, 7)
+        );
+        let single = Worker::new(uuid::Uuid::new_v4(), spec, Default::default(), &config);
+        assert_eq!(report.clone().for_target(&single), report);
+    }
+
+    #[test]
     fn sglang_load_route_body() {
         let body = br#"{"timestamp":"2025-01-01T00:00:00Z","version":"0.5.4","loads":[
             {"dp_rank":1,"num_running_reqs":19,"num_waiting_reqs":0,"num_used_tokens":291044,

@@ -307,6 +307,13 @@ impl Worker {
         }
     }
 
+    /// Whether this worker speaks for its engine in calls made once per engine (cache
+    /// flush, profiling): any worker but a data-parallel rank other than 0, so an engine
+    /// of N ranks is not called N times.
+    pub fn fronts_engine(&self) -> bool {
+        self.dp.map_or(true, |rank| rank.rank() == 0)
+    }
+
     /// The engine's own URL: where requests and probes go. For a rank target it is the
     /// URL without the `@rank`; for any other worker, its URL.
     pub fn engine_url(&self) -> &str {
@@ -774,6 +781,58 @@ mod tests {
         let w = Worker::new(Uuid::new_v4(), spec(url), discovered, &Config::default());
         w.set_status(Status::Ready);
         Arc::new(w)
+    }
+
+    #[test]
+    fn rank_targets_share_the_engine_url_and_go_together() {
+        let reg = Registry::new();
+        let engine = "http://127.0.0.1:7";
+        let size = dp::DpSize::choose(None, Some(3)).unwrap().unwrap();
+        let ranks: Vec<Arc<Worker>> = size
+            .ranks()
+            .map(|rank| {
+                let w = Worker::for_rank(
+                    Uuid::new_v4(),
+                    spec(engine),
+                    Discovered::default(),
+                    &Config::default(),
+                    rank,
+                );
+                Arc::new(w)
+            })
+            .collect();
+        let other = worker("http://127.0.0.1:8");
+        for w in ranks.iter().chain([&other]) {
+            reg.insert(w.clone());
+        }
+        let snap = reg.snapshot();
+        assert_eq!(ranks[2].url, "http://127.0.0.1:7@2");
+        assert_eq!(&*ranks[2].url_label, "http://127.0.0.1:7@2");
+        assert_eq!(ranks[2].engine_url(), engine);
+        assert_eq!(ranks[2].spec.dp_size, Some(3));
+        assert_eq!(
+            ranks[2].http_origin().map(|(_, a)| a.as_str()),
+            Some("127.0.0.1:7"),
+            "requests go to the engine"
+        );
+        assert_eq!(snap.by_url(engine).map(|w| w.id), Some(ranks[0].id));
+        assert_eq!(
+            snap.by_url("http://127.0.0.1:7@1").map(|w| w.id),
+            Some(ranks[1].id)
+        );
+        let together: Vec<Uuid> = snap
+            .engine_targets(&ranks[1])
+            .iter()
+            .map(|w| w.id)
+            .collect();
+        assert_eq!(together, ranks.iter().map(|w| w.id).collect::<Vec<_>>());
+        assert_eq!(snap.engine_targets(&other).len(), 1);
+        assert!(ranks[0].fronts_engine() && !ranks[1].fronts_engine() && other.fronts_engine());
+        let patched = ranks[1].patched(WorkerPatch::default(), &Config::default());
+        assert_eq!(
+            (patched.url.as_str(), patched.dp),
+            (ranks[1].url.as_str(), ranks[1].dp)
+        );
     }
 
     #[test]
