@@ -8,10 +8,11 @@
 //! This module holds the pure parts: the rank type, how many ranks an engine has, the
 //! name a rank is shown under, and the body rewrite.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
 use serde::de::IgnoredAny;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 /// The body field that pins a request to a rank (SGLang's name).
@@ -104,9 +105,12 @@ pub fn pin_rank(body: &[u8], rank: u32) -> Result<Bytes, PinError> {
     let keys: HashMap<String, IgnoredAny> =
         serde_json::from_slice(body).map_err(|_| PinError::NotAnObject)?;
     if keys.contains_key(RANK_FIELD) {
-        let mut object: serde_json::Map<String, Value> =
+        // Raw values: the other fields are copied as sent, and checked no more strictly
+        // than above.
+        let mut object: BTreeMap<String, Box<RawValue>> =
             serde_json::from_slice(body).map_err(|_| PinError::NotAnObject)?;
-        object.insert(RANK_FIELD.to_owned(), Value::from(rank));
+        let pinned = serde_json::value::to_raw_value(&rank).map_err(|_| PinError::NotAnObject)?;
+        object.insert(RANK_FIELD.to_owned(), pinned);
         return serde_json::to_vec(&object)
             .map(Bytes::from)
             .map_err(|_| PinError::NotAnObject);
@@ -200,6 +204,19 @@ mod tests {
     fn pin_replaces_a_clients_rank() {
         let out = pin_rank(br#"{"data_parallel_rank":7,"a":1}"#, 2).unwrap();
         assert_eq!(parsed(&out), json!({"data_parallel_rank":2,"a":1}));
+    }
+
+    #[test]
+    fn pin_checks_values_no_more_strictly_with_or_without_a_rank() {
+        // A lone surrogate escape: Python's json (SGLang) takes it; so do both paths.
+        let lone = br#"{"a":"\ud800"}"#;
+        assert!(pin_rank(lone, 1).is_ok());
+        let with_rank = br#"{"a":"\ud800","data_parallel_rank":5}"#;
+        let out = pin_rank(with_rank, 1).unwrap();
+        let text = std::str::from_utf8(&out).unwrap();
+        assert!(text.contains(r#""a":"\ud800""#), "{text}");
+        assert!(text.contains(r#""data_parallel_rank":1"#), "{text}");
+        assert!(!text.contains('5'), "{text}");
     }
 
     #[test]
