@@ -75,9 +75,10 @@ impl DpRank {
         self.size
     }
 
-    /// The URL a rank target is listed under: the engine's URL, `@`, the rank. `@` cannot
-    /// end a registered worker URL's authority or path, so the name never collides with a
-    /// real worker's.
+    /// The URL a rank target is listed under: the engine's URL, `@`, the rank. Worker URLs
+    /// never have `@` in their authority, so only a worker URL with a path ending in `@N`
+    /// could share a rank's name (a POST of it after the engine is refused as a
+    /// duplicate).
     pub fn target_url(self, base: &str) -> String {
         format!("{base}@{}", self.rank)
     }
