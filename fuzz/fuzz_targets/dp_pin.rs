@@ -1,6 +1,6 @@
 //! The `--dp-aware` body rewrite on arbitrary bytes. Checks: no panic; a body is pinned
-//! exactly when it is a JSON object (values checked as leniently as the rewrite does:
-//! syntax, not lone surrogate escapes); the result is again an object, carrying the rank
+//! exactly when it is UTF-8 and a JSON object (values checked as leniently as the rewrite
+//! does: syntax, not lone surrogate escapes); the result is again an object, carrying the rank
 //! asked for; and where the input parses strictly, every other field is unchanged.
 //!
 //! Input layout: the first byte is the rank, the rest the body.
@@ -19,7 +19,8 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let rank = u32::from(rank);
-    let object = serde_json::from_slice::<HashMap<String, IgnoredAny>>(body).is_ok();
+    let object = std::str::from_utf8(body).is_ok()
+        && serde_json::from_slice::<HashMap<String, IgnoredAny>>(body).is_ok();
     match pin_rank(body, rank) {
         Ok(out) => {
             assert!(object, "a body that is not a JSON object was pinned");

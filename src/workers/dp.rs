@@ -92,7 +92,8 @@ pub fn dp_size_of_server_info(info: &Value) -> Option<u64> {
 /// Why a body cannot be pinned to a rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PinError {
-    /// Not JSON, or JSON that is not an object: there is nowhere to put the field.
+    /// Not JSON (UTF-8 included), or JSON that is not an object: there is nowhere to put
+    /// the field.
     NotAnObject,
 }
 
@@ -101,15 +102,18 @@ pub enum PinError {
 /// it; one that does (a client's own pin) has it replaced, because the gateway counts the
 /// request against the rank it chose.
 pub fn pin_rank(body: &[u8], rank: u32) -> Result<Bytes, PinError> {
+    // JSON is UTF-8 (RFC 8259), and ignored values below are not checked for it: checked
+    // here, once, so both paths refuse the same bodies.
+    let text = std::str::from_utf8(body).map_err(|_| PinError::NotAnObject)?;
     // Parsing into ignored values checks the whole body and lists its keys without
     // building the values.
     let keys: HashMap<String, IgnoredAny> =
-        serde_json::from_slice(body).map_err(|_| PinError::NotAnObject)?;
+        serde_json::from_str(text).map_err(|_| PinError::NotAnObject)?;
     if keys.contains_key(RANK_FIELD) {
         // Raw values: the other fields are copied as sent, and checked no more strictly
         // than above.
         let mut object: BTreeMap<String, Box<RawValue>> =
-            serde_json::from_slice(body).map_err(|_| PinError::NotAnObject)?;
+            serde_json::from_str(text).map_err(|_| PinError::NotAnObject)?;
         let pinned = serde_json::value::to_raw_value(&rank).map_err(|_| PinError::NotAnObject)?;
         object.insert(RANK_FIELD.to_owned(), pinned);
         return serde_json::to_vec(&object)
@@ -230,6 +234,8 @@ mod tests {
             b"{} x",
             b"12",
             b"{\"a\":}",
+            b"{\"a\":[{\"b\xa1\":1}]}",
+            b"{\"data_parallel_rank\":1,\"a\":[{\"b\xa1\":1}]}",
         ] {
             assert_eq!(pin_rank(body, 0), Err(PinError::NotAnObject), "{body:?}");
         }
