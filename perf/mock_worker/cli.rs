@@ -100,6 +100,8 @@ pub struct Flags {
     pub output_tokens: u64,
     pub api_key: Option<String>,
     pub metrics_style: MetricsStyle,
+    /// Data-parallel ranks reported by `/server_info` (`dp_size`).
+    pub dp_size: u32,
     pub threads: usize,
     pub request_log: bool,
     pub request_log_capacity: usize,
@@ -140,6 +142,7 @@ Engine identity:
   --model NAME                served model name (default mock-model)
   --owned-by STR              owned_by in /v1/models (default per runtime)
   --metrics-style sglang|vllm /metrics naming (default per runtime)
+  --dp-size N                 dp_size in /server_info (default 1)
 
 Generation:
   --ttft-ms N                 delay before the first token (default 0)
@@ -171,6 +174,7 @@ impl Default for Flags {
             output_tokens: 16,
             api_key: None,
             metrics_style: runtime.default_metrics_style(),
+            dp_size: 1,
             threads: 1,
             request_log: true,
             request_log_capacity: 10_000,
@@ -218,6 +222,7 @@ where
                 metrics_style = Some(parsed_value(&mut parser, "--metrics-style")?)
             }
             Long("threads") => flags.threads = parsed_value(&mut parser, "--threads")?,
+            Long("dp-size") => flags.dp_size = parsed_value(&mut parser, "--dp-size")?,
             Long("no-request-log") => flags.request_log = false,
             Long("request-log-capacity") => {
                 flags.request_log_capacity = parsed_value(&mut parser, "--request-log-capacity")?
@@ -298,6 +303,13 @@ mod tests {
         assert_eq!(flags, Flags::default());
         assert_eq!(flags.owned_by, "sglang");
         assert_eq!(flags.metrics_style, MetricsStyle::Sglang);
+    }
+
+    #[test]
+    fn dp_size_is_reported_as_given() {
+        assert_eq!(run(&[]).unwrap().dp_size, 1);
+        assert_eq!(run(&["--dp-size", "4"]).unwrap().dp_size, 4);
+        assert!(run(&["--dp-size", "-1"]).is_err());
     }
 
     #[test]

@@ -48,7 +48,7 @@ pub fn server_info(state: &AppState) -> Response<MockBody> {
         "host": state.host,
         "port": state.port,
         "tp_size": 1,
-        "dp_size": 1,
+        "dp_size": state.dp_size,
         "pp_size": 1,
         "context_length": CONTEXT_LENGTH,
         "max_running_requests": MAX_RUNNING_REQUESTS,

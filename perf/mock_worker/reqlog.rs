@@ -70,6 +70,13 @@ impl Entry {
         }
     }
 
+    /// The body's `data_parallel_rank` (what a `--dp-aware` gateway pins), when the body
+    /// is a JSON object carrying a whole number there; parsed only when the log is read.
+    fn data_parallel_rank(&self) -> Option<u64> {
+        let body: Value = serde_json::from_slice(&self.body).ok()?;
+        body.get("data_parallel_rank")?.as_u64()
+    }
+
     pub fn to_json(&self) -> Value {
         let headers: Map<String, Value> = self
             .headers
@@ -85,6 +92,7 @@ impl Entry {
             "body": String::from_utf8_lossy(&self.body),
             "body_len": self.body_len,
             "ts_ms": self.ts_ms,
+            "data_parallel_rank": self.data_parallel_rank(),
         })
     }
 }

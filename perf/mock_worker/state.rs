@@ -19,6 +19,8 @@ pub const CONTEXT_LENGTH: u64 = 4096;
 pub struct AppState {
     pub runtime: Runtime,
     pub metrics_style: MetricsStyle,
+    /// `dp_size` reported by `/server_info`.
+    pub dp_size: u32,
     pub host: String,
     pub port: u16,
     pub verbose: bool,
@@ -49,6 +51,7 @@ impl AppState {
         AppState {
             runtime: flags.runtime,
             metrics_style: flags.metrics_style,
+            dp_size: flags.dp_size,
             host: flags.host.clone(),
             port,
             verbose: flags.verbose,

@@ -177,7 +177,7 @@ struct FlushBody {
 /// reported as failed, ZMQ workers skipped. 200 when every called worker succeeded (or
 /// none was called), else 206 with `successful` and `failed`.
 pub async fn flush_cache(gateway: &Gateway, client: &CallClient) -> Response<RespBody> {
-    let workers: Vec<Arc<Worker>> = gateway.registry.snapshot().all().to_vec();
+    let workers = engine_fronts(gateway);
     let (mut http, mut grpc, mut zmq) = (0, 0, 0);
     let plans: Vec<(String, Plan)> = workers
         .into_iter()
@@ -321,6 +321,17 @@ fn parse_profile_body(body: &[u8]) -> Result<ProfileRequest, String> {
     Ok(ProfileRequest { url, forward })
 }
 
+/// The registered workers, one per engine (see [`Worker::fronts_engine`]).
+fn engine_fronts(gateway: &Gateway) -> Vec<Arc<Worker>> {
+    let snapshot = gateway.registry.snapshot();
+    snapshot
+        .all()
+        .iter()
+        .filter(|w| w.fronts_engine())
+        .cloned()
+        .collect()
+}
+
 /// The registered worker `url` names: exactly, else after the registry's normalisation
 /// (trailing slash dropped).
 fn find_worker(workers: &[Arc<Worker>], url: &str) -> Option<Arc<Worker>> {
@@ -351,7 +362,7 @@ pub async fn profile(
         Ok(request) => request,
         Err(message) => return admin_error(StatusCode::BAD_REQUEST, "BAD_REQUEST", &message),
     };
-    let workers: Vec<Arc<Worker>> = gateway.registry.snapshot().all().to_vec();
+    let workers = engine_fronts(gateway);
     let targets = match &request.url {
         Some(url) => match find_worker(&workers, url) {
             Some(worker) => vec![worker],

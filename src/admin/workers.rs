@@ -213,6 +213,16 @@ pub fn replace(
     let Some(id) = worker_id(raw_id) else {
         return bad_id();
     };
+    // Spec 1: a replacement reruns registration under one id, which cannot stand for the
+    // several rank targets a data-parallel engine registers as.
+    if gateway.config.dp_aware {
+        return worker_error(
+            StatusCode::BAD_REQUEST,
+            "BAD_REQUEST",
+            "PUT is not available on a gateway running with --dp-aware; use PATCH, or \
+             DELETE and POST the worker again",
+        );
+    }
     let spec = match parse_spec(content_type(headers), body) {
         Ok(spec) => spec,
         Err(err) => return spec_error(&err),

@@ -397,6 +397,13 @@ pub static FLAGS: &[Flag] = &[
         "Several models behind one gateway: each request goes to workers of its \"model\"",
         |c| c.enable_igw = true,
     ),
+    Flag::switch(
+        "dp-aware",
+        Group::Routing,
+        "Route to each data-parallel rank of an engine as its own worker (dp_size from \
+         /server_info; the gateway sets data_parallel_rank in the body)",
+        |c| c.dp_aware = true,
+    ),
     Flag::one(
         "policy",
         "NAME",

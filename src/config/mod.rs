@@ -249,6 +249,9 @@ pub struct Config {
     /// `--enable-igw`: several models behind one gateway; requests go to workers of their
     /// `model`.
     pub enable_igw: bool,
+    /// `--dp-aware`: each data-parallel rank of an engine is registered as its own routing
+    /// target, and requests to a rank carry `data_parallel_rank` in their body.
+    pub dp_aware: bool,
     /// `--policy`: routing policy.
     pub policy: PolicyName,
     /// `--prefill-policy`, `--decode-policy`: per-role policies; `None` follows `--policy`.
@@ -352,6 +355,7 @@ impl Default for Config {
             worker_startup_check_interval: Duration::from_secs(30),
             model_aliases: Vec::new(),
             enable_igw: false,
+            dp_aware: false,
             policy: PolicyName::RoundRobin,
             prefill_policy: None,
             decode_policy: None,

@@ -64,6 +64,9 @@ pub enum GatewayError {
     ClientBodyBroken,
     /// The client did not finish sending its body within the request timeout.
     ClientBodyTimeout,
+    /// Under `--dp-aware` a request chosen for a data-parallel rank must carry a JSON
+    /// object, where the gateway sets `data_parallel_rank`.
+    BodyNotJsonObject,
     /// A worker answered an error status that the gateway reports in its own envelope
     /// (information routes in prefill/decode mode).
     WorkerStatus { status: StatusCode },
@@ -90,7 +93,9 @@ impl GatewayError {
             | GatewayError::UpstreamBroken
             | GatewayError::UnsupportedTransport { .. } => StatusCode::BAD_GATEWAY,
             GatewayError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
-            GatewayError::ClientBodyBroken => StatusCode::BAD_REQUEST,
+            GatewayError::ClientBodyBroken | GatewayError::BodyNotJsonObject => {
+                StatusCode::BAD_REQUEST
+            }
             GatewayError::ClientBodyTimeout => StatusCode::REQUEST_TIMEOUT,
             GatewayError::WorkerStatus { status } => *status,
             GatewayError::AdmissionQueueFull | GatewayError::MultimodalBudgetFull => {
@@ -113,7 +118,9 @@ impl GatewayError {
             GatewayError::UpstreamBroken => "worker_connection_error",
             GatewayError::UpstreamTimeout => "worker_timeout",
             GatewayError::UnsupportedTransport { .. } => "worker_transport_unsupported",
-            GatewayError::ClientBodyBroken => "invalid_request_body",
+            GatewayError::ClientBodyBroken | GatewayError::BodyNotJsonObject => {
+                "invalid_request_body"
+            }
             GatewayError::ClientBodyTimeout => "request_timeout",
             GatewayError::WorkerStatus { .. } => "upstream_error",
             GatewayError::AdmissionQueueFull => "admission_queue_full",
@@ -160,6 +167,10 @@ impl fmt::Display for GatewayError {
                 write!(f, "{transport} workers are not served by this gateway yet")
             }
             GatewayError::ClientBodyBroken => f.write_str("the request body broke off"),
+            GatewayError::BodyNotJsonObject => f.write_str(
+                "the request body must be a JSON object: this gateway (--dp-aware) sets \
+                 data_parallel_rank in it",
+            ),
             GatewayError::ClientBodyTimeout => {
                 f.write_str("the request body did not arrive within the request timeout")
             }

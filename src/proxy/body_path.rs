@@ -15,6 +15,9 @@ pub enum BufferReason {
     PolicyNeedsText,
     /// The routing key may come from the body's `rid`.
     RoutingKeyOverride,
+    /// The gateway rewrites the body for the chosen worker (`--dp-aware` sets
+    /// `data_parallel_rank`), so it must hold it.
+    WorkerMutatesBody,
     /// Kept for replay on retry (within `--max-buffered-request-bytes`).
     Retryable,
     /// Retries are on and the size is unknown until the body has arrived.
@@ -55,6 +58,7 @@ impl BodyPath {
             BodyPath::Buffered(BufferReason::ModelSelection) => "model_selection",
             BodyPath::Buffered(BufferReason::PolicyNeedsText) => "policy_needs_text",
             BodyPath::Buffered(BufferReason::RoutingKeyOverride) => "routing_key_override",
+            BodyPath::Buffered(BufferReason::WorkerMutatesBody) => "worker_mutates_body",
             BodyPath::Buffered(BufferReason::Retryable) => "retryable",
             BodyPath::Buffered(BufferReason::NoContentLength) => "no_content_length",
             BodyPath::Buffered(BufferReason::MultimodalBudget) => "multimodal_budget",
@@ -64,7 +68,7 @@ impl BodyPath {
     }
 
     /// How many decisions there are (the metric's label pairs).
-    pub const COUNT: usize = 8;
+    pub const COUNT: usize = 9;
 
     /// A dense index in `0..COUNT`, for pre-resolved metric handles.
     pub fn index(self) -> usize {
@@ -77,6 +81,7 @@ impl BodyPath {
             BodyPath::Buffered(BufferReason::MultimodalBudget) => 5,
             BodyPath::Streamed(StreamReason::RetryForfeited) => 6,
             BodyPath::Streamed(StreamReason::PureForward) => 7,
+            BodyPath::Buffered(BufferReason::WorkerMutatesBody) => 8,
         }
     }
 
@@ -94,6 +99,8 @@ pub struct Inputs {
     pub needs_text: bool,
     /// The policy's routing key may come from the body and the request carries no header.
     pub needs_rid: bool,
+    /// The chosen worker may need the body rewritten (`--dp-aware` on a JSON route).
+    pub mutates_body: bool,
     /// A media budget is set and the route carries JSON.
     pub needs_media: bool,
     pub retries: bool,
@@ -112,6 +119,9 @@ pub fn decide(inputs: Inputs) -> BodyPath {
     }
     if inputs.needs_rid {
         return BodyPath::Buffered(BufferReason::RoutingKeyOverride);
+    }
+    if inputs.mutates_body {
+        return BodyPath::Buffered(BufferReason::WorkerMutatesBody);
     }
     if inputs.needs_media {
         return BodyPath::Buffered(BufferReason::MultimodalBudget);
@@ -135,6 +145,7 @@ mod tests {
             needs_model: false,
             needs_text: false,
             needs_rid: false,
+            mutates_body: false,
             needs_media: false,
             retries: true,
             declared_len: Some(100),
@@ -152,6 +163,7 @@ mod tests {
             needs_model: true,
             needs_text: true,
             needs_rid: true,
+            mutates_body: true,
             needs_media: true,
             retries: false,
             declared_len: Some(u64::MAX),
@@ -168,9 +180,14 @@ mod tests {
             ..text
         };
         assert_eq!(labels(decide(rid)), ("buffered", "routing_key_override"));
-        let media = Inputs {
+        let mutates = Inputs {
             needs_rid: false,
             ..rid
+        };
+        assert_eq!(labels(decide(mutates)), ("buffered", "worker_mutates_body"));
+        let media = Inputs {
+            mutates_body: false,
+            ..mutates
         };
         assert_eq!(labels(decide(media)), ("buffered", "multimodal_budget"));
     }
@@ -186,6 +203,7 @@ mod tests {
             BodyPath::Buffered(BufferReason::MultimodalBudget),
             BodyPath::Streamed(StreamReason::RetryForfeited),
             BodyPath::Streamed(StreamReason::PureForward),
+            BodyPath::Buffered(BufferReason::WorkerMutatesBody),
         ];
         let mut seen: Vec<usize> = all.iter().map(|p| p.index()).collect();
         seen.sort_unstable();

@@ -124,6 +124,7 @@ fn error_type(err: &GatewayError) -> Option<&'static str> {
         | GatewayError::WorkerStatus { .. } => "backend_error",
         GatewayError::PayloadTooLarge { .. }
         | GatewayError::ClientBodyBroken
+        | GatewayError::BodyNotJsonObject
         | GatewayError::ClientBodyTimeout => "validation_error",
         GatewayError::NotImplemented { .. } => "internal_error",
         GatewayError::AdmissionQueueFull
@@ -142,6 +143,25 @@ enum Payload {
 impl Payload {
     fn replayable(&self) -> bool {
         matches!(self, Payload::Held(_))
+    }
+
+    /// The attempt's body as `worker` must receive it: a JSON body sent to a
+    /// data-parallel rank (`--dp-aware`, which holds JSON bodies) carries the rank;
+    /// anything else goes unchanged (other media types have no field to set).
+    fn for_worker(
+        &self,
+        worker: &Worker,
+        body: LimitedBody,
+        json: bool,
+    ) -> Result<LimitedBody, GatewayError> {
+        match (self, worker.dp) {
+            (Payload::Held(bytes), Some(rank)) if json => {
+                crate::workers::dp::pin_rank(bytes, rank.rank())
+                    .map(LimitedBody::whole)
+                    .map_err(|_| GatewayError::BodyNotJsonObject)
+            }
+            _ => Ok(body),
+        }
     }
 
     /// The body of the next attempt; `None` once a streamed body has been used.
@@ -253,6 +273,7 @@ impl Forward<'_> {
                 && json
                 && routing_key.is_none()
                 && target_worker.is_none(),
+            mutates_body: self.config.dp_aware && json,
             needs_media: json && self.admission.media.is_some(),
             retries: self.retry.enabled(),
             declared_len: declared,
@@ -352,6 +373,7 @@ impl Forward<'_> {
             let Some(body) = payload.next(limit) else {
                 return Err(GatewayError::UpstreamBroken);
             };
+            let body = payload.for_worker(&worker, body, json)?;
             let last_chance = !payload.replayable();
             let upstream = self.request(&parts, &mut headers, &worker, body, last_chance)?;
             seen.worker = Some(worker.clone());

@@ -104,13 +104,7 @@ pub async fn detect(
             ..Discovered::default()
         };
     }
-    let mut engine = Engine {
-        client,
-        url,
-        bearer,
-        timeout,
-        reachable: true,
-    };
+    let mut engine = Engine::new(client, url, bearer, timeout);
     let models = engine.get_json("/v1/models").await;
     let mut server_info = None;
     let runtime = match known {
@@ -126,6 +120,21 @@ pub async fn detect(
         labels: server_info.as_ref().map(info_labels).unwrap_or_default(),
         http2: false,
     }
+}
+
+/// The engine's data-parallel size as its `/server_info` (or `/get_server_info`) states
+/// it, for `--dp-aware` registration; `None` when it does not answer or states none. The
+/// calls carry the worker's key and are bounded by `timeout` and the call client's body
+/// cap.
+pub async fn server_dp_size(
+    client: &CallPool,
+    url: &WorkerUrl,
+    bearer: Option<&HeaderValue>,
+    timeout: Duration,
+) -> Option<u64> {
+    let mut engine = Engine::new(client, url, bearer, timeout);
+    let info = engine.server_info().await?;
+    super::dp::dp_size_of_server_info(&info)
 }
 
 /// Steps 1 to 3 of the module docs, stopping at the first that names the runtime. The
@@ -158,7 +167,22 @@ struct Engine<'a> {
     reachable: bool,
 }
 
-impl Engine<'_> {
+impl<'a> Engine<'a> {
+    fn new(
+        client: &'a CallPool,
+        url: &'a WorkerUrl,
+        bearer: Option<&'a HeaderValue>,
+        timeout: Duration,
+    ) -> Engine<'a> {
+        Engine {
+            client,
+            url,
+            bearer,
+            timeout,
+            reachable: true,
+        }
+    }
+
     /// `GET path` parsed as JSON; `None` for any failure (non-2xx, not JSON, no answer).
     /// A connect failure or timeout marks the engine unreachable, which skips later calls.
     async fn get_json(&mut self, path: &str) -> Option<Value> {

@@ -10,7 +10,8 @@ use tokio::time::{sleep, Instant};
 use uuid::Uuid;
 
 use super::calls::{probe_health, CallClient};
-use super::detect::{detect, is_external_provider};
+use super::detect::{detect, is_external_provider, server_dp_size};
+use super::dp::DpSize;
 use super::jobs::Job;
 use super::protocol::{self, Unsettled, Want};
 use super::spec::{check_for_registration, WorkerSpec};
@@ -59,13 +60,20 @@ async fn execute(gateway: &Arc<Gateway>, client: &CallClient, job: Job) -> Resul
                 return Err(format!("URL already registered as worker {}", existing.id));
             }
             drop(snapshot);
-            let worker = register(gateway, client, id, *spec).await?;
-            admit(gateway, client, worker);
+            let registered = register(gateway, client, id, *spec).await?;
+            for worker in registered.into_workers(id, &gateway.config) {
+                admit(gateway, client, worker);
+            }
             Ok(())
         }
         Job::Replace { id, spec } => {
             let before = current(gateway, &id)?;
-            let worker = register(gateway, client, id, *spec).await?;
+            let registered = register(gateway, client, id, *spec).await?;
+            // The admin route refuses PUT under --dp-aware, so nothing here has ranks.
+            let [worker] = <[Worker; 1]>::try_from(registered.into_workers(id, &gateway.config))
+                .map_err(|_| {
+                    "a data-parallel engine cannot be replaced; remove and add it".to_owned()
+                })?;
             let now = current(gateway, &id)?;
             if !now.same_live(&before) {
                 return Err("the worker was replaced while this job ran".into());
@@ -75,24 +83,36 @@ async fn execute(gateway: &Arc<Gateway>, client: &CallClient, job: Job) -> Resul
         }
         Job::Patch { id, patch } => {
             let worker = current(gateway, &id)?;
-            let patched = Arc::new(worker.patched(patch, &gateway.config));
-            gateway.registry.upsert(patched.clone());
-            if patched.health.disabled && patched.status() == Status::Pending {
-                gateway.registry.set_status(&patched, Status::Ready);
+            // A rank's spec is its engine's: the patch applies to every rank.
+            for target in gateway.registry.snapshot().engine_targets(&worker) {
+                let patched = Arc::new(target.patched(patch.clone(), &gateway.config));
+                gateway.registry.upsert(patched.clone());
+                if patched.health.disabled && patched.status() == Status::Pending {
+                    gateway.registry.set_status(&patched, Status::Ready);
+                }
+                tracing::info!(worker = %patched.url, id = %patched.id, "worker updated");
             }
-            tracing::info!(worker = %patched.url, id = %id, "worker updated");
             Ok(())
         }
         Job::Remove { id } => {
             let worker = current(gateway, &id)?;
-            if worker.status() == Status::Ready && !worker.health.drain_settle.is_zero() {
-                gateway.registry.set_status(&worker, Status::Draining);
-                tracing::info!(worker = %worker.url, id = %id, "worker draining");
-                sleep(worker.health.drain_settle).await;
+            // Removing one rank of a data-parallel engine removes the engine: all ranks
+            // drain together, then leave.
+            let targets = gateway.registry.snapshot().engine_targets(&worker);
+            let mut settle = std::time::Duration::ZERO;
+            for target in &targets {
+                if target.status() == Status::Ready && !target.health.drain_settle.is_zero() {
+                    gateway.registry.set_status(target, Status::Draining);
+                    tracing::info!(worker = %target.url, id = %target.id, "worker draining");
+                    settle = settle.max(target.health.drain_settle);
+                }
             }
-            gateway.registry.remove(&id);
-            gateway.policy.remove_worker(&worker.url);
-            tracing::info!(worker = %worker.url, id = %id, "worker removed");
+            sleep(settle).await;
+            for target in &targets {
+                gateway.registry.remove(&target.id);
+                gateway.policy.remove_worker(&target.url);
+                tracing::info!(worker = %target.url, id = %target.id, "worker removed");
+            }
             Ok(())
         }
     }
@@ -108,13 +128,54 @@ fn current(gateway: &Gateway, id: &Uuid) -> Result<Arc<Worker>, String> {
         .ok_or_else(|| "the worker no longer exists".to_owned())
 }
 
-/// Full registration: checks, startup probing, detection. Returns the worker to admit.
+/// What a registration found: the spec as stored, what the engine told about itself and,
+/// under `--dp-aware`, its data-parallel ranks.
+struct Registered {
+    spec: WorkerSpec,
+    discovered: Discovered,
+    dp: Option<DpSize>,
+}
+
+impl Registered {
+    /// The routing targets to publish: one worker, or one per rank. Rank 0 takes `id`
+    /// (the id the POST answered, so polling it works); the other ranks get fresh ids.
+    fn into_workers(self, id: Uuid, config: &Config) -> Vec<Worker> {
+        let Some(size) = self.dp else {
+            return vec![Worker::new(id, self.spec, self.discovered, config)];
+        };
+        size.ranks()
+            .map(|rank| {
+                let rank_id = if rank.rank() == 0 { id } else { Uuid::new_v4() };
+                let (spec, discovered) = (self.spec.clone(), self.discovered.clone());
+                Worker::for_rank(rank_id, spec, discovered, config, rank)
+            })
+            .collect()
+    }
+}
+
+/// The data-parallel size to register under `--dp-aware`: the spec's `dp_size` when it
+/// has one, else what the engine's server information states.
+async fn dp_size(
+    pool: &super::calls::CallPool,
+    spec: &WorkerSpec,
+    bearer: Option<&http::HeaderValue>,
+    timeout: Duration,
+) -> Result<Option<DpSize>, String> {
+    let stated = match spec.dp_size {
+        Some(_) => None,
+        None => server_dp_size(pool, &spec.url, bearer, timeout).await,
+    };
+    DpSize::choose(spec.dp_size, stated)
+}
+
+/// Full registration: checks, startup probing, detection, and under `--dp-aware` the
+/// engine's data-parallel size.
 async fn register(
     gateway: &Gateway,
     client: &CallClient,
     id: Uuid,
     mut spec: WorkerSpec,
-) -> Result<Worker, String> {
+) -> Result<Registered, String> {
     check_for_registration(&spec)?;
     let config = &gateway.config;
     if spec.runtime_type == RuntimeType::Unspecified && is_external_provider(&spec.url) {
@@ -122,6 +183,7 @@ async fn register(
     }
     let bearer = super::bearer(spec.api_key.as_ref());
     let probe_worker = Worker::new(id, spec.clone(), Discovered::default(), config);
+    let mut dp = None;
     let discovered = match &spec.url.transport {
         Transport::Http { .. } => {
             let want = Want::from_settings(spec.http_pool.http2, config.upstream_http2);
@@ -139,15 +201,26 @@ async fn register(
                 timeout,
             )
             .await;
+            if config.dp_aware {
+                dp = dp_size(client.pool(http2), &spec, bearer.as_ref(), timeout).await?;
+            }
             Discovered {
                 http2,
                 ..discovered
             }
         }
+        // Spec 1: a ZMQ worker has no server to pin ranks through.
+        Transport::Zmq { .. } if config.dp_aware && spec.dp_size.is_some_and(|n| n > 1) => {
+            return Err("a ZMQ worker cannot have dp_size above 1 on a --dp-aware gateway".into());
+        }
         // Stored so operators see them; no traffic until their transports exist.
         Transport::Grpc { .. } | Transport::Zmq { .. } => Discovered::default(),
     };
-    Ok(Worker::new(id, spec, discovered, config))
+    Ok(Registered {
+        spec,
+        discovered,
+        dp,
+    })
 }
 
 /// Startup probing: `/health` every `--worker-startup-check-interval` until it answers or
@@ -199,6 +272,7 @@ pub async fn register_startup(gateway: &Arc<Gateway>) -> Result<(), String> {
         }
         let timeout = config.health_check_timeout;
         let want = Want::from_settings(None, config.upstream_http2);
+        let dp_aware = config.dp_aware;
         let client = client.clone();
         pending.push(tokio::spawn(async move {
             let bearer = super::bearer(spec.api_key.as_ref());
@@ -214,19 +288,27 @@ pub async fn register_startup(gateway: &Arc<Gateway>) -> Result<(), String> {
                 timeout,
             )
             .await;
-            (
+            let dp = if dp_aware {
+                dp_size(client.pool(http2), &spec, bearer.as_ref(), timeout).await
+            } else {
+                Ok(None)
+            };
+            let discovered = Discovered {
+                http2,
+                ..discovered
+            };
+            dp.map(|dp| Registered {
                 spec,
-                Discovered {
-                    http2,
-                    ..discovered
-                },
-            )
+                discovered,
+                dp,
+            })
         }));
     }
     for handle in pending {
-        let (spec, discovered) = handle
+        let registered = handle
             .await
-            .map_err(|e| format!("startup worker detection stopped: {e}"))?;
+            .map_err(|e| format!("startup worker detection stopped: {e}"))??;
+        let spec = &registered.spec;
         if gateway
             .registry
             .snapshot()
@@ -235,8 +317,9 @@ pub async fn register_startup(gateway: &Arc<Gateway>) -> Result<(), String> {
         {
             continue;
         }
-        let worker = Arc::new(Worker::new(Uuid::new_v4(), spec, discovered, config));
-        publish(gateway, &client, worker, Status::Ready);
+        for worker in registered.into_workers(Uuid::new_v4(), config) {
+            publish(gateway, &client, Arc::new(worker), Status::Ready);
+        }
     }
     Ok(())
 }

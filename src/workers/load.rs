@@ -58,6 +58,18 @@ pub struct EngineLoad {
     pub loads: Vec<RankLoad>,
 }
 
+impl EngineLoad {
+    /// The report as `worker` shows it: a data-parallel rank target (`--dp-aware`) keeps
+    /// only its own rank's entry, so each rank carries its own figures; any other worker
+    /// keeps them all.
+    fn for_target(mut self, worker: &Worker) -> EngineLoad {
+        if let Some(rank) = worker.dp {
+            self.loads.retain(|load| load.dp_rank == rank.rank());
+        }
+        self
+    }
+}
+
 /// One DP rank's figures, named as SGLang's load report names them. Figures the engine
 /// does not report are 0; sections it does not report are absent.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -188,7 +200,7 @@ fn store(worker: &Worker, result: Result<EngineLoad, String>) {
         return;
     }
     match result {
-        Ok(report) => worker.set_engine_load(Some(Arc::new(report))),
+        Ok(report) => worker.set_engine_load(Some(Arc::new(report.for_target(worker)))),
         Err(reason) => {
             if worker.engine_load().is_some() {
                 tracing::warn!(worker = %worker.url, %reason, "engine load poll failed; report dropped");
@@ -546,6 +558,42 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
 mod tests {
     use super::*;
     use crate::workers::calls::tests::serve;
+
+    #[test]
+    fn a_rank_target_keeps_only_its_rank() {
+        let body = br#"{"loads":[{"dp_rank":0,"num_running_reqs":5},
+            {"dp_rank":1,"num_running_reqs":7},{"dp_rank":2,"num_running_reqs":9}]}"#;
+        let report = EngineLoad {
+            timestamp: String::new(),
+            source: Source::LoadsApi,
+            loads: from_loads_json(body).unwrap(),
+        };
+        let spec = crate::workers::spec::WorkerSpec::new(
+            crate::workers::parse_worker_url("http://e:30000").unwrap(),
+        );
+        let size = crate::workers::dp::DpSize::choose(Some(3), None)
+            .unwrap()
+            .unwrap();
+        let Some(rank1) = size.ranks().nth(1) else {
+            panic!("three ranks")
+        };
+        let config = Config::default();
+        let target = Worker::for_rank(
+            uuid::Uuid::new_v4(),
+            spec.clone(),
+            crate::workers::Discovered::default(),
+            &config,
+            rank1,
+        );
+        let kept = report.clone().for_target(&target);
+        assert_eq!(kept.loads.len(), 1);
+        assert_eq!(
+            (kept.loads[0].dp_rank, kept.loads[0].num_running_reqs),
+            (1, 7)
+        );
+        let single = Worker::new(uuid::Uuid::new_v4(), spec, Default::default(), &config);
+        assert_eq!(report.clone().for_target(&single), report);
+    }
 
     #[test]
     fn sglang_load_route_body() {

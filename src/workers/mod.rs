@@ -8,6 +8,7 @@
 
 pub mod calls;
 pub mod detect;
+pub mod dp;
 pub mod jobs;
 pub mod lifecycle;
 pub mod load;
@@ -233,6 +234,9 @@ pub struct Worker {
     pub overload: Option<overload::Thresholds>,
     /// The circuit breaker. Not part of [`Live`]: a PATCH rebuilds it (spec 1).
     pub breaker: Arc<Breaker>,
+    /// With `--dp-aware`, the data-parallel rank of the engine this target stands for;
+    /// requests to it go to the engine's URL with the rank pinned in the body.
+    pub dp: Option<dp::DpRank>,
     live: Arc<Live>,
 }
 
@@ -284,8 +288,42 @@ impl Worker {
                 &spec.resilience,
             ))),
             spec,
+            dp: None,
             live: Arc::new(Live::default()),
         }
+    }
+
+    /// One rank of a data-parallel engine as its own target: listed under
+    /// [`dp::DpRank::target_url`], its spec showing the engine's `dp_size`, reached (and
+    /// probed) at the engine's URL.
+    pub fn for_rank(
+        id: Uuid,
+        mut spec: WorkerSpec,
+        discovered: Discovered,
+        config: &Config,
+        rank: dp::DpRank,
+    ) -> Worker {
+        spec.dp_size = Some(rank.size().get() as usize);
+        let url = rank.target_url(&spec.url.normalized);
+        Worker {
+            url_label: Arc::from(url.as_str()),
+            url,
+            dp: Some(rank),
+            ..Worker::new(id, spec, discovered, config)
+        }
+    }
+
+    /// Whether this worker speaks for its engine in calls made once per engine (cache
+    /// flush, profiling): any worker but a data-parallel rank other than 0, so an engine
+    /// of N ranks is not called N times.
+    pub fn fronts_engine(&self) -> bool {
+        self.dp.map_or(true, |rank| rank.rank() == 0)
+    }
+
+    /// The engine's own URL: where requests and probes go. For a rank target it is the
+    /// URL without the `@rank`; for any other worker, its URL.
+    pub fn engine_url(&self) -> &str {
+        &self.spec.url.normalized
     }
 
     /// A worker with a default spec and nothing discovered (benches, tests, tools).
@@ -322,6 +360,7 @@ impl Worker {
             // Spec 1, PATCH: the breaker restarts with the built-in thresholds until a PUT.
             breaker: Arc::new(Breaker::new(self.breaker.config().after_patch())),
             spec,
+            dp: self.dp,
             live: self.live.clone(),
         }
     }
@@ -487,6 +526,21 @@ pub struct Snapshot {
     routable_any_model: Vec<Arc<Worker>>,
 }
 
+/// Workers by URL. Rank targets are found under their own `URL@rank` and, the first
+/// rank registered, under the engine's URL, so a second registration of an engine is
+/// refused as a duplicate.
+fn by_url(workers: &[Arc<Worker>]) -> HashMap<String, Arc<Worker>> {
+    let mut map: HashMap<String, Arc<Worker>> = HashMap::with_capacity(workers.len());
+    for worker in workers {
+        map.insert(worker.url.clone(), worker.clone());
+    }
+    for worker in workers.iter().filter(|w| w.dp.is_some()) {
+        map.entry(worker.engine_url().to_owned())
+            .or_insert_with(|| worker.clone());
+    }
+    map
+}
+
 impl Snapshot {
     fn new(workers: Vec<Arc<Worker>>, aliases: &[(String, String)]) -> Snapshot {
         // Prefill, decode and encode workers serve only their stage of disaggregated
@@ -519,7 +573,7 @@ impl Snapshot {
         }
         Snapshot {
             by_id: workers.iter().map(|w| (w.id, w.clone())).collect(),
-            by_url: workers.iter().map(|w| (w.url.clone(), w.clone())).collect(),
+            by_url: by_url(&workers),
             workers,
             routable,
             routable_by_model,
@@ -552,6 +606,20 @@ impl Snapshot {
 
     pub fn by_url(&self, url: &str) -> Option<&Arc<Worker>> {
         self.by_url.get(url)
+    }
+
+    /// The worker and, when it is a data-parallel rank, every rank of its engine, in
+    /// registration order: what a DELETE or PATCH of any one of them applies to.
+    pub fn engine_targets(&self, worker: &Worker) -> Vec<Arc<Worker>> {
+        match worker.dp {
+            None => self.by_id(&worker.id).cloned().into_iter().collect(),
+            Some(_) => self
+                .workers
+                .iter()
+                .filter(|w| w.dp.is_some() && w.engine_url() == worker.engine_url())
+                .cloned()
+                .collect(),
+        }
     }
 
     pub fn ready_count(&self) -> usize {
@@ -734,6 +802,58 @@ mod tests {
         let w = Worker::new(Uuid::new_v4(), spec(url), discovered, &Config::default());
         w.set_status(Status::Ready);
         Arc::new(w)
+    }
+
+    #[test]
+    fn rank_targets_share_the_engine_url_and_go_together() {
+        let reg = Registry::new();
+        let engine = "http://127.0.0.1:7";
+        let size = dp::DpSize::choose(None, Some(3)).unwrap().unwrap();
+        let ranks: Vec<Arc<Worker>> = size
+            .ranks()
+            .map(|rank| {
+                let w = Worker::for_rank(
+                    Uuid::new_v4(),
+                    spec(engine),
+                    Discovered::default(),
+                    &Config::default(),
+                    rank,
+                );
+                Arc::new(w)
+            })
+            .collect();
+        let other = worker("http://127.0.0.1:8");
+        for w in ranks.iter().chain([&other]) {
+            reg.insert(w.clone());
+        }
+        let snap = reg.snapshot();
+        assert_eq!(ranks[2].url, "http://127.0.0.1:7@2");
+        assert_eq!(&*ranks[2].url_label, "http://127.0.0.1:7@2");
+        assert_eq!(ranks[2].engine_url(), engine);
+        assert_eq!(ranks[2].spec.dp_size, Some(3));
+        assert_eq!(
+            ranks[2].http_origin().map(|(_, a)| a.as_str()),
+            Some("127.0.0.1:7"),
+            "requests go to the engine"
+        );
+        assert_eq!(snap.by_url(engine).map(|w| w.id), Some(ranks[0].id));
+        assert_eq!(
+            snap.by_url("http://127.0.0.1:7@1").map(|w| w.id),
+            Some(ranks[1].id)
+        );
+        let together: Vec<Uuid> = snap
+            .engine_targets(&ranks[1])
+            .iter()
+            .map(|w| w.id)
+            .collect();
+        assert_eq!(together, ranks.iter().map(|w| w.id).collect::<Vec<_>>());
+        assert_eq!(snap.engine_targets(&other).len(), 1);
+        assert!(ranks[0].fronts_engine() && !ranks[1].fronts_engine() && other.fronts_engine());
+        let patched = ranks[1].patched(WorkerPatch::default(), &Config::default());
+        assert_eq!(
+            (patched.url.as_str(), patched.dp),
+            (ranks[1].url.as_str(), ranks[1].dp)
+        );
     }
 
     #[test]
