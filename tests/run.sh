@@ -38,6 +38,24 @@ done
 step "benches compile"
 cargo bench --no-run --quiet
 
+# --- fuzzing (fuzz/run.sh, docs/fuzzing.md) ------------------------------------------------
+# Every cargo-fuzz target briefly (replaying tests/fuzz_regressions/ first), when a nightly
+# toolchain is installed. Its builds (sanitizer, nightly, unoptimised so a fresh machine builds
+# them quickly) go to a cache of their own beside the main one, outside the clone.
+# TOLLGATE_FUZZ_SECONDS=0 replays regressions only.
+step "fuzz targets, ${TOLLGATE_FUZZ_SECONDS:-20} s each (nightly)"
+if cargo +nightly --version >/dev/null 2>&1; then
+    fuzz_start=$SECONDS
+    # .ci/run's /var/tmp/tollgate-ci-target gives /var/tmp/tollgate-ci-target-fuzz; without a
+    # CARGO_TARGET_DIR, fuzz/target (gitignored).
+    fuzz_target_dir="${CARGO_TARGET_DIR:+$CARGO_TARGET_DIR-fuzz}"
+    CARGO_TARGET_DIR="${TOLLGATE_FUZZ_TARGET_DIR:-${fuzz_target_dir:-$PWD/fuzz/target}}" \
+        nice -n 19 fuzz/run.sh --dev --seconds "${TOLLGATE_FUZZ_SECONDS:-20}"
+    echo "fuzz stage took $((SECONDS - fuzz_start)) s"
+else
+    echo "no nightly toolchain: fuzz stage skipped (regression inputs still replay in cargo test)"
+fi
+
 # --- real-engine suite (tests/real_engine, docs/real-engine.md) ---------------------------
 # tollgate in front of llama.cpp's llama-server on this CPU, driven by the official OpenAI and
 # Anthropic Python SDKs. The engine, model and venv are fetched/built once per machine under

@@ -1,38 +1,9 @@
-//! Arbitrary command lines through the flag parser: no panic, and every error message is
-//! a single line. Arguments are the input split on NUL bytes (non-UTF-8 allowed).
+//! cargo-fuzz target; the checks and the input layout are in `fuzz/checks/flags.rs`, shared
+//! with the stable replay of `tests/fuzz_regressions/flags/` (`tests/fuzz_regressions.rs`).
 
 #![no_main]
 
-use std::ffi::OsString;
-use std::os::unix::ffi::OsStringExt;
+#[path = "../checks/flags.rs"]
+mod checks;
 
-use libfuzzer_sys::fuzz_target;
-use tollgate::config::{parse_args, Command};
-
-fuzz_target!(|data: &[u8]| {
-    let args: Vec<OsString> = if data.is_empty() {
-        Vec::new()
-    } else {
-        data.split(|&b| b == 0)
-            .map(|arg| OsString::from_vec(arg.to_vec()))
-            .collect()
-    };
-    match parse_args(args) {
-        Ok(Command::Run(config)) => {
-            assert!(config.runtime_worker_threads >= 1);
-            assert!(config.max_payload_size >= 1);
-            assert!(config.prometheus_port > 0);
-            if let Some(key) = &config.api_key {
-                assert_eq!(format!("{key:?}"), "<redacted>");
-            }
-            let _ = format!("{config:?}");
-        }
-        Ok(Command::Help(text)) => assert!(text.contains("--help")),
-        Ok(Command::Version(text)) => assert!(text.starts_with("tollgate ")),
-        Err(err) => {
-            let message = err.to_string();
-            assert!(!message.is_empty());
-            assert!(!message.contains('\n'), "{message:?}");
-        }
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| checks::check(data));

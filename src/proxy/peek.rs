@@ -16,7 +16,7 @@
 //! emoji in half) or a number like `1e400` would fail a read but not a skip, and a field's
 //! result would then depend on which other fields are wanted. When the text is wanted,
 //! `messages` is walked as an array of objects in the same pass (the bulk of a chat body
-//! would otherwise be scanned three times), falling back to the raw walk on any other shape.
+//! would otherwise be scanned three times), falling back to the raw walk when that fails.
 //! The skip keeps its stack of open brackets on the heap, so no nesting depth can exhaust
 //! the thread's stack, and the walks go at most four levels deep (`messages`, a message, its
 //! `content`, a part).
@@ -42,7 +42,6 @@ use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde_json::error::Category;
 use serde_json::value::RawValue;
 
 /// Most bytes of prompt text returned, cut on a char boundary.
@@ -111,12 +110,12 @@ pub fn peek(body: &[u8], wants: Wants) -> Peeked<'_> {
     };
     let mut raw = Raw::default();
     let mut walked = walk_top(body, &mut raw, wants.text);
-    if walked
-        .as_ref()
-        .is_err_and(|err| err.classify() == Category::Data)
-    {
-        // A type error, not a syntax error: `messages` is not an array of objects (or the
-        // body not an object). Walk again, reading `messages` raw.
+    if wants.text && walked.is_err() {
+        // The walk that reads `messages` as an array of objects failed. A type error means
+        // another shape (or a body that is not an object); but a number out of `f64` range
+        // where an array or object was expected fails as a syntax error, since serde_json
+        // parses the number to name it in the type error. So walk again, reading `messages`
+        // raw: that walk alone decides whether the body is valid, whatever is wanted.
         raw = Raw::default();
         walked = walk_top(body, &mut raw, false);
     }
@@ -696,6 +695,31 @@ mod tests {
             ..Wants::default()
         };
         assert_eq!(peek(body.as_bytes(), model_only).model, got.model);
+    }
+
+    /// A huge number where `messages` or a message should be: serde_json's type error parses
+    /// the number and fails it as out of range, a syntax error, so the body read as invalid
+    /// when the text was wanted and valid otherwise (found by the fuzzer; the input is
+    /// `tests/fuzz_regressions/json_peek/crash-4fa36f0e…`).
+    #[test]
+    fn huge_numbers_in_place_of_messages_are_a_wrong_type() {
+        for body in [
+            r#"{"model":"m","messages":-446e4444444444444444444444444}"#,
+            r#"{"model":"m","messages":[1e400,{"content":"x"}]}"#,
+            r#"{"messages":1e999,"model":"m","stream":true}"#,
+        ] {
+            let got = all(body);
+            assert_eq!(got.model.as_deref(), Some("m"), "{body}");
+            let model_only = Wants {
+                model: true,
+                ..Wants::default()
+            };
+            assert_eq!(peek(body.as_bytes(), model_only).model, got.model, "{body}");
+        }
+        assert_eq!(
+            text(r#"{"messages":-1e400,"prompt":"p"}"#).as_deref(),
+            Some("p")
+        );
     }
 
     #[test]

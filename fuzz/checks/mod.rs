@@ -1,0 +1,32 @@
+//! The fuzz targets' checks, one module a target, each a `check(data)` that panics on a
+//! finding. The cargo-fuzz targets in `fuzz/fuzz_targets/` include one module each; the stable
+//! test `tests/fuzz_regressions.rs` includes this file to replay committed inputs.
+
+pub mod cache_tree;
+pub mod dp_pin;
+pub mod flags;
+pub mod h1_framing;
+pub mod json_peek;
+pub mod jwt_claims;
+pub mod prom_text;
+pub mod reads;
+pub mod route_match;
+pub mod sse;
+pub mod worker_spec;
+
+/// The check of the target named `name` (a `[[bin]]` of `fuzz/Cargo.toml`).
+pub fn by_target(name: &str) -> Option<fn(&[u8])> {
+    Some(match name {
+        "cache_tree" => cache_tree::check,
+        "dp_pin" => dp_pin::check,
+        "flags" => flags::check,
+        "h1_framing" => h1_framing::check,
+        "json_peek" => json_peek::check,
+        "jwt_claims" => jwt_claims::check,
+        "prom_text" => prom_text::check,
+        "route_match" => route_match::check,
+        "sse" => sse::check,
+        "worker_spec" => worker_spec::check,
+        _ => return None,
+    })
+}
