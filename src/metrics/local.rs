@@ -83,8 +83,9 @@ pub struct SelectKey {
 struct Cache {
     owner: usize,
     models: HashMap<Box<str>, Label, Quick>,
-    requests: HashMap<(RouteKey, bool), Counter, Quick>,
-    durations: HashMap<RouteKey, Histogram, Quick>,
+    /// Router request counter and duration histogram by (labels, streaming); the two
+    /// streaming values hold clones of the same duration histogram.
+    routes: HashMap<(RouteKey, bool), (Counter, Histogram), Quick>,
     selections: HashMap<SelectKey, Counter, Quick>,
 }
 
@@ -146,11 +147,9 @@ pub fn route(
     duration: impl FnOnce(&RouteKey) -> Histogram,
 ) -> (Counter, Histogram) {
     with(owner, |c| {
-        let counter = cached(&mut c.requests, (key.clone(), streaming), |(k, _)| {
-            requests(k)
-        });
-        let histogram = cached(&mut c.durations, key, duration);
-        (counter, histogram)
+        cached(&mut c.routes, (key, streaming), |(k, _)| {
+            (requests(k), duration(k))
+        })
     })
 }
 
