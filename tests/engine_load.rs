@@ -31,13 +31,6 @@ fn dead_url() -> String {
     format!("http://127.0.0.1:{}", free_port())
 }
 
-async fn set_load(m: &Proc, running: u64, waiting: u64, token_usage: f64) {
-    let patch =
-        json!({"load": {"running": running, "waiting": waiting, "token_usage": token_usage}});
-    let reply = post_json(&format!("{}/mock/config", m.url()), &patch).await;
-    assert_eq!(reply.status, 200, "mock config: {}", reply.text());
-}
-
 async fn loads(gw: &Proc, query: &str) -> Value {
     let reply = get(&format!("{}/loads{query}", gw.url())).await;
     assert_eq!(reply.status, 200, "{}", reply.text());

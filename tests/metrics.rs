@@ -17,6 +17,21 @@ fn assert_sample(text: &str, series: &str, expected: f64) {
     assert_eq!(sample(text, series), Some(expected), "{series} in\n{text}");
 }
 
+/// Asks for the removal of the first listed worker (202 expected).
+async fn delete_first_worker(gw: &Proc) {
+    let listing = get(&format!("{}/workers", gw.url())).await.json();
+    let id = listing["workers"][0]["id"].as_str().expect("id").to_owned();
+    let del = send(
+        &client(false),
+        "DELETE",
+        &format!("{}/workers/{id}", gw.url()),
+        &[],
+        Bytes::new(),
+    )
+    .await;
+    assert_eq!(del.status, 202);
+}
+
 async fn chat(gw: &Proc, mock: Value) -> u16 {
     post_json(
         &format!("{}/v1/chat/completions", gw.url()),
@@ -185,17 +200,7 @@ async fn failures_retries_breakers_and_removed_workers() {
     );
 
     // Removed: health and breaker state -1, in-flight and streaks 0.
-    let listing = get(&format!("{}/workers", gw.url())).await.json();
-    let id = listing["workers"][0]["id"].as_str().expect("id").to_owned();
-    let del = send(
-        &client(false),
-        "DELETE",
-        &format!("{}/workers/{id}", gw.url()),
-        &[],
-        Bytes::new(),
-    )
-    .await;
-    assert_eq!(del.status, 202);
+    delete_first_worker(&gw).await;
     let gone = common::eventually(Duration::from_secs(10), || async {
         get(&format!("{}/workers", gw.url())).await.json()["total"] == 0
     })
@@ -290,17 +295,7 @@ async fn engine_load_is_reexported_and_minus_one_once_gone() {
     assert!(polled, "{}", scrape(&gw).await);
     assert!(sample(&scrape(&gw).await, &waiting).is_some_and(|v| v >= 3.0));
 
-    let listing = get(&format!("{}/workers", gw.url())).await.json();
-    let id = listing["workers"][0]["id"].as_str().expect("id").to_owned();
-    let del = send(
-        &client(false),
-        "DELETE",
-        &format!("{}/workers/{id}", gw.url()),
-        &[],
-        Bytes::new(),
-    )
-    .await;
-    assert_eq!(del.status, 202);
+    delete_first_worker(&gw).await;
     let gone = common::eventually(Duration::from_secs(10), || async {
         sample(&scrape(&gw).await, &running) == Some(-1.0)
     })

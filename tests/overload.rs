@@ -8,16 +8,10 @@ mod support;
 
 use std::time::Duration;
 
-use common::{gateway, get, mock, mock_requests, post_json, sample, scrape, Proc};
+use common::{gateway, get, mock, mock_requests, post_json, sample, scrape, set_load, Proc};
 use serde_json::{json, Value};
 
 const CHAT: &str = "/v1/chat/completions";
-
-async fn set_load(m: &Proc, waiting: u64, token_usage: f64) {
-    let patch = json!({"load": {"running": 0, "waiting": waiting, "token_usage": token_usage}});
-    let reply = post_json(&format!("{}/mock/config", m.url()), &patch).await;
-    assert_eq!(reply.status, 200, "mock config: {}", reply.text());
-}
 
 /// Waits until `gw_workers_overloaded{model="mock-model"}` is `n`.
 async fn until_overloaded(gw: &Proc, n: f64) {
@@ -59,7 +53,7 @@ async fn overloaded_workers_leave_routing_and_all_overloaded_sheds() {
         "5",
     ]);
     until_overloaded(&gw, 0.0).await;
-    set_load(&a, 9, 0.1).await;
+    set_load(&a, 0, 9, 0.1).await;
     until_overloaded(&gw, 1.0).await;
     let before = chats(&a).await;
     for _ in 0..6 {
@@ -68,7 +62,7 @@ async fn overloaded_workers_leave_routing_and_all_overloaded_sheds() {
     assert_eq!(chats(&a).await, before, "the overloaded worker got traffic");
     assert_eq!(chats(&b).await, 6);
 
-    set_load(&b, 5, 0.1).await;
+    set_load(&b, 0, 5, 0.1).await;
     until_overloaded(&gw, 2.0).await;
     let shed = chat(&gw).await;
     support::assert_gateway_error(&shed, 503, "worker_overload_protection_shed");
@@ -87,7 +81,7 @@ async fn overloaded_workers_leave_routing_and_all_overloaded_sheds() {
         Some(1.0)
     );
     // A report below the threshold brings the worker back.
-    set_load(&a, 4, 0.1).await;
+    set_load(&a, 0, 4, 0.1).await;
     until_overloaded(&gw, 1.0).await;
     assert_eq!(chat(&gw).await.status, 200);
     assert_eq!(chats(&a).await, before + 1);
@@ -103,11 +97,11 @@ async fn protection_flag_defaults_to_ninety_percent_kv_usage() {
         "1",
         "--worker-overload-protection",
     ]);
-    set_load(&a, 1000, 0.89).await;
+    set_load(&a, 0, 1000, 0.89).await;
     // Waiting requests are no criterion without their flag; 0.89 is below 0.9.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(chat(&gw).await.status, 200);
-    set_load(&a, 0, 0.9).await;
+    set_load(&a, 0, 0, 0.9).await;
     until_overloaded(&gw, 1.0).await;
     support::assert_gateway_error(&chat(&gw).await, 503, "worker_overload_protection_shed");
 }
@@ -130,8 +124,8 @@ async fn a_worker_overload_block_turns_protection_on_for_that_worker() {
     )
     .await;
     assert_eq!(reply.status, 202, "{}", reply.text());
-    set_load(&a, 100, 1.0).await;
-    set_load(&b, 0, 0.6).await;
+    set_load(&a, 0, 100, 1.0).await;
+    set_load(&b, 0, 0, 0.6).await;
     until_overloaded(&gw, 1.0).await;
     for _ in 0..4 {
         assert_eq!(chat(&gw).await.status, 200);

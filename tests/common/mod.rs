@@ -399,3 +399,12 @@ pub fn sample(text: &str, series: &str) -> Option<f64> {
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
 }
+
+/// Sets the engine load a mock worker reports (`/v1/loads`, `/metrics`).
+pub async fn set_load(m: &Proc, running: u64, waiting: u64, token_usage: f64) {
+    let patch = serde_json::json!({
+        "load": {"running": running, "waiting": waiting, "token_usage": token_usage}
+    });
+    let reply = post_json(&format!("{}/mock/config", m.url()), &patch).await;
+    assert_eq!(reply.status, 200, "mock config: {}", reply.text());
+}
