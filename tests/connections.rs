@@ -113,7 +113,12 @@ async fn a_flood_of_silent_connections_leaves_descriptors_for_upstream() {
     let upstream = mock(&[]);
     let gw = gateway_with_nofile(&["--worker-urls", &upstream.url()], 256);
     let ready = format!("{}/readiness", gw.url());
-    assert!(eventually(Duration::from_secs(10), || async { get(&ready).await.status == 200 }).await);
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            get(&ready).await.status == 200
+        })
+        .await
+    );
     let addr = gw.addr;
     let flood = tokio::task::spawn_blocking(move || {
         let flood: Vec<TcpStream> = (0..400)
@@ -134,10 +139,7 @@ async fn a_flood_of_silent_connections_leaves_descriptors_for_upstream() {
     })
     .await
     .expect("flood");
-    assert!(
-        flood.len() < 400,
-        "some connections must have been refused"
-    );
+    assert!(flood.len() < 400, "some connections must have been refused");
     let mut held = flood;
     held.truncate(held.len().saturating_sub(5));
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -161,8 +163,9 @@ async fn a_flood_of_silent_connections_leaves_descriptors_for_upstream() {
     drop(held);
 }
 
-#[test]
-fn a_silent_connection_closes_at_the_header_read_timeout() {
+/// Sends `first` (perhaps nothing) on a new connection to a gateway with a 1 s header-read
+/// timeout, then nothing more, and checks the gateway closes it at that timeout.
+fn stalled_connection_closes_at_the_header_read_timeout(first: &[u8]) {
     let gw = gateway(&[
         "--header-read-timeout-secs",
         "1",
@@ -170,28 +173,25 @@ fn a_silent_connection_closes_at_the_header_read_timeout() {
         "30",
     ]);
     let mut conn = RawConn::connect(gw.addr);
+    conn.write(first).expect("write");
     let closed = conn
         .wait_closed(Duration::from_secs(5))
-        .expect("a connection that never sent a byte still open after 5 s");
-    assert!(closed >= Duration::from_millis(800), "closed after {closed:?}");
+        .expect("a stalled connection still open after 5 s");
+    assert!(
+        closed >= Duration::from_millis(800),
+        "closed after {closed:?}"
+    );
     assert!(closed <= Duration::from_secs(3), "closed after {closed:?}");
 }
 
 #[test]
+fn a_silent_connection_closes_at_the_header_read_timeout() {
+    stalled_connection_closes_at_the_header_read_timeout(b"");
+}
+
+#[test]
 fn a_stalled_h2c_preface_closes_at_the_header_read_timeout() {
-    let gw = gateway(&[
-        "--header-read-timeout-secs",
-        "1",
-        "--keep-alive-timeout-secs",
-        "30",
-    ]);
-    let mut conn = RawConn::connect(gw.addr);
-    conn.write(b"PRI * HTTP/2.0\r\n").expect("write");
-    let closed = conn
-        .wait_closed(Duration::from_secs(5))
-        .expect("a stalled h2c preface still open after 5 s");
-    assert!(closed >= Duration::from_millis(800), "closed after {closed:?}");
-    assert!(closed <= Duration::from_secs(3), "closed after {closed:?}");
+    stalled_connection_closes_at_the_header_read_timeout(b"PRI * HTTP/2.0\r\n");
 }
 
 /// Between requests the keep-alive timeout applies, not the header-read timeout.
@@ -214,8 +214,14 @@ fn an_idle_keep_alive_connection_lives_until_the_keep_alive_timeout() {
     let closed = conn
         .wait_closed(Duration::from_secs(6))
         .expect("idle connection still open 6 s after its last response");
-    assert!(closed >= Duration::from_millis(2500), "closed after {closed:?}");
-    assert!(closed <= Duration::from_millis(4500), "closed after {closed:?}");
+    assert!(
+        closed >= Duration::from_millis(2500),
+        "closed after {closed:?}"
+    );
+    assert!(
+        closed <= Duration::from_millis(4500),
+        "closed after {closed:?}"
+    );
 }
 
 /// Once a head has begun, the header-read timeout runs from its first byte, also on a
@@ -255,7 +261,10 @@ fn a_slow_head_after_an_idle_period_closes_at_the_header_read_timeout() {
         }
     };
     let closed = closed.expect("a slow head still open after 5 s");
-    assert!(closed >= Duration::from_millis(800), "closed after {closed:?}");
+    assert!(
+        closed >= Duration::from_millis(800),
+        "closed after {closed:?}"
+    );
     assert!(closed <= Duration::from_secs(3), "closed after {closed:?}");
 }
 
@@ -271,7 +280,12 @@ async fn the_health_check_port_answers_probes_outside_the_http_metrics() {
     ]);
     let base = format!("http://127.0.0.1:{port}");
     let ready = format!("{base}/readiness");
-    assert!(eventually(Duration::from_secs(10), || async { get(&ready).await.status == 200 }).await);
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            get(&ready).await.status == 200
+        })
+        .await
+    );
     let readiness = get(&ready).await.json();
     assert_eq!(readiness["status"], "ready", "{readiness}");
     assert_eq!(readiness["ready_workers"], 1, "{readiness}");
@@ -282,7 +296,11 @@ async fn the_health_check_port_answers_probes_outside_the_http_metrics() {
     let health = r#"gw_http_requests_total{method="GET",path="/health"}"#;
     let readiness_series = r#"gw_http_requests_total{method="GET",path="/readiness"}"#;
     let text = scrape(&gw).await;
-    assert_eq!(sample(&text, health), None, "probes are not recorded:\n{text}");
+    assert_eq!(
+        sample(&text, health),
+        None,
+        "probes are not recorded:\n{text}"
+    );
     assert_eq!(sample(&text, readiness_series), None, "{text}");
     // The main listener's probes still are.
     assert_eq!(get(&format!("{}/health", gw.url())).await.status, 200);

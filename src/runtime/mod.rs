@@ -167,7 +167,8 @@ async fn run_epoll(
                     };
                     let _ = stream.set_nodelay(true);
                     let state = Arc::new(ConnState::default());
-                    let io = TokioIo::new(CheckedStream::new(stream, PhaseReport::new(state.clone())));
+                    let report = PhaseReport::new(state.clone());
+                    let io = TokioIo::new(CheckedStream::new(stream, report));
                     let (ctx, builder, rx) = (ctx.clone(), builder.clone(), shutdown.clone());
                     tokio::task::spawn_local(async move {
                         server::serve(io, state, ctx, &builder, rx).await;
@@ -201,7 +202,8 @@ async fn run_uring(
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     let Some(guard) = open.open() else {
-                        let _ = tokio::time::timeout(REFUSAL_WRITE, stream.write_all(limit::REFUSAL)).await;
+                        let write = stream.write_all(limit::REFUSAL);
+                        let _ = tokio::time::timeout(REFUSAL_WRITE, write).await;
                         continue;
                     };
                     let _ = stream.set_nodelay(true);

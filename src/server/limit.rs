@@ -36,7 +36,10 @@ pub fn default_max_connections(nofile: u64) -> usize {
 pub fn open_file_limit() -> Option<u64> {
     let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
     let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
-    let soft = line.get("Max open files".len()..)?.split_whitespace().next()?;
+    let soft = line
+        .get("Max open files".len()..)?
+        .split_whitespace()
+        .next()?;
     match soft {
         "unlimited" => Some(u64::MAX),
         n => n.parse().ok(),

@@ -160,6 +160,7 @@ pub async fn serve<I>(
     }
     let mut closing = false;
     loop {
+        let expiry = std::future::poll_fn(|cx| timeouts.poll_expired(&state, sleep.as_mut(), cx));
         // `biased`: the connection runs first, so the timers see what it just read.
         tokio::select! {
             biased;
@@ -173,10 +174,10 @@ pub async fn serve<I>(
                 draining = true;
                 conn.as_mut().graceful_shutdown();
             }
-            expired = std::future::poll_fn(|cx| timeouts.poll_expired(&state, sleep.as_mut(), cx)) => {
+            expired = expiry => {
                 match expired {
                     Expiry::Header => {
-                        tracing::debug!("no complete request head within the header read timeout; closing");
+                        tracing::debug!("no request head within the header read timeout; closing");
                         return;
                     }
                     Expiry::Idle if closing => return,
