@@ -217,7 +217,8 @@ pub static FLAGS: &[Flag] = &[
         "URL",
         "none",
         Group::Workers,
-        "HTTP workers registered at startup (http:// or https://); repeatable",
+        "HTTP workers registered at startup (http:// or https://) like POST /workers: \
+         probed until they answer, routable once healthy; repeatable",
         |c, values| {
             for v in values {
                 c.worker_urls.push(worker_url(v)?);
