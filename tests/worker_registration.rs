@@ -17,20 +17,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::{client, eventually, free_port, gateway, get, mock, post_json, run_to_exit, send};
-use common::{mock_requests, Proc, Reply};
+use common::{listed_workers, mock_requests, Proc, Reply};
 use serde_json::{json, Value};
 
 fn chat() -> Value {
     json!({"model": "late-model", "messages": [{"role": "user", "content": "hi"}]})
-}
-
-async fn workers(gw: &Proc) -> Vec<Value> {
-    let reply = get(&format!("{}/workers", gw.url())).await;
-    assert_eq!(reply.status, 200, "{}", reply.text());
-    reply.json()["workers"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
 }
 
 async fn put(gw: &Proc, id: &str, spec: &Value) -> Reply {
@@ -99,7 +90,7 @@ async fn a_startup_worker_that_comes_up_late_is_detected_and_routable_once_ready
     let models = get(&format!("{}/v1/models", gw.url())).await;
     assert_eq!(models.status, 200, "{}", models.text());
     assert!(models.text().contains("late-model"), "{}", models.text());
-    let listed = workers(&gw).await;
+    let listed = listed_workers(&gw).await;
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0]["url"], url.as_str());
     assert_eq!(listed[0]["runtime_type"], "sglang", "{}", listed[0]);
@@ -128,7 +119,7 @@ async fn one_worker_listed_twice_on_the_command_line_in_two_spellings_registers_
         gw.log_text()
     );
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let listed = workers(&gw).await;
+    let listed = listed_workers(&gw).await;
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0]["url"], a.as_str());
 }
@@ -270,7 +261,7 @@ async fn a_put_racing_a_delete_never_puts_the_worker_back() {
         // Gone, and stays gone.
         tokio::time::sleep(Duration::from_millis(1500)).await;
         assert_eq!(status_of(&gw, &id).await, None, "round {round}");
-        assert!(workers(&gw).await.is_empty(), "round {round}");
+        assert!(listed_workers(&gw).await.is_empty(), "round {round}");
         let before = mock_requests(&m).await.len();
         let reply = post_json(&chat_url, &chat()).await;
         assert_eq!(reply.status, 503, "round {round}: {}", reply.text());
@@ -293,7 +284,7 @@ async fn external_providers_are_refused_while_their_router_is_not_compiled() {
         assert_eq!(reply.json()["code"], "PROVIDER_NOT_COMPILED", "{spec}");
         assert!(reply.json()["error"].is_string(), "{}", reply.text());
     }
-    assert!(workers(&gw).await.is_empty());
+    assert!(listed_workers(&gw).await.is_empty());
 
     // PUT of an external spec over a registered worker: refused the same way.
     let own = format!("http://127.0.0.3:{port}");

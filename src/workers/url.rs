@@ -219,30 +219,20 @@ mod tests {
                 "{raw}"
             );
         }
-        assert_eq!(
-            parse_worker_url("http://h:80/").unwrap().normalized,
-            "http://h"
-        );
-        assert_eq!(
-            parse_worker_url("http://h:").unwrap().normalized,
-            "http://h"
-        );
-        assert_eq!(
-            parse_worker_url("https://H:443").unwrap().normalized,
-            "https://h"
-        );
-        assert_eq!(
-            parse_worker_url("https://h:80").unwrap().normalized,
-            "https://h:80"
-        );
-        assert_eq!(
-            parse_worker_url("http://[::1]:8000/").unwrap().normalized,
-            "http://[::1]:8000"
-        );
-        assert_eq!(
-            parse_worker_url("grpc://H:443").unwrap().normalized,
-            "grpc://h:443"
-        );
+        for (raw, normalized) in [
+            ("http://h:80/", "http://h"),
+            ("http://h:", "http://h"),
+            ("https://H:443", "https://h"),
+            ("https://h:80", "https://h:80"),
+            ("http://[::1]:8000/", "http://[::1]:8000"),
+            ("grpc://H:443", "grpc://h:443"),
+        ] {
+            assert_eq!(
+                parse_worker_url(raw).unwrap().normalized,
+                normalized,
+                "{raw}"
+            );
+        }
         let Transport::Http { authority, .. } = parse_worker_url("http://A:80").unwrap().transport
         else {
             panic!("http transport");

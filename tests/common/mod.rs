@@ -425,6 +425,16 @@ pub fn raw_status(bytes: &[u8]) -> Option<u16> {
     text.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()
 }
 
+/// The gateway's `GET /workers` list (no control-plane auth).
+pub async fn listed_workers(gw: &Proc) -> Vec<serde_json::Value> {
+    let reply = get(&format!("{}/workers", gw.url())).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    reply.json()["workers"]
+        .as_array()
+        .cloned()
+        .expect("workers array")
+}
+
 /// Polls `f` until it returns true or `timeout` passes.
 pub async fn eventually<F, Fut>(timeout: Duration, mut f: F) -> bool
 where
