@@ -98,7 +98,7 @@ pub fn run(config: Config) -> Result<(), String> {
         let listener = control.block_on(health::bind(addr))?;
         control.spawn(health::serve(listener, gateway.clone()));
     }
-    control.block_on(lifecycle::register_startup(&gateway))?;
+    lifecycle::register_startup(&gateway)?;
     control.spawn(lifecycle::run_jobs(gateway.clone(), job_queue));
     control.spawn(maintain_policy(gateway.clone()));
     control.spawn(load::monitor(gateway.clone()));

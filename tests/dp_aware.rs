@@ -10,7 +10,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{client, gateway, get, mock, mock_requests, post_json, send, Proc, Reply};
+use common::{
+    client, gateway, get, listed_workers, mock, mock_requests, post_json, send, Proc, Reply,
+};
 use serde_json::{json, Value};
 
 const WAIT: Duration = Duration::from_secs(15);
@@ -49,20 +51,11 @@ async fn add(gw: &Proc, spec: &Value) -> String {
         .to_owned()
 }
 
-async fn workers(gw: &Proc) -> Vec<Value> {
-    let reply = get(&format!("{}/workers", gw.url())).await;
-    assert_eq!(reply.status, 200, "{}", reply.text());
-    reply.json()["workers"]
-        .as_array()
-        .cloned()
-        .expect("workers array")
-}
-
 /// Waits until exactly `n` workers are listed, all ready; returns them by URL.
 async fn wait_ready(gw: &Proc, n: usize) -> BTreeMap<String, Value> {
     let end = Instant::now() + WAIT;
     loop {
-        let listed = workers(gw).await;
+        let listed = listed_workers(gw).await;
         if listed.len() == n && listed.iter().all(|w| w["status"] == "ready") {
             return listed
                 .into_iter()

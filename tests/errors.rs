@@ -8,7 +8,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{client, free_port, gateway, mock, mock_requests, raw_status, send};
+use common::{client, gateway, mock, mock_requests, raw_status, send};
 use serde_json::{json, Value};
 use support::assert_gateway_error;
 
@@ -47,8 +47,12 @@ async fn no_workers_is_503_no_available_workers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closed_port_is_502_worker_connect_failed() {
-    let port = free_port();
-    let gw = gateway(&["--worker-urls", &format!("http://127.0.0.1:{port}")]);
+    // A registered worker whose port closed since (one that never answered would not be
+    // registered, hence 503).
+    let mut gone = mock(&[]);
+    let gw = gateway(&["--worker-urls", &gone.url()]);
+    let _ = gone.child.kill();
+    let _ = gone.child.wait();
     for h2 in [false, true] {
         let started = Instant::now();
         let reply = post_chat(&gw.url(), h2, chat_bytes(Value::Null)).await;

@@ -1,11 +1,15 @@
 //! Several models behind one gateway (`--enable-igw`): the data plane reads the `model` of
 //! the request body and routes to the workers serving it (aliases included); a model
-//! nobody serves gets 503 `no_available_workers`. Bodies still reach the worker intact.
+//! no registered worker serves gets 404 `model_not_found` (spec 2), a known model whose
+//! workers are all out of rotation 503 `no_available_workers`. Bodies still reach the
+//! worker intact.
 
 mod common;
 mod support;
 
-use common::{gateway, mock, mock_requests, post_json};
+use std::time::Duration;
+
+use common::{eventually, gateway, get, mock, mock_requests, post_json};
 use serde_json::{json, Value};
 use support::assert_gateway_error;
 
@@ -60,7 +64,47 @@ async fn requests_go_to_the_workers_of_their_model() {
     assert_eq!(seen(mock_requests(&beta).await), ["beta", "beta", "beta"]);
 
     let reply = post_json(&url, &chat("gamma", false)).await;
-    assert_gateway_error(&reply, 503, "no_available_workers");
+    assert_gateway_error(&reply, 404, "model_not_found");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_known_model_without_a_ready_worker_is_503_an_unknown_one_404() {
+    let mut alpha = mock(&["--model", "alpha"]);
+    let gw = gateway(&[
+        "--enable-igw",
+        "--health-check-interval-secs",
+        "1",
+        "--health-failure-threshold",
+        "1",
+        "--worker-urls",
+        &alpha.url(),
+    ]);
+    let url = format!("{}/v1/chat/completions", gw.url());
+    assert_eq!(post_json(&url, &chat("alpha", false)).await.status, 200);
+    assert_gateway_error(
+        &post_json(&url, &chat("nope", false)).await,
+        404,
+        "model_not_found",
+    );
+    let _ = alpha.child.kill();
+    let _ = alpha.child.wait();
+    let readiness = format!("{}/readiness", gw.url());
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            get(&readiness).await.status == 503
+        })
+        .await
+    );
+    assert_gateway_error(
+        &post_json(&url, &chat("alpha", false)).await,
+        503,
+        "no_available_workers",
+    );
+    assert_gateway_error(
+        &post_json(&url, &chat("nope", false)).await,
+        404,
+        "model_not_found",
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

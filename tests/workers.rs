@@ -1038,36 +1038,26 @@ async fn api_workers_do_not_inherit_the_gateway_key() {
     );
 }
 
-// External providers: recognised hosts register as external, never probed.
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn external_workers_register_without_probing() {
-    let gw = fast_gateway();
-    let known = add_ok(&gw, &json!({"url": "https://api.openai.com"})).await;
-    let w = wait_status(&gw, &known, "ready", WAIT).await;
-    assert_eq!(w["runtime_type"], "external", "{w}");
-    assert_eq!(w["is_healthy"], true, "{w}");
-    // An explicit `external` runtime behind any host: no probe, no detection (this port
-    // refuses, yet the worker is ready).
-    let explicit = add_ok(&gw, &json!({"url": dead_url(), "runtime_type": "external"})).await;
-    let w = wait_status(&gw, &explicit, "ready", WAIT).await;
-    assert_eq!(w["runtime_type"], "external", "{w}");
-}
+// External providers: refused with 400 PROVIDER_NOT_COMPILED while this build has no
+// provider router; see tests/worker_registration.rs.
 
 // The job queue is bounded: a full queue answers 500 at once.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_job_queue_is_refused_with_500() {
     // A worker that takes connections into its backlog and never answers: every
-    // registration job hangs in its first probe, so queued jobs pile up.
-    let hole = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let base = format!("http://{}", hole.local_addr().expect("addr"));
+    // registration job hangs in its first probe, so queued jobs pile up. Each job needs
+    // its own URL, and a path does not make one (the worker is its scheme and
+    // authority): the listener takes every loopback address, one per job.
+    let hole = TcpListener::bind("0.0.0.0:0").expect("bind");
+    let port = hole.local_addr().expect("addr").port();
     let gw = fast_gateway();
     let started = Instant::now();
     let mut accepted = 0usize;
     let refusal = loop {
+        let host = format!("127.0.{}.{}", 1 + accepted / 250, 1 + accepted % 250);
         let spec = json!({
-            "url": format!("{base}/w{accepted}"),
+            "url": format!("http://{host}:{port}"),
             "health": {"timeout_secs": 60},
         });
         let reply = add(&gw, &spec).await;
@@ -1326,16 +1316,32 @@ async fn prefill_and_decode_workers_register_at_startup() {
     let gw = gateway(&args);
     let auth = format!("Bearer {KEY}");
 
-    let listing = send(
-        &client(false),
-        "GET",
-        &format!("{}/workers", gw.url()),
-        &[("authorization", &auth)],
-        Bytes::new(),
-    )
-    .await;
-    assert_eq!(listing.status, 200, "{}", listing.text());
-    let listing = listing.json();
+    // Command-line workers register like API ones: listed once probed and detected,
+    // ready once their health checks pass.
+    let list_all = || async {
+        let listing = send(
+            &client(false),
+            "GET",
+            &format!("{}/workers", gw.url()),
+            &[("authorization", &auth)],
+            Bytes::new(),
+        )
+        .await;
+        assert_eq!(listing.status, 200, "{}", listing.text());
+        listing.json()
+    };
+    let deadline = Instant::now() + WAIT;
+    let listing = loop {
+        let listing = list_all().await;
+        let ready = listing["workers"]
+            .as_array()
+            .is_some_and(|ws| ws.len() == 2 && ws.iter().all(|w| w["status"] == "ready"));
+        if ready {
+            break listing;
+        }
+        assert!(Instant::now() < deadline, "not both ready: {listing}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert_eq!(listing["total"], 2, "{listing}");
     let by_url = |url: &str| {
         listing["workers"]

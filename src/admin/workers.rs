@@ -12,6 +12,7 @@ use crate::app::Gateway;
 use crate::http::body::RespBody;
 use crate::http::error;
 use crate::workers::jobs::{Job, SubmitError};
+use crate::workers::provider;
 use crate::workers::spec::{parse_patch, parse_spec, SpecError, WorkerSpec};
 use crate::workers::{parse_worker_url, Status, Transport, Worker, WorkerType};
 
@@ -41,6 +42,14 @@ fn submit_error(err: SubmitError) -> Response<RespBody> {
             "Worker job queue is full; retry later",
         ),
     }
+}
+
+fn not_compiled(refused: &provider::NotCompiled) -> Response<RespBody> {
+    worker_error(
+        StatusCode::BAD_REQUEST,
+        "PROVIDER_NOT_COMPILED",
+        refused.to_string(),
+    )
 }
 
 fn accepted(id: Uuid, message: &str) -> Response<RespBody> {
@@ -79,6 +88,9 @@ pub fn create(gateway: &Gateway, headers: &HeaderMap, body: &[u8]) -> Response<R
         Ok(spec) => spec,
         Err(err) => return spec_error(&err),
     };
+    if let Err(refused) = provider::check_compiled(&spec) {
+        return not_compiled(&refused);
+    }
     let url = spec.url.normalized.clone();
     if let Some(existing) = gateway.registry.snapshot().by_url(&url) {
         return worker_error(
@@ -227,6 +239,9 @@ pub fn replace(
         Ok(spec) => spec,
         Err(err) => return spec_error(&err),
     };
+    if let Err(refused) = provider::check_compiled(&spec) {
+        return not_compiled(&refused);
+    }
     let Some(worker) = gateway.registry.snapshot().by_id(&id).cloned() else {
         return not_found(&id);
     };

@@ -19,6 +19,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
+use crate::config::redact_userinfo;
+
 /// Connect, TLS handshake, request and the whole body must fit in this.
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 /// Discovery documents and key sets are a few KiB; anything larger is not one.
@@ -103,7 +105,7 @@ impl std::error::Error for OidcError {}
 /// and `::1` (a local test IdP). IP literals that reach internal networks are refused
 /// whatever the scheme, as are host names reserved for internal use.
 pub fn check_idp_url(url: &str) -> Result<Uri, OidcError> {
-    let shown = || redact_userinfo(url);
+    let shown = || redact_userinfo(url).into_owned();
     let uri: Uri = url.parse().map_err(|_| OidcError::Unparsable(shown()))?;
     let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
         return Err(OidcError::Unparsable(shown()));
@@ -117,18 +119,6 @@ pub fn check_idp_url(url: &str) -> Result<Uri, OidcError> {
         ("https", _) | ("http", Host::Loopback) => Ok(uri),
         ("http", Host::Public) => Err(OidcError::PlainHttp(shown())),
         _ => Err(OidcError::Scheme(shown())),
-    }
-}
-
-/// `https://user:secret@host/` → `https://<credentials>@host/`, so that a refused URL can be
-/// reported without repeating the secret (whichever rule refused it).
-fn redact_userinfo(url: &str) -> String {
-    let after_scheme = url.find("://").map_or(0, |i| i + 3);
-    let rest = &url[after_scheme..];
-    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
-    match authority.rfind('@') {
-        Some(at) => format!("{}<credentials>{}", &url[..after_scheme], &rest[at..]),
-        None => url.to_owned(),
     }
 }
 

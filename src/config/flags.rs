@@ -11,9 +11,10 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{Config, IoEngine, LogLevel, PolicyName, PrefillWorker, Secret};
+use super::{redact_userinfo, Config, IoEngine, LogLevel, PolicyName, PrefillWorker, Secret};
 use crate::auth::keys::{ControlPlaneKey, TenantKey};
 use crate::auth::Role;
+use crate::workers::parse_worker_url;
 
 /// Help sections, printed in declaration order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -216,7 +217,8 @@ pub static FLAGS: &[Flag] = &[
         "URL",
         "none",
         Group::Workers,
-        "HTTP workers registered at startup (http:// or https://); repeatable",
+        "HTTP workers registered at startup (http:// or https://) like POST /workers: \
+         probed until they answer, routable once healthy; repeatable",
         |c, values| {
             for v in values {
                 c.worker_urls.push(worker_url(v)?);
@@ -1186,52 +1188,19 @@ pub fn byte_size(v: &str) -> Result<u64, Invalid> {
     }
 }
 
-/// A worker URL of the HTTP transport: lowercase `http://` or `https://` and a host.
+/// A worker URL of the HTTP transport (`http://` or `https://`), checked by the same
+/// rules as a registration through the API and returned in its normalised form, so that
+/// spellings of one worker are recognised as one at startup.
 pub fn worker_url(v: &str) -> Result<String, Invalid> {
     // Userinfo may hold credentials: never echo it back.
     let shown = redact_userinfo(v);
-    let rest = if let Some(rest) = v.strip_prefix("http://") {
-        rest
-    } else if let Some(rest) = v.strip_prefix("https://") {
-        rest
-    } else {
-        let lower = v.to_ascii_lowercase();
-        let expected = if lower.starts_with("http://") || lower.starts_with("https://") {
-            "expected a lowercase scheme (http:// or https://)"
-        } else {
-            "expected an http:// or https:// URL"
-        };
-        return Err(Invalid::new(&shown, expected));
-    };
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    let no_host = || Invalid::new(&shown, "expected a URL with a host");
-    if authority.is_empty() {
-        return Err(no_host());
+    let lower = v.trim_start().to_ascii_lowercase();
+    if !lower.starts_with("http://") && !lower.starts_with("https://") {
+        return Err(Invalid::new(&shown, "expected an http:// or https:// URL"));
     }
-    let uri: http::Uri = v
-        .parse()
-        .map_err(|_| Invalid::new(&shown, "expected a valid URL"))?;
-    match uri.host() {
-        Some(host) if !host.is_empty() && host != "[]" => {}
-        _ => return Err(no_host()),
-    }
-    Ok(v.to_owned())
-}
-
-/// `scheme://user:pass@host/...` → `scheme://<redacted>@host/...`.
-fn redact_userinfo(v: &str) -> Cow<'_, str> {
-    let Some(scheme_end) = v.find("://") else {
-        return Cow::Borrowed(v);
-    };
-    let after = &v[scheme_end + 3..];
-    let authority_len = after.find(['/', '?', '#']).unwrap_or(after.len());
-    match after[..authority_len].rfind('@') {
-        Some(at) => Cow::Owned(format!(
-            "{}<redacted>{}",
-            &v[..scheme_end + 3],
-            &after[at..]
-        )),
-        None => Cow::Borrowed(v),
+    match parse_worker_url(v) {
+        Ok(url) => Ok(url.normalized),
+        Err(err) => Err(Invalid::new(&shown, err.to_string())),
     }
 }
 

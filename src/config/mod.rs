@@ -10,6 +10,7 @@
 
 pub mod flags;
 
+use std::borrow::Cow;
 use std::ffi::OsString;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
@@ -174,6 +175,24 @@ impl fmt::Debug for Secret {
 impl fmt::Display for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("<redacted>")
+    }
+}
+
+/// `scheme://user:pass@host/...` → `scheme://<redacted>@host/...`: what a message may show
+/// of a URL that could carry credentials (a refused flag value, a refused IdP URL).
+pub fn redact_userinfo(url: &str) -> Cow<'_, str> {
+    let Some(scheme_end) = url.find("://") else {
+        return Cow::Borrowed(url);
+    };
+    let after = &url[scheme_end + 3..];
+    let authority_len = after.find(['/', '?', '#']).unwrap_or(after.len());
+    match after[..authority_len].rfind('@') {
+        Some(at) => Cow::Owned(format!(
+            "{}<redacted>{}",
+            &url[..scheme_end + 3],
+            &after[at..]
+        )),
+        None => Cow::Borrowed(url),
     }
 }
 

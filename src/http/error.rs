@@ -15,8 +15,9 @@ use super::body::RespBody;
 /// The gateway error code named `code` as a static string (for metric labels), or
 /// `other` for a code this build does not produce.
 pub fn known_code(code: &str) -> &'static str {
-    const CODES: [&str; 16] = [
+    const CODES: [&str; 17] = [
         "no_available_workers",
+        "model_not_found",
         "admission_queue_full",
         "admission_queue_timeout",
         "multimodal_payload_too_large",
@@ -48,6 +49,8 @@ pub const ERROR_CODE_HEADER: &str = "x-gw-error-code";
 pub enum GatewayError {
     /// No routable worker for the request.
     NoAvailableWorkers,
+    /// Under `--enable-igw`: no registered worker serves the requested model (spec 2).
+    ModelNotFound,
     /// A route of the contract that this build does not serve yet.
     NotImplemented { route: &'static str },
     /// The request body is larger than `--max-payload-size`.
@@ -87,6 +90,7 @@ impl GatewayError {
     pub fn status(&self) -> StatusCode {
         match self {
             GatewayError::NoAvailableWorkers => StatusCode::SERVICE_UNAVAILABLE,
+            GatewayError::ModelNotFound => StatusCode::NOT_FOUND,
             GatewayError::NotImplemented { .. } => StatusCode::NOT_IMPLEMENTED,
             GatewayError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             GatewayError::UpstreamConnect
@@ -112,6 +116,7 @@ impl GatewayError {
     pub fn code(&self) -> &'static str {
         match self {
             GatewayError::NoAvailableWorkers => "no_available_workers",
+            GatewayError::ModelNotFound => "model_not_found",
             GatewayError::NotImplemented { .. } => "not_implemented",
             GatewayError::PayloadTooLarge { .. } => "payload_too_large",
             GatewayError::UpstreamConnect => "worker_connect_failed",
@@ -147,6 +152,8 @@ impl fmt::Display for GatewayError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             GatewayError::NoAvailableWorkers => f.write_str("no available workers"),
+            // The model is not repeated: it is the client's string, of any length.
+            GatewayError::ModelNotFound => f.write_str("no worker serves the requested model"),
             GatewayError::NotImplemented { route } => {
                 write!(f, "{route} is not implemented by this gateway yet")
             }

@@ -9,7 +9,8 @@ pub mod headers;
 pub mod peek;
 pub mod select;
 
-use std::sync::Arc;
+use std::borrow::Cow;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -28,7 +29,7 @@ use crate::http::error::GatewayError;
 use crate::metrics::{Metrics, RouteLabels};
 use crate::resilience::{Outcome, RetryConfig};
 use crate::routing::{Needs, Policy, RequestFacts};
-use crate::workers::{LoadGuard, Registry, Worker};
+use crate::workers::{LoadGuard, PoolTuning, Registry, Worker};
 use peek::Wants;
 use uuid::Uuid;
 
@@ -42,42 +43,97 @@ pub const POOL_MAX_IDLE_PER_HOST: usize = 500;
 /// Time allowed to establish a TCP connection to a worker.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Distinct per-worker pool settings a thread keeps pools for; workers beyond them use
+/// the default pools (their `timeout_secs` still applies), so no registration can make a
+/// thread build pools without bound.
+pub const MAX_TUNED_POOLS: usize = 32;
+
 /// One pooled client towards plain-HTTP workers, speaking one protocol.
 type UpstreamPool = Client<HttpConnector, LimitedBody>;
 
 /// A thread's clients towards HTTP workers: HTTP/1.1, and HTTP/2 with prior knowledge
 /// (h2c) for workers registered with `http2` (one pool cannot choose per request).
+/// Workers with their own `http_pool` settings get pools of their own, built on first use
+/// and shared by every worker with the same settings.
 pub struct UpstreamClient {
     http1: UpstreamPool,
     h2c: UpstreamPool,
+    idle_timeout: Option<Duration>,
+    /// Taken only for workers with a [`PoolTuning`], on this thread only: uncontended.
+    tuned: Mutex<Vec<((PoolTuning, bool), UpstreamPool)>>,
 }
 
 impl UpstreamClient {
     /// Builds one thread's pools.
     pub fn new(config: &Config) -> UpstreamClient {
+        let defaults = Tuning::defaults(config.upstream_pool_idle_timeout);
         UpstreamClient {
-            http1: pool(config, false),
-            h2c: pool(config, true),
+            http1: pool(defaults, false),
+            h2c: pool(defaults, true),
+            idle_timeout: config.upstream_pool_idle_timeout,
+            tuned: Mutex::new(Vec::new()),
         }
     }
 
-    fn pool(&self, http2: bool) -> &UpstreamPool {
-        if http2 {
-            &self.h2c
-        } else {
-            &self.http1
+    /// The pool for `worker`: the default one for its protocol unless it has its own
+    /// settings.
+    fn pool_for(&self, worker: &Worker) -> Cow<'_, UpstreamPool> {
+        let default = if worker.http2 { &self.h2c } else { &self.http1 };
+        let Some(tuning) = worker.pool else {
+            return Cow::Borrowed(default);
+        };
+        let key = (tuning, worker.http2);
+        let mut tuned = self.tuned.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, pool)) = tuned.iter().find(|(k, _)| *k == key) {
+            return Cow::Owned(pool.clone());
+        }
+        if tuned.len() >= MAX_TUNED_POOLS {
+            return Cow::Borrowed(default);
+        }
+        let built = pool(
+            Tuning::defaults(self.idle_timeout).with(tuning),
+            worker.http2,
+        );
+        tuned.push((key, built.clone()));
+        Cow::Owned(built)
+    }
+}
+
+/// The settings a pool is built with.
+#[derive(Clone, Copy)]
+struct Tuning {
+    max_idle_per_host: usize,
+    idle_timeout: Option<Duration>,
+    connect_timeout: Duration,
+}
+
+impl Tuning {
+    fn defaults(idle_timeout: Option<Duration>) -> Tuning {
+        Tuning {
+            max_idle_per_host: POOL_MAX_IDLE_PER_HOST,
+            idle_timeout,
+            connect_timeout: CONNECT_TIMEOUT,
+        }
+    }
+
+    /// These settings with a worker's overrides applied.
+    fn with(self, worker: PoolTuning) -> Tuning {
+        Tuning {
+            max_idle_per_host: worker.max_idle_per_host.unwrap_or(self.max_idle_per_host),
+            idle_timeout: worker.idle_timeout.unwrap_or(self.idle_timeout),
+            connect_timeout: worker.connect_timeout.unwrap_or(self.connect_timeout),
         }
     }
 }
 
-fn pool(config: &Config, http2_only: bool) -> UpstreamPool {
+fn pool(tuning: Tuning, http2_only: bool) -> UpstreamPool {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
-    connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    connector.set_connect_timeout(Some(tuning.connect_timeout));
     Client::builder(TokioExecutor::new())
         .http2_only(http2_only)
-        .pool_max_idle_per_host(POOL_MAX_IDLE_PER_HOST)
-        .pool_idle_timeout(config.upstream_pool_idle_timeout)
+        .pool_max_idle_per_host(tuning.max_idle_per_host)
+        .pool_idle_timeout(tuning.idle_timeout)
         .pool_timer(TokioTimer::new())
         .timer(TokioTimer::new())
         .build(connector)
@@ -116,7 +172,9 @@ struct Seen {
 /// admission refusals, which turn a request away before routing.
 fn error_type(err: &GatewayError) -> Option<&'static str> {
     Some(match err {
-        GatewayError::NoAvailableWorkers | GatewayError::OverloadShed { .. } => "no_workers",
+        GatewayError::NoAvailableWorkers
+        | GatewayError::ModelNotFound
+        | GatewayError::OverloadShed { .. } => "no_workers",
         GatewayError::UpstreamTimeout => "timeout",
         GatewayError::UpstreamConnect
         | GatewayError::UpstreamBroken
@@ -368,7 +426,7 @@ impl Forward<'_> {
                 }
                 // Every breaker opened while retrying: the last answer is the better word.
                 (Err(_), Some(failed)) => return failed.into_result(deadline, ticket),
-                (Err(select::NoPick::None), None) => return Err(GatewayError::NoAvailableWorkers),
+                (Err(select::NoPick::None), None) => return Err(self.no_worker_for(model)),
             };
             // A worker this build cannot reach fails before anything is sent, so even a
             // streamed body is still unread: another worker takes the request at once, and
@@ -391,9 +449,13 @@ impl Forward<'_> {
                 self.request(&parts, &mut headers, origin, &worker, body, last_chance)?;
             seen.worker = Some(worker.clone());
             let load = worker.track();
+            // A worker's `http_pool.timeout_secs` caps this attempt, relay included.
+            let attempt_deadline = worker
+                .request_timeout
+                .map_or(deadline, |cap| deadline.min(Instant::now() + cap));
             let sent = tokio::time::timeout_at(
-                deadline.into(),
-                self.client.pool(worker.http2).request(upstream),
+                attempt_deadline.into(),
+                self.client.pool_for(&worker).request(upstream),
             )
             .await;
             let failed = match sent {
@@ -437,7 +499,7 @@ impl Forward<'_> {
                     if RetryConfig::retries_status(status) && payload.replayable() {
                         Failed::Status(response, load)
                     } else {
-                        return Ok(relay(response, deadline, load, ticket));
+                        return Ok(relay(response, attempt_deadline, load, ticket));
                     }
                 }
             };
@@ -459,6 +521,17 @@ impl Forward<'_> {
             tracing::debug!(worker = %worker.url, attempt, backoff_ms = backoff.as_millis() as u64, "retrying on another worker");
             tried.push(worker.id);
             tokio::time::sleep(backoff).await;
+        }
+    }
+
+    /// Why no worker took the request: under `--enable-igw` a model no registered worker
+    /// serves is unknown (404, spec 2); otherwise its workers are out of rotation (503).
+    fn no_worker_for(&self, model: Option<&str>) -> GatewayError {
+        match model {
+            Some(model) if !self.registry.snapshot().knows_model(model) => {
+                GatewayError::ModelNotFound
+            }
+            _ => GatewayError::NoAvailableWorkers,
         }
     }
 

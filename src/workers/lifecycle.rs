@@ -2,18 +2,21 @@
 //! remove) and one health watcher per registered worker. Nothing here runs on a data-plane
 //! thread; the data plane only sees the snapshots these tasks publish.
 
-use std::sync::Arc;
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{sleep, Instant};
 use uuid::Uuid;
 
 use super::calls::{probe_health, CallClient};
 use super::detect::{detect, is_external_provider, server_dp_size};
 use super::dp::DpSize;
-use super::jobs::Job;
+use super::jobs::{Job, SubmitError, QUEUE_CAPACITY};
 use super::protocol::{self, Unsettled, Want};
+use super::provider;
 use super::spec::{check_for_registration, WorkerSpec};
 use super::{Discovered, RuntimeType, Status, Transport, Worker, WorkerType};
 use crate::app::Gateway;
@@ -27,31 +30,91 @@ const PENDING_PROBE_INTERVAL: Duration = Duration::from_secs(1);
 /// How often a watcher whose probes are disabled re-reads the worker's settings.
 const IDLE_RECHECK: Duration = Duration::from_secs(5);
 
-/// Drains the job queue until the gateway stops. Each job runs as its own task.
+/// Drains the job queue until the gateway stops.
+///
+/// Jobs of different workers run concurrently (a registration may wait on its worker for
+/// a long time); jobs of one worker run one after the other, in submission order, so that
+/// a PUT and a DELETE of one worker can never interleave (a PUT finishing during the
+/// DELETE's drain would otherwise publish the draining worker again).
 pub async fn run_jobs(gateway: Arc<Gateway>, mut rx: mpsc::Receiver<Job>) {
     let permits = Arc::new(Semaphore::new(CONCURRENT_JOBS));
     let client = CallClient::new();
+    let lanes = Lanes::default();
     while let Some(job) = rx.recv().await {
+        // Taken here, so jobs waiting in a lane count too: what the executor holds is
+        // bounded by CONCURRENT_JOBS plus the queue.
         let Ok(permit) = permits.clone().acquire_owned().await else {
             return;
         };
-        let gateway = gateway.clone();
-        let client = client.clone();
+        let id = job.id();
+        let Some(first) = lanes.enter(job, permit) else {
+            continue;
+        };
+        let (gateway, client, lanes) = (gateway.clone(), client.clone(), lanes.clone());
         tokio::spawn(async move {
-            let id = job.id();
-            gateway.jobs.processing(&id);
-            match execute(&gateway, &client, job).await {
-                Ok(()) => gateway.jobs.succeeded(&id),
-                Err(reason) => {
-                    tracing::warn!(worker_id = %id, reason = %reason, "worker job failed");
-                    gateway.jobs.failed(&id, reason);
-                }
+            let mut next = Some(first);
+            while let Some((job, permit)) = next {
+                run_one(&gateway, &client, job).await;
+                drop(permit);
+                next = lanes.next(&id);
             }
-            drop(permit);
         });
     }
 }
 
+/// A job with the executor permit it holds while queued and running.
+type Queued = (Job, OwnedSemaphorePermit);
+
+/// One lane per worker id with a job running: the jobs submitted for it meanwhile, in
+/// order. A lane exists exactly while a task is running its jobs. Touched only by the
+/// dispatcher and the lane tasks, for a push or a pop, so a plain mutex is fine.
+#[derive(Clone, Default)]
+struct Lanes(Arc<Mutex<HashMap<Uuid, VecDeque<Queued>>>>);
+
+impl Lanes {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, VecDeque<Queued>>> {
+        // Nothing is left half-done under this lock, so a poisoned one is taken over.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Lines `job` up behind its worker's running job. Returns it when the worker had
+    /// none: the caller then runs the lane.
+    fn enter(&self, job: Job, permit: OwnedSemaphorePermit) -> Option<Queued> {
+        match self.lock().entry(job.id()) {
+            Entry::Occupied(mut lane) => {
+                lane.get_mut().push_back((job, permit));
+                None
+            }
+            Entry::Vacant(lane) => {
+                lane.insert(VecDeque::new());
+                Some((job, permit))
+            }
+        }
+    }
+
+    /// The worker's next job; `None` closes the lane.
+    fn next(&self, id: &Uuid) -> Option<Queued> {
+        let mut lanes = self.lock();
+        let next = lanes.get_mut(id)?.pop_front();
+        if next.is_none() {
+            lanes.remove(id);
+        }
+        next
+    }
+}
+
+/// Runs one job and records how it ended on the job board.
+async fn run_one(gateway: &Arc<Gateway>, client: &CallClient, job: Job) {
+    let id = job.id();
+    gateway.jobs.processing(&id);
+    match execute(gateway, client, job).await {
+        Ok(()) => gateway.jobs.succeeded(&id),
+        Err(reason) => {
+            tracing::warn!(worker_id = %id, reason = %reason, "worker job failed");
+            gateway.jobs.failed(&id, reason);
+        }
+    }
+}
 async fn execute(gateway: &Arc<Gateway>, client: &CallClient, job: Job) -> Result<(), String> {
     match job {
         Job::Add { id, spec } => {
@@ -77,6 +140,9 @@ async fn execute(gateway: &Arc<Gateway>, client: &CallClient, job: Job) -> Resul
             let now = current(gateway, &id)?;
             if !now.same_live(&before) {
                 return Err("the worker was replaced while this job ran".into());
+            }
+            if now.status() == Status::Draining || now.is_retired() {
+                return Err("the worker is being removed".into());
             }
             admit(gateway, client, worker);
             Ok(())
@@ -255,70 +321,33 @@ async fn wait_until_answering(
     }
 }
 
-/// Registers the workers named on the command line (`--worker-urls`, and `--prefill` /
-/// `--decode` with their worker types) before the gateway listens. They carry the gateway
-/// `--api-key`, are detected (a dead worker simply learns nothing) and are routable at
-/// once, as the operator listed them; their health watchers then take over. Detection runs
-/// for all of them at the same time, so startup waits for one probe timeout at most.
-pub async fn register_startup(gateway: &Arc<Gateway>) -> Result<(), String> {
+/// Queues the workers named on the command line (`--worker-urls`, and `--prefill` /
+/// `--decode` with their worker types) as registration jobs, exactly like `POST /workers`:
+/// each is probed every `--worker-startup-check-interval` until it answers or
+/// `--worker-startup-timeout-secs` runs out, detected, and routable only once healthy.
+/// They carry the gateway `--api-key`. Returns at once, so the gateway listens (and its
+/// readiness says 503) while slow workers come up. A URL listed twice, in any spelling,
+/// is registered once; an entry that targets an external provider stops startup.
+pub fn register_startup(gateway: &Gateway) -> Result<(), String> {
     let config = &gateway.config;
-    let client = CallClient::new();
-    let mut pending = Vec::new();
-    for startup in startup_specs(config)? {
-        let mut spec = startup;
+    for mut spec in startup_specs(config)? {
         spec.api_key = config.api_key.clone();
-        if is_external_provider(&spec.url) {
-            spec.runtime_type = RuntimeType::External;
-        }
-        let timeout = config.health_check_timeout;
-        let want = Want::from_settings(None, config.upstream_http2);
-        let dp_aware = config.dp_aware;
-        let client = client.clone();
-        pending.push(tokio::spawn(async move {
-            let bearer = super::bearer(spec.api_key.as_ref());
-            // Unset `http2` never fails to settle: HTTP/1.1 is the fallback.
-            let http2 = protocol::settle_once(&client, &spec.url, bearer.as_ref(), timeout, want)
-                .await
-                .unwrap_or(false);
-            let discovered = detect(
-                client.pool(http2),
-                &spec.url,
-                bearer.as_ref(),
-                spec.effective_runtime(),
-                timeout,
-            )
-            .await;
-            let dp = if dp_aware {
-                dp_size(client.pool(http2), &spec, bearer.as_ref(), timeout).await
-            } else {
-                Ok(None)
-            };
-            let discovered = Discovered {
-                http2,
-                ..discovered
-            };
-            dp.map(|dp| Registered {
-                spec,
-                discovered,
-                dp,
-            })
-        }));
-    }
-    for handle in pending {
-        let registered = handle
-            .await
-            .map_err(|e| format!("startup worker detection stopped: {e}"))??;
-        let spec = &registered.spec;
-        if gateway
-            .registry
-            .snapshot()
-            .by_url(&spec.url.normalized)
-            .is_some()
-        {
-            continue;
-        }
-        for worker in registered.into_workers(Uuid::new_v4(), config) {
-            publish(gateway, &client, Arc::new(worker), Status::Ready);
+        provider::check_compiled(&spec).map_err(|e| e.to_string())?;
+        let url = spec.url.normalized.clone();
+        let job = Job::Add {
+            id: Uuid::new_v4(),
+            spec: Box::new(spec),
+        };
+        match gateway.jobs.submit(&url, job) {
+            Ok(()) => {}
+            Err(SubmitError::InProgress(_)) => {
+                tracing::warn!(worker = %url, "worker listed more than once on the command line; registering it once");
+            }
+            Err(SubmitError::QueueFull) => {
+                return Err(format!(
+                    "too many command-line workers (at most {QUEUE_CAPACITY})"
+                ));
+            }
         }
     }
     Ok(())
@@ -327,7 +356,8 @@ pub async fn register_startup(gateway: &Arc<Gateway>) -> Result<(), String> {
 /// The specs of the command-line workers, in flag order: regular, prefill, decode.
 fn startup_specs(config: &Config) -> Result<Vec<WorkerSpec>, String> {
     let parse = |flag: &str, raw: &str| {
-        super::parse_worker_url(raw).map_err(|e| format!("{flag} {raw}: {e}"))
+        super::parse_worker_url(raw)
+            .map_err(|e| format!("{flag} {}: {e}", crate::config::redact_userinfo(raw)))
     };
     let mut specs = Vec::new();
     for raw in &config.worker_urls {

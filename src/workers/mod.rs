@@ -15,6 +15,7 @@ pub mod load;
 pub mod overload;
 pub mod prom_text;
 pub mod protocol;
+pub mod provider;
 pub mod spec;
 mod url;
 
@@ -170,6 +171,40 @@ impl HealthConfig {
     }
 }
 
+/// A worker's own connection-pool settings (spec 1 `http_pool`), resolved once at
+/// registration. A worker that sets none has no `PoolTuning` and uses its data-plane
+/// thread's default pools, so the common case costs nothing per request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PoolTuning {
+    /// `None`: the gateway default.
+    pub max_idle_per_host: Option<usize>,
+    /// `None`: the gateway default; `Some(None)`: idle connections are kept (0 in the spec).
+    pub idle_timeout: Option<Option<Duration>>,
+    /// `None`: the gateway default.
+    pub connect_timeout: Option<Duration>,
+}
+
+impl PoolTuning {
+    fn resolve(pool: &spec::HttpPoolOverrides) -> Option<PoolTuning> {
+        let tuning = PoolTuning {
+            max_idle_per_host: pool.pool_max_idle_per_host,
+            idle_timeout: pool
+                .pool_idle_timeout_secs
+                .map(|s| (s > 0).then(|| Duration::from_secs(s.min(MAX_SECS)))),
+            // A connect needs some time: 0 would fail every connection.
+            connect_timeout: pool
+                .connect_timeout_secs
+                .map(|s| Duration::from_secs(s.clamp(1, MAX_SECS))),
+        };
+        let none = PoolTuning {
+            max_idle_per_host: None,
+            idle_timeout: None,
+            connect_timeout: None,
+        };
+        (tuning != none).then_some(tuning)
+    }
+}
+
 /// Upper bound of any per-worker duration override, as for the flags.
 const MAX_SECS: u64 = 365 * 24 * 60 * 60;
 
@@ -232,6 +267,11 @@ pub struct Worker {
     pub http2: bool,
     /// Overload thresholds; `None` when overload protection is off for this worker.
     pub overload: Option<overload::Thresholds>,
+    /// `http_pool.timeout_secs`: the most a request to this worker may take (the
+    /// request timeout still applies when shorter); `None` without an override.
+    pub request_timeout: Option<Duration>,
+    /// The worker's own pool settings; `None` uses the default pools.
+    pub pool: Option<PoolTuning>,
     /// The circuit breaker. Not part of [`Live`]: a PATCH rebuilds it (spec 1).
     pub breaker: Arc<Breaker>,
     /// With `--dp-aware`, the data-parallel rank of the engine this target stands for;
@@ -283,6 +323,11 @@ impl Worker {
             labels,
             http2: discovered.http2,
             overload: overload::Thresholds::resolve(&config.overload, &spec.overload),
+            request_timeout: spec
+                .http_pool
+                .timeout_secs
+                .map(|s| Duration::from_secs(s.clamp(1, MAX_SECS))),
+            pool: PoolTuning::resolve(&spec.http_pool),
             breaker: Arc::new(Breaker::new(resilience::breaker_config(
                 config,
                 &spec.resilience,
@@ -357,6 +402,8 @@ impl Worker {
             labels,
             http2: self.http2,
             overload: self.overload,
+            request_timeout: self.request_timeout,
+            pool: self.pool,
             // Spec 1, PATCH: the breaker restarts with the built-in thresholds until a PUT.
             breaker: Arc::new(Breaker::new(self.breaker.config().after_patch())),
             spec,
@@ -524,6 +571,11 @@ pub struct Snapshot {
     routable_by_model: HashMap<String, Vec<Arc<Worker>>>,
     /// Routable workers without a model list: they serve any model.
     routable_any_model: Vec<Arc<Worker>>,
+    /// Every name a registered regular worker serves, whatever its status (aliases
+    /// included), to tell an unknown model (404) from one that is down (503).
+    known_models: std::collections::HashSet<String>,
+    /// Whether a registered regular worker has no model list (it serves any model).
+    any_model: bool,
 }
 
 /// Workers by URL. Rank targets are found under their own `URL@rank` and, the first
@@ -571,6 +623,20 @@ impl Snapshot {
                     .extend(list);
             }
         }
+        let regular = || {
+            workers
+                .iter()
+                .filter(|w| w.worker_type == WorkerType::Regular)
+        };
+        let mut known_models: std::collections::HashSet<String> = regular()
+            .flat_map(|w| w.model_names.iter().cloned())
+            .collect();
+        let any_model = regular().any(|w| w.model_names.is_empty());
+        for (alias, canonical) in aliases {
+            if known_models.contains(canonical) {
+                known_models.insert(alias.clone());
+            }
+        }
         Snapshot {
             by_id: workers.iter().map(|w| (w.id, w.clone())).collect(),
             by_url: by_url(&workers),
@@ -578,6 +644,8 @@ impl Snapshot {
             routable,
             routable_by_model,
             routable_any_model,
+            known_models,
+            any_model,
         }
     }
 
@@ -598,6 +666,11 @@ impl Snapshot {
             Some(list) => list,
             None => &self.routable_any_model,
         }
+    }
+
+    /// Whether any registered worker serves `model`, routable or not.
+    pub fn knows_model(&self, model: &str) -> bool {
+        self.any_model || self.known_models.contains(model)
     }
 
     pub fn by_id(&self, id: &Uuid) -> Option<&Arc<Worker>> {

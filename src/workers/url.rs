@@ -1,5 +1,14 @@
 //! Worker URL rules: the scheme picks the transport and must be lowercase; HTTP and gRPC
 //! URLs need a host; `ipc://` needs a path.
+//!
+//! This is also the one place that decides when two URLs name the same worker ("each URL
+//! once", spec 1): [`parse_worker_url`] reduces an HTTP or gRPC URL to what the gateway
+//! actually uses, its scheme and authority, in one canonical spelling. The host is
+//! lowercased, a default port (`:80` for `http`, `:443` for `https`) and an empty port are
+//! dropped, the port is written without leading zeros, and any path is dropped (requests
+//! go to the authority with the client's own path, so `/v1`, `/../` or a trailing slash
+//! cannot make a second worker of one engine). A query or a fragment is refused instead:
+//! the gateway never sends either, so one would be silently lost.
 
 use std::fmt;
 
@@ -38,6 +47,7 @@ pub enum WorkerUrlError {
     UnsupportedScheme,
     MissingHost,
     MissingIpcPath,
+    QueryOrFragment,
     Invalid,
 }
 
@@ -54,6 +64,10 @@ impl fmt::Display for WorkerUrlError {
             }
             WorkerUrlError::MissingHost => "worker URL has no host",
             WorkerUrlError::MissingIpcPath => "ipc:// worker URL has no path",
+            WorkerUrlError::QueryOrFragment => {
+                "worker URL must not have a query (?) or fragment (#): the gateway sends \
+                 requests to the worker's scheme and host:port only"
+            }
             WorkerUrlError::Invalid => "worker URL is not a valid URL",
         })
     }
@@ -90,45 +104,70 @@ pub fn parse_worker_url(raw: &str) -> Result<WorkerUrl, WorkerUrlError> {
             })
         }
         "http" | "https" | "grpc" | "grpcs" => {
-            // Only scheme://host[:port] is meaningful for a worker; a path prefix is kept in
-            // the stored URL but routing appends request paths to the authority.
             let authority_str = rest.split(['/', '?', '#']).next().unwrap_or("");
+            if rest.contains(['?', '#']) {
+                return Err(WorkerUrlError::QueryOrFragment);
+            }
             if authority_str.is_empty() || authority_str.starts_with(':') {
                 return Err(WorkerUrlError::MissingHost);
             }
             if authority_str.contains('@') {
                 return Err(WorkerUrlError::Invalid);
             }
-            let authority =
-                Authority::try_from(authority_str).map_err(|_| WorkerUrlError::Invalid)?;
-            if authority.host().is_empty() {
-                return Err(WorkerUrlError::MissingHost);
-            }
+            let authority = canonical_authority(scheme, authority_str)?;
             let transport = match scheme {
                 "http" => Transport::Http {
                     scheme: Scheme::HTTP,
-                    authority,
+                    authority: authority.clone(),
                 },
                 "https" => Transport::Http {
                     scheme: Scheme::HTTPS,
-                    authority,
+                    authority: authority.clone(),
                 },
                 "grpc" => Transport::Grpc {
                     tls: false,
-                    authority,
+                    authority: authority.clone(),
                 },
                 _ => Transport::Grpc {
                     tls: true,
-                    authority,
+                    authority: authority.clone(),
                 },
             };
             Ok(WorkerUrl {
-                normalized: format!("{scheme}://{rest}"),
+                normalized: format!("{scheme}://{authority}"),
                 transport,
             })
         }
         _ => Err(WorkerUrlError::UnsupportedScheme),
     }
+}
+
+/// `host[:port]` in its one spelling: host lowercased, port numeric without leading zeros,
+/// left out when empty or the scheme's default.
+fn canonical_authority(scheme: &str, raw: &str) -> Result<Authority, WorkerUrlError> {
+    let parsed = Authority::try_from(raw).map_err(|_| WorkerUrlError::Invalid)?;
+    let host = parsed.host().to_ascii_lowercase();
+    if host.is_empty() || host == "[]" {
+        return Err(WorkerUrlError::MissingHost);
+    }
+    let default_port = match scheme {
+        "http" => Some(80),
+        "https" => Some(443),
+        _ => None,
+    };
+    // `Authority` accepts a port it cannot read as a u16 (`h:99999`); such a URL is not one.
+    let has_port_text = raw
+        .rsplit_once(':')
+        .is_some_and(|(_, port)| !port.is_empty() && !port.contains(']'));
+    let port = parsed.port_u16();
+    if has_port_text && port.is_none() {
+        return Err(WorkerUrlError::Invalid);
+    }
+    let canonical = match port {
+        Some(port) if Some(port) != default_port => format!("{host}:{port}"),
+        _ => host,
+    };
+    Authority::try_from(canonical.as_str()).map_err(|_| WorkerUrlError::Invalid)
 }
 
 #[cfg(test)]
@@ -159,6 +198,71 @@ mod tests {
             Transport::Zmq {
                 path: "/tmp/engine.sock".into()
             }
+        );
+    }
+
+    #[test]
+    fn spellings_of_one_worker_normalise_alike() {
+        let canonical = "http://host.example:8000";
+        for raw in [
+            "http://host.example:8000",
+            "http://host.example:8000/",
+            "http://HOST.Example:8000",
+            "http://host.example:08000",
+            "http://host.example:8000/v1",
+            "http://host.example:8000/../",
+            "http://host.example:8000/a/../b/./",
+        ] {
+            assert_eq!(
+                parse_worker_url(raw).unwrap().normalized,
+                canonical,
+                "{raw}"
+            );
+        }
+        for (raw, normalized) in [
+            ("http://h:80/", "http://h"),
+            ("http://h:", "http://h"),
+            ("https://H:443", "https://h"),
+            ("https://h:80", "https://h:80"),
+            ("http://[::1]:8000/", "http://[::1]:8000"),
+            ("grpc://H:443", "grpc://h:443"),
+        ] {
+            assert_eq!(
+                parse_worker_url(raw).unwrap().normalized,
+                normalized,
+                "{raw}"
+            );
+        }
+        let Transport::Http { authority, .. } = parse_worker_url("http://A:80").unwrap().transport
+        else {
+            panic!("http transport");
+        };
+        assert_eq!(authority.as_str(), "a");
+    }
+
+    #[test]
+    fn queries_fragments_and_bad_ports_are_refused() {
+        for raw in [
+            "http://h:1?x=1",
+            "http://h:1/?x=1",
+            "http://h:1#frag",
+            "http://h:1/#",
+            "http://h:1?",
+        ] {
+            assert_eq!(
+                parse_worker_url(raw),
+                Err(WorkerUrlError::QueryOrFragment),
+                "{raw}"
+            );
+        }
+        assert_eq!(
+            parse_worker_url("http://h:99999"),
+            Err(WorkerUrlError::Invalid)
+        );
+        assert_eq!(parse_worker_url("http://h:x"), Err(WorkerUrlError::Invalid));
+        assert_eq!(
+            parse_worker_url("http://[]:1"),
+            Err(WorkerUrlError::MissingHost)
         );
     }
 

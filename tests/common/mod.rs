@@ -246,12 +246,68 @@ fn try_gateway(args: &[&str], env: &[(&str, &str)], nofile: Option<u32>) -> Opti
         std::thread::sleep(Duration::from_millis(20));
     };
     let metrics = format!("127.0.0.1:{metrics_port}").parse().ok();
+    wait_for_startup_workers(addr, args);
     Some(Proc {
         child,
         addr,
         log,
         metrics,
     })
+}
+
+/// Command-line workers register like API ones (probed, detected, ready after their
+/// health checks pass) while the gateway already listens. Tests expect the workers they
+/// started to be in rotation, so this waits (up to 15 s) until `/readiness` counts every
+/// `--worker-urls` entry that accepts connections; entries nothing listens on are left
+/// to the test.
+fn wait_for_startup_workers(addr: SocketAddr, args: &[&str]) {
+    let live = args
+        .iter()
+        .skip_while(|a| **a != "--worker-urls")
+        .skip(1)
+        .take_while(|a| !a.starts_with("--"))
+        .filter(|url| accepts_connections(url))
+        .count();
+    if live == 0 {
+        return;
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline {
+        let (reply, _) = raw_exchange(
+            addr,
+            b"GET /readiness HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(2),
+        );
+        let text = String::from_utf8_lossy(&reply);
+        let ready = text
+            .split("\"ready_workers\":")
+            .nth(1)
+            .and_then(|rest| rest.split([',', '}']).next())
+            .and_then(|n| n.trim().parse::<usize>().ok())
+            .unwrap_or(0);
+        if ready >= live {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Whether something listens at the host:port of `url` (an `http://` URL).
+fn accepts_connections(url: &str) -> bool {
+    let Some(authority) = url
+        .strip_prefix("http://")
+        .and_then(|rest| rest.split('/').next())
+    else {
+        return false;
+    };
+    use std::net::ToSocketAddrs;
+    authority
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut addrs| addrs.next())
+        .is_some_and(|a| {
+            std::net::TcpStream::connect_timeout(&a, Duration::from_millis(200)).is_ok()
+        })
 }
 
 /// The listener address in the "tollgate listening" record, plain (`addr=…`) or JSON
@@ -386,6 +442,16 @@ pub fn raw_exchange(addr: SocketAddr, bytes: &[u8], timeout: Duration) -> (Vec<u
 pub fn raw_status(bytes: &[u8]) -> Option<u16> {
     let text = std::str::from_utf8(bytes.get(..12)?).ok()?;
     text.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()
+}
+
+/// The gateway's `GET /workers` list (no control-plane auth).
+pub async fn listed_workers(gw: &Proc) -> Vec<serde_json::Value> {
+    let reply = get(&format!("{}/workers", gw.url())).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    reply.json()["workers"]
+        .as_array()
+        .cloned()
+        .expect("workers array")
 }
 
 /// Polls `f` until it returns true or `timeout` passes.
