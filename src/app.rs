@@ -15,6 +15,7 @@ use crate::auth::gate::Authenticator;
 use crate::config::Config;
 use crate::http::body::{read_whole, ReadError, RespBody};
 use crate::http::error::{self, error_response, GatewayError};
+use crate::http::head_rules;
 use crate::http::route::{match_route, path_param, Route, RouteGroup, RouteMatch};
 use crate::metrics::Metrics;
 use crate::proxy::{ContentType, Forward, UpstreamClient};
@@ -98,6 +99,9 @@ pub async fn handle(ctx: &ThreadCtx, req: Request<Incoming>) -> Response<RespBod
 
 /// Answers one request. Never fails: every error becomes a response here.
 async fn respond(ctx: &ThreadCtx, mut req: Request<Incoming>) -> Response<RespBody> {
+    if let Err(err) = head_rules::check(req.version(), req.headers()) {
+        return error_response(&err);
+    }
     let route = match match_route(req.method(), req.uri().path()) {
         // The RL control plane is mounted only with `--enable-rl`, which this build does
         // not offer yet: its paths do not exist (404), whatever the method.

@@ -3,4 +3,5 @@
 
 pub mod body;
 pub mod error;
+pub mod head_rules;
 pub mod route;

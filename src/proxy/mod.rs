@@ -125,12 +125,15 @@ fn error_type(err: &GatewayError) -> Option<&'static str> {
         GatewayError::PayloadTooLarge { .. }
         | GatewayError::ClientBodyBroken
         | GatewayError::BodyNotJsonObject
-        | GatewayError::ClientBodyTimeout => "validation_error",
+        | GatewayError::ClientBodyTimeout
+        | GatewayError::InvalidHeaders { .. }
+        | GatewayError::UnsupportedTransferCoding => "validation_error",
         GatewayError::NotImplemented { .. } => "internal_error",
         GatewayError::AdmissionQueueFull
         | GatewayError::AdmissionQueueTimeout
         | GatewayError::MultimodalTooLarge { .. }
-        | GatewayError::MultimodalBudgetFull => return None,
+        | GatewayError::MultimodalBudgetFull
+        | GatewayError::BufferBudgetFull => return None,
     })
 }
 
@@ -408,6 +411,11 @@ impl Forward<'_> {
                     }
                     Failed::Exchange(failure)
                 }
+                Ok(Ok(response)) if !relayable(response.status()) => {
+                    tracing::debug!(worker = %worker.url, status = response.status().as_u16(), "worker answered a status that cannot be relayed");
+                    self.failed_exchange(&worker, &GatewayError::UpstreamBroken);
+                    Failed::Exchange(GatewayError::UpstreamBroken)
+                }
                 Ok(Ok(response)) => {
                     let status = response.status();
                     self.metrics.upstream_response(status.as_u16(), "");
@@ -535,6 +543,13 @@ impl Forward<'_> {
         *upstream.headers_mut() = headers;
         Ok(upstream)
     }
+}
+
+/// Whether a worker's status can go to the client: a final status of RFC 9110 (200–599).
+/// hyper consumes interim 1xx answers itself except `101`, which this gateway never asks
+/// for (it sends no `Upgrade`); and it parses any three digits, 600–999 included.
+fn relayable(status: http::StatusCode) -> bool {
+    (200..=599).contains(&status.as_u16())
 }
 
 /// The worker's response on its way to the client, hop-by-hop headers removed.
