@@ -5,3 +5,4 @@ pub mod body;
 pub mod error;
 pub mod head_rules;
 pub mod route;
+pub mod upload;
