@@ -77,7 +77,11 @@ async fn missing_or_repeated_host_is_refused() {
         assert_eq!(raw_status(&out), Some(400), "{:?}", head.escape_ascii());
     }
     // HTTP/1.0 does not require Host; one Host is fine.
-    let (out, _) = raw_exchange(gw.addr, b"GET /health HTTP/1.0\r\n\r\n", Duration::from_secs(5));
+    let (out, _) = raw_exchange(
+        gw.addr,
+        b"GET /health HTTP/1.0\r\n\r\n",
+        Duration::from_secs(5),
+    );
     assert!(out.starts_with(b"HTTP/1.0 200") || out.starts_with(b"HTTP/1.1 200"));
     let (out, _) = raw_exchange(
         gw.addr,
@@ -86,7 +90,14 @@ async fn missing_or_repeated_host_is_refused() {
     );
     assert_eq!(raw_status(&out), Some(200));
     // h2 carries :authority instead.
-    let reply = send(&client(true), "GET", &format!("{}/health", gw.url()), &[], "").await;
+    let reply = send(
+        &client(true),
+        "GET",
+        &format!("{}/health", gw.url()),
+        &[],
+        "",
+    )
+    .await;
     assert_eq!(reply.status, 200);
 }
 
@@ -95,11 +106,17 @@ async fn unknown_transfer_coding_is_501() {
     let m = mock(&[]);
     let gw = gateway(&["--worker-urls", &m.url()]);
     wait_ready(&gw).await;
-    let req = b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n\
+    let req =
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n\
                 Transfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n\
                 2\r\n{}\r\n0\r\n\r\n";
     let (out, _) = raw_exchange(gw.addr, req, Duration::from_secs(5));
-    assert_eq!(raw_status(&out), Some(501), "{:?}", out.escape_ascii().to_string());
+    assert_eq!(
+        raw_status(&out),
+        Some(501),
+        "{:?}",
+        out.escape_ascii().to_string()
+    );
     assert!(mock_requests(&m).await.is_empty());
 }
 
@@ -229,7 +246,13 @@ async fn unsolicited_101_and_bogus_statuses_are_502() {
         let url = fake_worker(canned);
         let gw = gateway_with_fake(&url).await;
         let reply = post_json(&format!("{}/v1/chat/completions", gw.url()), &chat()).await;
-        assert_eq!(reply.status, 502, "{:?}: {}", canned.escape_ascii(), reply.text());
+        assert_eq!(
+            reply.status,
+            502,
+            "{:?}: {}",
+            canned.escape_ascii(),
+            reply.text()
+        );
         assert_eq!(code(&reply), "worker_connection_error");
         let text = common::scrape(&gw).await;
         assert!(

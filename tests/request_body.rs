@@ -24,8 +24,8 @@ const MIB: usize = 1024 * 1024;
 
 /// The gateway's resident set size in bytes, from `/proc/<pid>/status`.
 fn rss(gw: &Proc) -> usize {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", gw.child.id()))
-        .expect("/proc status");
+    let status =
+        std::fs::read_to_string(format!("/proc/{}/status", gw.child.id())).expect("/proc status");
     let kib: usize = status
         .lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))
@@ -49,7 +49,8 @@ async fn wait_ready(gw: &Proc) {
 
 /// A JSON chat body of exactly `len` bytes (the padding is a field the mock ignores).
 fn chat_body(len: usize, fill: u8) -> Vec<u8> {
-    let head = br#"{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"hi"}],"pad":""#;
+    let head =
+        br#"{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"hi"}],"pad":""#;
     let tail = br#""}"#;
     let mut body = head.to_vec();
     body.resize(len - tail.len(), fill);
@@ -87,7 +88,8 @@ fn chunked_upload(
     )
     .ok()?;
     for chunk in body.chunks(MIB) {
-        s.write_all(format!("{:x}\r\n", chunk.len()).as_bytes()).ok()?;
+        s.write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
+            .ok()?;
         s.write_all(chunk).ok()?;
         s.write_all(b"\r\n").ok()?;
     }
@@ -163,7 +165,11 @@ async fn chunked_uploads_past_the_buffer_limit_stream_without_growing_memory() {
         let body = r["body"].as_str().expect("body");
         let fill = body.as_bytes()[body.len() - 1];
         let expect = chat_body(LEN, fill);
-        assert_eq!(body.as_bytes(), &expect[..body.len()], "the prefix arrived intact");
+        assert_eq!(
+            body.as_bytes(),
+            &expect[..body.len()],
+            "the prefix arrived intact"
+        );
     }
     let text = scrape(&gw).await;
     assert_eq!(
@@ -201,7 +207,10 @@ async fn a_full_buffer_budget_streams_the_body() {
     .await;
     assert_eq!(reply.status, 200, "{}", reply.text());
     let seen = mock_requests(&m).await;
-    assert_eq!(seen.last().map(|r| r["body_len"].clone()), Some(json!(3 * MIB)));
+    assert_eq!(
+        seen.last().map(|r| r["body_len"].clone()),
+        Some(json!(3 * MIB))
+    );
     let text = scrape(&gw).await;
     assert_eq!(
         sample(
@@ -324,4 +333,33 @@ async fn a_stalled_streamed_upload_gets_408() {
             .any(|l| l.starts_with("gw_worker_errors_total") && !l.ends_with(" 0")),
         "{text}"
     );
+}
+
+/// A body routing must read whole (the model under `--enable-igw`) that does not fit the
+/// gateway-wide budget is refused with 503 `request_buffer_budget_full`, not cut short.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_routing_must_hold_whole_is_refused_past_the_budget() {
+    let m = mock(&[]);
+    let gw = gateway(&[
+        "--worker-urls",
+        &m.url(),
+        "--enable-igw",
+        "--max-buffered-request-total-bytes",
+        "1MiB",
+    ]);
+    wait_ready(&gw).await;
+    let reply = common::send(
+        &common::client(false),
+        "POST",
+        &format!("{}/v1/chat/completions", gw.url()),
+        &[("content-type", "application/json")],
+        chat_body(3 * MIB, b'y'),
+    )
+    .await;
+    assert_eq!(reply.status, 503, "{}", reply.text());
+    assert_eq!(reply.json()["error"]["code"], "request_buffer_budget_full");
+    assert!(mock_requests(&m)
+        .await
+        .iter()
+        .all(|r| r["body_len"].as_u64() < Some(MIB as u64)));
 }

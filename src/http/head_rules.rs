@@ -94,7 +94,11 @@ mod tests {
         assert_eq!(
             code(
                 h11,
-                &[("host", "a"), ("authorization", "x"), ("authorization", "x")]
+                &[
+                    ("host", "a"),
+                    ("authorization", "x"),
+                    ("authorization", "x")
+                ]
             ),
             Some("invalid_request_headers")
         );

@@ -121,12 +121,13 @@ enum Source {
     Whole(Option<Bytes>),
 }
 
-/// The idle timer: armed when the next frame is asked for, so time the worker spends not
-/// reading (backpressure) never counts against the client.
+/// The idle timer: armed when the next frame is asked for and not there yet, so time the
+/// worker spends not reading (backpressure) never counts against the client. Created on
+/// first use: a body that is already there when asked for never allocates one.
 #[derive(Debug)]
 struct Idle {
     after: Duration,
-    timer: Pin<Box<Sleep>>,
+    timer: Option<Pin<Box<Sleep>>>,
     armed: bool,
 }
 
@@ -141,7 +142,7 @@ impl LimitedBody {
             remaining: limit,
             idle: idle.map(|after| Idle {
                 after,
-                timer: Box::pin(tokio::time::sleep(after)),
+                timer: None,
                 armed: false,
             }),
             charge: None,
@@ -172,10 +173,16 @@ impl LimitedBody {
                 if !idle.armed {
                     idle.armed = true;
                     let at = Instant::now() + idle.after;
-                    idle.timer.as_mut().reset(at);
+                    match idle.timer.as_mut() {
+                        Some(timer) => timer.as_mut().reset(at),
+                        None => idle.timer = Some(Box::pin(tokio::time::sleep_until(at))),
+                    }
                 }
-                ready!(idle.timer.as_mut().poll(cx));
-                return Poll::Ready(Some(Err(Box::new(BodyStalled))));
+                if let Some(timer) = idle.timer.as_mut() {
+                    ready!(timer.as_mut().poll(cx));
+                    return Poll::Ready(Some(Err(Box::new(BodyStalled))));
+                }
+                return Poll::Pending;
             }
             (Poll::Pending, None) => return Poll::Pending,
             (Poll::Ready(None), _) => return Poll::Ready(None),

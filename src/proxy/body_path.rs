@@ -144,7 +144,9 @@ impl Inputs {
 
 /// Decides the body path: routing needs first, then retries.
 pub fn decide(inputs: Inputs) -> BodyPath {
-    let too_long = inputs.declared_len.is_some_and(|len| len > inputs.max_buffered);
+    let too_long = inputs
+        .declared_len
+        .is_some_and(|len| len > inputs.max_buffered);
     if too_long && !inputs.must_hold_whole() {
         return if inputs.retries || inputs.needs_text || inputs.needs_rid {
             BodyPath::Streamed(StreamReason::RetryForfeited)

@@ -486,7 +486,11 @@ impl Forward<'_> {
                 } else {
                     StreamReason::RetryForfeited
                 };
-                Ok((Payload::Stream(Some(body)), BodyPath::Streamed(reason), None))
+                Ok((
+                    Payload::Stream(Some(body)),
+                    BodyPath::Streamed(reason),
+                    None,
+                ))
             }
         }
     }
