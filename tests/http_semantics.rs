@@ -15,8 +15,8 @@ use std::net::{TcpListener, TcpStream};
 use std::time::Duration;
 
 use common::{
-    client, eventually, gateway, get, mock, mock_requests, post_json, raw_exchange, raw_status,
-    send, Proc,
+    client, gateway, mock, mock_requests, post_json, post_json_with, raw_exchange, raw_status,
+    send, wait_ready, Proc, Reply,
 };
 use serde_json::json;
 
@@ -24,20 +24,17 @@ fn chat() -> serde_json::Value {
     json!({"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]})
 }
 
-async fn wait_ready(gw: &Proc) {
-    let url = format!("{}/readiness", gw.url());
-    assert!(
-        eventually(Duration::from_secs(20), || {
-            let url = url.clone();
-            async move { get(&url).await.status == 200 }
-        })
-        .await,
-        "no worker became ready:\n{}",
-        gw.log_text()
-    );
+/// A chat request over HTTP/1.1 with extra headers.
+async fn chat_with(gw: &Proc, headers: &[(&str, &str)]) -> Reply {
+    post_json_with(
+        &format!("{}/v1/chat/completions", gw.url()),
+        &chat(),
+        headers,
+    )
+    .await
 }
 
-fn code(reply: &common::Reply) -> String {
+fn code(reply: &Reply) -> String {
     reply.json()["error"]["code"]
         .as_str()
         .unwrap_or_default()
@@ -49,16 +46,9 @@ async fn duplicate_authorization_is_refused() {
     let m = mock(&[]);
     let gw = gateway(&["--worker-urls", &m.url()]);
     wait_ready(&gw).await;
-    let reply = send(
-        &client(false),
-        "POST",
-        &format!("{}/v1/chat/completions", gw.url()),
-        &[
-            ("content-type", "application/json"),
-            ("authorization", "Bearer a"),
-            ("authorization", "Bearer b"),
-        ],
-        serde_json::to_vec(&chat()).expect("json"),
+    let reply = chat_with(
+        &gw,
+        &[("authorization", "Bearer a"), ("authorization", "Bearer b")],
     )
     .await;
     assert_eq!(reply.status, 400, "{}", reply.text());
@@ -125,18 +115,14 @@ async fn headers_named_in_connection_are_not_forwarded() {
     let m = mock(&[]);
     let gw = gateway(&["--worker-urls", &m.url()]);
     wait_ready(&gw).await;
-    let reply = send(
-        &client(false),
-        "POST",
-        &format!("{}/v1/chat/completions", gw.url()),
+    let reply = chat_with(
+        &gw,
         &[
-            ("content-type", "application/json"),
             ("connection", "X-Request-Id, traceparent"),
             ("x-request-id", "hop"),
             ("traceparent", "hop"),
             ("x-correlation-id", "end"),
         ],
-        serde_json::to_vec(&chat()).expect("json"),
     )
     .await;
     assert_eq!(reply.status, 200, "{}", reply.text());

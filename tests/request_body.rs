@@ -17,7 +17,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{eventually, gateway, get, mock, mock_requests, post_json, sample, scrape, Proc};
+use common::{gateway, mock, mock_requests, post_json, sample, scrape, wait_ready, Proc};
 use serde_json::json;
 
 const MIB: usize = 1024 * 1024;
@@ -34,19 +34,6 @@ fn rss(gw: &Proc) -> usize {
     kib * 1024
 }
 
-async fn wait_ready(gw: &Proc) {
-    let url = format!("{}/readiness", gw.url());
-    assert!(
-        eventually(Duration::from_secs(20), || {
-            let url = url.clone();
-            async move { get(&url).await.status == 200 }
-        })
-        .await,
-        "the worker never became ready:\n{}",
-        gw.log_text()
-    );
-}
-
 /// A JSON chat body of exactly `len` bytes (the padding is a field the mock ignores).
 fn chat_body(len: usize, fill: u8) -> Vec<u8> {
     let head =
@@ -56,6 +43,18 @@ fn chat_body(len: usize, fill: u8) -> Vec<u8> {
     body.resize(len - tail.len(), fill);
     body.extend_from_slice(tail);
     body
+}
+
+/// Posts a raw JSON body to the chat route over HTTP/1.1 (with its `Content-Length`).
+async fn post_body(gw: &Proc, body: Vec<u8>) -> common::Reply {
+    common::send(
+        &common::client(false),
+        "POST",
+        &format!("{}/v1/chat/completions", gw.url()),
+        &[("content-type", "application/json")],
+        body,
+    )
+    .await
 }
 
 /// Reads one response from `s` (the connection closes after it) and returns its status.
@@ -196,15 +195,7 @@ async fn a_full_buffer_budget_streams_the_body() {
         "1MiB",
     ]);
     wait_ready(&gw).await;
-    let body = chat_body(3 * MIB, b'z');
-    let reply = common::send(
-        &common::client(false),
-        "POST",
-        &format!("{}/v1/chat/completions", gw.url()),
-        &[("content-type", "application/json")],
-        body,
-    )
-    .await;
+    let reply = post_body(&gw, chat_body(3 * MIB, b'z')).await;
     assert_eq!(reply.status, 200, "{}", reply.text());
     let seen = mock_requests(&m).await;
     assert_eq!(
@@ -348,14 +339,7 @@ async fn a_body_routing_must_hold_whole_is_refused_past_the_budget() {
         "1MiB",
     ]);
     wait_ready(&gw).await;
-    let reply = common::send(
-        &common::client(false),
-        "POST",
-        &format!("{}/v1/chat/completions", gw.url()),
-        &[("content-type", "application/json")],
-        chat_body(3 * MIB, b'y'),
-    )
-    .await;
+    let reply = post_body(&gw, chat_body(3 * MIB, b'y')).await;
     assert_eq!(reply.status, 503, "{}", reply.text());
     assert_eq!(reply.json()["error"]["code"], "request_buffer_budget_full");
     assert!(mock_requests(&m)
