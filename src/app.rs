@@ -262,7 +262,7 @@ fn is_forwarded(route: Route) -> bool {
 }
 
 /// `/readiness`: 200 while at least one worker can take traffic, else 503.
-fn readiness(gateway: &Gateway) -> Response<RespBody> {
+pub(crate) fn readiness(gateway: &Gateway) -> Response<RespBody> {
     let snap = gateway.registry.snapshot();
     let ready = snap.ready_count();
     let total = snap.all().len();

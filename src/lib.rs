@@ -10,6 +10,7 @@ pub mod admin;
 pub mod admission;
 pub mod app;
 pub mod auth;
+pub mod bounded;
 pub mod config;
 pub mod http;
 pub mod logging;

@@ -1,7 +1,11 @@
-//! Log output: human-readable or JSON, to stderr or a daily-rotated file in `--log-dir`.
+//! Log output: human-readable or JSON, to stderr or a daily-rotated file in `--log-dir`;
+//! [`Throttle`] for records that can repeat in a flood.
 
 use std::io;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use tracing_appender::non_blocking::WorkerGuard;
 use tracing_subscriber::filter::EnvFilter;
@@ -41,4 +45,90 @@ pub fn init(config: &Config) -> io::Result<LogGuard> {
     };
     installed.map_err(|e| io::Error::other(e.to_string()))?;
     Ok(LogGuard(guard))
+}
+
+/// Lets a repeated log record through at most once per period and counts the rest, so a
+/// flood of one event (accept errors under a full descriptor table, refused connections)
+/// costs a log line a second instead of one per event. Lock-free: a `static` shared by
+/// every thread, two atomics.
+///
+/// ```ignore
+/// static ACCEPT_FAILED: Throttle = Throttle::per_second();
+/// if let Some(suppressed) = ACCEPT_FAILED.admit() {
+///     tracing::warn!(error = %err, suppressed, "accept failed");
+/// }
+/// ```
+///
+/// Repeats after the last record of a burst are reported with the next record of the
+/// same kind, whenever that comes.
+pub struct Throttle {
+    period_ms: u64,
+    /// Milliseconds since [`clock_base`] from which the next record may pass; 0 at first.
+    next_ms: AtomicU64,
+    /// Records held back since the last one that passed.
+    held_back: AtomicU64,
+}
+
+impl Throttle {
+    pub const fn new(period: Duration) -> Throttle {
+        Throttle {
+            period_ms: period.as_millis() as u64,
+            next_ms: AtomicU64::new(0),
+            held_back: AtomicU64::new(0),
+        }
+    }
+
+    pub const fn per_second() -> Throttle {
+        Throttle::new(Duration::from_secs(1))
+    }
+
+    /// `Some(n)` when this record may be logged, `n` being how many were held back since
+    /// the last one; `None` when it is held back (and counted).
+    pub fn admit(&self) -> Option<u64> {
+        let now = elapsed_ms();
+        let next = self.next_ms.load(Ordering::Relaxed);
+        let passes = now >= next
+            && self
+                .next_ms
+                .compare_exchange(
+                    next,
+                    now.saturating_add(self.period_ms),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok();
+        if passes {
+            Some(self.held_back.swap(0, Ordering::Relaxed))
+        } else {
+            self.held_back.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+    }
+}
+
+/// The instant throttles measure from (the first use).
+fn clock_base() -> Instant {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    *BASE.get_or_init(Instant::now)
+}
+
+fn elapsed_ms() -> u64 {
+    u64::try_from(clock_base().elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passes_once_per_period_and_counts_the_rest() {
+        let t = Throttle::new(Duration::from_millis(200));
+        assert_eq!(t.admit(), Some(0));
+        for _ in 0..5 {
+            assert_eq!(t.admit(), None);
+        }
+        std::thread::sleep(Duration::from_millis(250));
+        assert_eq!(t.admit(), Some(5));
+        assert_eq!(t.admit(), None);
+    }
 }

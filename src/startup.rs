@@ -14,6 +14,7 @@ use crate::metrics::{exporter, Metrics, Sources};
 use crate::resilience;
 use crate::routing::{self, PolicyParams};
 use crate::runtime::{choose_engine, DataPlane};
+use crate::server::health;
 use crate::workers::jobs::Jobs;
 use crate::workers::Registry;
 use crate::workers::{lifecycle, load};
@@ -89,6 +90,14 @@ pub fn run(config: Config) -> Result<(), String> {
         metrics,
         admission,
     });
+    let health_addr = gateway
+        .config
+        .health_check_port
+        .map(|port| SocketAddr::new(gateway.config.host, port));
+    if let Some(addr) = health_addr {
+        let listener = control.block_on(health::bind(addr))?;
+        control.spawn(health::serve(listener, gateway.clone()));
+    }
     control.block_on(lifecycle::register_startup(&gateway))?;
     control.spawn(lifecycle::run_jobs(gateway.clone(), job_queue));
     control.spawn(maintain_policy(gateway.clone()));
@@ -101,7 +110,9 @@ pub fn run(config: Config) -> Result<(), String> {
         engine = engine.as_str(),
         reason = %reason,
         threads,
+        max_connections = plane.max_connections,
         metrics = %metrics_addr,
+        health_checks = health_addr.map(|a| a.to_string()),
         "tollgate listening"
     );
     control.block_on(shutdown_signal());

@@ -259,3 +259,37 @@ async fn per_worker_resilience_and_the_patch_rule() {
     assert_eq!(chat(&gw, json!({"fail_status": 418})).await.status, 418);
     assert_eq!(breaker_state(&gw, &m.url()).await, "open");
 }
+
+/// A worker the data plane cannot reach (an `https://` worker in this build) fails before
+/// anything is sent: the request goes to another worker at once, even with retries off
+/// and a streamed body, and the failures open the worker's breaker so it leaves rotation
+/// (issue: 1/N of traffic answered 502 `worker_transport_unsupported` for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_transport_fails_over_and_opens_the_breaker() {
+    let good = mock(&[]);
+    let gw = gateway(&["--disable-retries", "--worker-urls", &good.url()]);
+    let tls = format!("https://127.0.0.1:{}", free_port());
+    let spec = json!({
+        "url": tls,
+        "runtime_type": "sglang",
+        "health": {"disable_health_check": true},
+        "resilience": {"cb_failure_threshold": 3},
+    });
+    let reply = post_json(&format!("{}/workers", gw.url()), &spec).await;
+    assert_eq!(reply.status, 202, "{}", reply.text());
+    let listed = common::eventually(Duration::from_secs(10), || async {
+        let listing = get(&format!("{}/workers", gw.url())).await.json();
+        listing["workers"].as_array().is_some_and(|ws| {
+            ws.iter()
+                .any(|w| w["url"] == tls.as_str() && w["status"] == "ready")
+        })
+    })
+    .await;
+    assert!(listed, "the https worker was never ready");
+    for i in 0..20 {
+        let reply = chat(&gw, Value::Null).await;
+        assert_eq!(reply.status, 200, "request {i}: {}", reply.text());
+    }
+    assert_eq!(chats_received(&good).await, 20);
+    assert_eq!(breaker_state(&gw, &tls).await, "open");
+}

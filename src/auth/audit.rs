@@ -65,11 +65,11 @@ pub struct AuditEvent<'a> {
 pub fn emit(event: &AuditEvent<'_>) {
     tracing::info!(
         target: "smg::audit",
-        principal = event.principal,
+        principal = crate::bounded::log_field(event.principal),
         auth_method = event.auth_method.as_str(),
         role = event.role.map(Role::as_str),
         method = event.method,
-        path = event.path,
+        path = crate::bounded::log_field(event.path),
         outcome = event.outcome.as_str(),
         request_id = event.request_id,
         details = event.details,

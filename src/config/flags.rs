@@ -848,7 +848,7 @@ pub static FLAGS: &[Flag] = &[
         "SECS",
         "30",
         Group::LimitsAndTimeouts,
-        "Time a client has to send its request head, else the connection is closed",
+        "Time a client has to send its request head, counted from accept for the first request and from its first byte for later ones, else the connection is closed",
         |c, v| {
             c.header_read_timeout = seconds(v, 1)?;
             Ok(())
@@ -859,9 +859,20 @@ pub static FLAGS: &[Flag] = &[
         "SECS",
         "75",
         Group::LimitsAndTimeouts,
-        "Idle keep-alive client connections are closed after this",
+        "Idle keep-alive client connections are closed after this long without a request; the header read timeout starts only once a request's first byte arrives",
         |c, v| {
             c.keep_alive_timeout = seconds(v, 1)?;
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "max-connections",
+        "N",
+        "none (from the open-file limit: (limit - 128) / 2)",
+        Group::LimitsAndTimeouts,
+        "Client connections open at once over all threads; a connection beyond it is answered 503 (Retry-After: 1, Connection: close) and closed. The default leaves half of the descriptors, and 128 more, for upstream connections and the metrics and health listeners",
+        |c, v| {
+            c.max_connections = Some(integer(v, 1, u64::from(u32::MAX))? as usize);
             Ok(())
         },
     ),
@@ -1030,6 +1041,17 @@ pub static FLAGS: &[Flag] = &[
         "Port of the metrics listener (must be > 0)",
         |c, v| {
             c.prometheus_port = port(v, false)?;
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "health-check-port",
+        "PORT",
+        "none (off)",
+        Group::Metrics,
+        "Port of an extra listener on --host that answers only GET /health, /liveness and /readiness, like the main listener, without recording them in the gw_http_* metrics",
+        |c, v| {
+            c.health_check_port = Some(port(v, false)?);
             Ok(())
         },
     ),

@@ -307,6 +307,12 @@ pub struct Config {
     pub header_read_timeout: Duration,
     /// `--keep-alive-timeout-secs`: idle keep-alive client connections are closed after this.
     pub keep_alive_timeout: Duration,
+    /// `--max-connections`: client connections open at once over all data-plane threads;
+    /// `None` derives it from the open-file limit at startup
+    /// ([`crate::server::limit::default_max_connections`]).
+    pub max_connections: Option<usize>,
+    /// `--health-check-port`: port of the probe-only listener on `--host`; `None`: off.
+    pub health_check_port: Option<u16>,
     /// `--log-level`.
     pub log_level: LogLevel,
     /// `--log-json`: one JSON object per log record.
@@ -390,6 +396,8 @@ impl Default for Config {
             upstream_pool_idle_timeout: Some(Duration::from_secs(3)),
             header_read_timeout: Duration::from_secs(30),
             keep_alive_timeout: Duration::from_secs(75),
+            max_connections: None,
+            health_check_port: None,
             log_level: LogLevel::Info,
             log_json: false,
             log_dir: None,

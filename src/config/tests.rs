@@ -46,6 +46,8 @@ fn defaults() {
     assert_eq!(c.upstream_pool_idle_timeout, Some(Duration::from_secs(3)));
     assert_eq!(c.header_read_timeout, Duration::from_secs(30));
     assert_eq!(c.keep_alive_timeout, Duration::from_secs(75));
+    assert_eq!(c.max_connections, None);
+    assert_eq!(c.health_check_port, None);
     assert_eq!(c.log_level, LogLevel::Info);
     assert!(!c.log_json);
     assert_eq!(c.log_dir, None);
@@ -83,6 +85,10 @@ fn every_flag_parsed() {
         "5",
         "--keep-alive-timeout-secs",
         "9",
+        "--max-connections",
+        "5000",
+        "--health-check-port",
+        "8081",
         "--log-level",
         "debug",
         "--log-json",
@@ -107,6 +113,8 @@ fn every_flag_parsed() {
     assert_eq!(c.upstream_pool_idle_timeout, None);
     assert_eq!(c.header_read_timeout, Duration::from_secs(5));
     assert_eq!(c.keep_alive_timeout, Duration::from_secs(9));
+    assert_eq!(c.max_connections, Some(5000));
+    assert_eq!(c.health_check_port, Some(8081));
     assert_eq!(c.log_level, LogLevel::Debug);
     assert!(c.log_json);
     assert_eq!(c.log_dir, Some(PathBuf::from("/var/log/tollgate")));

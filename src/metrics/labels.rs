@@ -54,7 +54,12 @@ pub struct ModelLabels {
 
 impl ModelLabels {
     /// The label for `model`: its own (interned) value while under the cap, else `other`.
+    /// A value longer than [`crate::bounded::LABEL_BYTES`] is `other` too: it would cost
+    /// its length in memory and in every scrape, and names no real model.
     pub fn get(&self, model: &str) -> Label {
+        if model.len() > crate::bounded::LABEL_BYTES {
+            return Label::Static("other");
+        }
         if let Ok(admitted) = self.admitted.read() {
             if let Some(v) = admitted.get(model) {
                 return Label::Shared(v.clone());
@@ -124,6 +129,16 @@ mod tests {
         assert_eq!(labels.get("late").as_str(), "other");
         assert_eq!(labels.get("m0").as_str(), "m0");
         assert_eq!(labels.get(&format!("m{}", MODEL_CAP - 1)).as_str(), "m1023");
+    }
+
+    #[test]
+    fn long_models_are_other_and_take_no_slot() {
+        let labels = ModelLabels::default();
+        let long = "m".repeat(crate::bounded::LABEL_BYTES + 1);
+        assert_eq!(labels.get(&long).as_str(), "other");
+        let longest = "m".repeat(crate::bounded::LABEL_BYTES);
+        assert_eq!(labels.get(&longest).as_str(), longest);
+        assert_eq!(labels.admitted.read().map(|a| a.len()).unwrap_or(0), 1);
     }
 
     #[test]

@@ -344,9 +344,11 @@ impl Metrics {
         Ok(out)
     }
 
-    /// The `model` label value for a model name (capped).
+    /// The `model` label value for a model name (capped in count and length; an
+    /// overlong name is not even remembered by the thread's cache).
     pub fn model(&self, model: Option<&str>) -> Label {
         match model {
+            Some(m) if m.len() > crate::bounded::LABEL_BYTES => Label::Static("other"),
             Some(m) => local::model(self.id, m, |m| self.models.get(m)),
             None => Label::Static("unknown"),
         }

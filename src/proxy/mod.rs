@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::AUTHORIZATION;
-use http::uri::{self, Scheme, Uri};
+use http::uri::{self, Authority, Scheme, Uri};
 use http::{HeaderMap, HeaderValue, Request, Response, Version};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -369,12 +369,25 @@ impl Forward<'_> {
                 (Err(_), Some(failed)) => return failed.into_result(deadline, ticket),
                 (Err(select::NoPick::None), None) => return Err(GatewayError::NoAvailableWorkers),
             };
+            // A worker this build cannot reach fails before anything is sent, so even a
+            // streamed body is still unread: another worker takes the request at once, and
+            // the failure goes through the breaker so the worker leaves rotation.
+            let origin = match cleartext_origin(&worker) {
+                Ok(origin) => origin,
+                Err(unreachable) => {
+                    self.failed_exchange(&worker, &unreachable);
+                    tried.push(worker.id);
+                    last = Some(Failed::Exchange(unreachable));
+                    continue;
+                }
+            };
             let Some(body) = payload.next() else {
                 return Err(GatewayError::UpstreamBroken);
             };
             let body = payload.for_worker(&worker, body, json)?;
             let last_chance = !payload.replayable();
-            let upstream = self.request(&parts, &mut headers, &worker, body, last_chance)?;
+            let upstream =
+                self.request(&parts, &mut headers, origin, &worker, body, last_chance)?;
             seen.worker = Some(worker.clone());
             let load = worker.track();
             let sent = tokio::time::timeout_at(
@@ -541,19 +554,11 @@ impl Forward<'_> {
         &self,
         parts: &http::request::Parts,
         headers: &mut HeaderMap,
+        (scheme, authority): (&Scheme, &Authority),
         worker: &Worker,
         body: LimitedBody,
         last: bool,
     ) -> Result<Request<LimitedBody>, GatewayError> {
-        let (scheme, authority) =
-            worker
-                .http_origin()
-                .ok_or(GatewayError::UnsupportedTransport {
-                    transport: worker.connection_mode().as_str(),
-                })?;
-        if *scheme == Scheme::HTTPS {
-            return Err(GatewayError::UnsupportedTransport { transport: "https" });
-        }
         let mut uri_parts = uri::Parts::default();
         uri_parts.scheme = Some(scheme.clone());
         uri_parts.authority = Some(authority.clone());
@@ -597,6 +602,20 @@ fn body_error(err: ReadError, limit: u64) -> GatewayError {
 /// for (it sends no `Upgrade`); and it parses any three digits, 600–999 included.
 fn relayable(status: http::StatusCode) -> bool {
     (200..=599).contains(&status.as_u16())
+}
+
+/// The scheme and authority of a worker the data plane can reach: plain HTTP only in this
+/// build (TLS workers and gRPC engines have no transport yet).
+fn cleartext_origin(worker: &Worker) -> Result<(&Scheme, &Authority), GatewayError> {
+    match worker.http_origin() {
+        Some((scheme, _)) if *scheme == Scheme::HTTPS => {
+            Err(GatewayError::UnsupportedTransport { transport: "https" })
+        }
+        Some(origin) => Ok(origin),
+        None => Err(GatewayError::UnsupportedTransport {
+            transport: worker.connection_mode().as_str(),
+        }),
+    }
 }
 
 /// The worker's response on its way to the client, hop-by-hop headers removed.

@@ -32,10 +32,10 @@ use arc_swap::ArcSwap;
 use super::cache_tree::{CacheTree, TenantId, TreeStats};
 use super::candidates::{fingerprint, CandidateCache};
 use super::clock::{ms, now_ms};
-use super::hash::prefix_within;
 use super::load::least_loaded;
 use super::tenants::{CandidateIndex, TenantTable};
 use super::{Branch, Gauges, Needs, Policy, PolicyParams, RequestFacts, Selection};
+use crate::bounded::{prefix_within, KEY_BYTES};
 use crate::workers::Worker;
 
 /// Bytes of a request's text that are matched and inserted.
@@ -101,9 +101,10 @@ impl CacheAware {
     }
 
     /// Runs `f` on the tree of `model`, creating it on first use (copy-on-write of the
-    /// small map, once per model).
+    /// small map, once per model). A model name longer than [`KEY_BYTES`] shares the
+    /// default tree: the map key and the tree's gauge label would cost its length.
     fn with_tree<R>(&self, model: Option<&str>, f: impl FnOnce(&ModelTree) -> R) -> R {
-        let Some(model) = model else {
+        let Some(model) = model.filter(|m| m.len() <= KEY_BYTES) else {
             return f(&self.default_tree);
         };
         {
@@ -466,6 +467,15 @@ mod tests {
             p.decide(&ws, &facts("x", Some(&format!("model-{i}"))));
         }
         assert_eq!(p.trees.load().len(), MAX_MODEL_TREES);
+    }
+
+    #[test]
+    fn overlong_model_names_share_the_default_tree() {
+        let p = policy();
+        let ws = workers(1);
+        let long = "m".repeat(KEY_BYTES + 1);
+        p.decide(&ws, &facts("x", Some(&long)));
+        assert!(p.trees.load().is_empty());
     }
 
     #[test]

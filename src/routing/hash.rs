@@ -1,4 +1,4 @@
-//! A small deterministic 64-bit hash and UTF-8 safe truncation.
+//! A small deterministic 64-bit hash.
 //!
 //! Ring positions must agree between gateway replicas and across restarts, so the hash is
 //! fixed here rather than `std`'s (unspecified across releases) or a randomly seeded one.
@@ -37,19 +37,6 @@ pub(crate) fn hash64(bytes: &[u8]) -> u64 {
     mix(h)
 }
 
-/// The longest prefix of `text` of at most `max_bytes` bytes that ends on a character
-/// boundary.
-pub(crate) fn prefix_within(text: &str, max_bytes: usize) -> &str {
-    if text.len() <= max_bytes {
-        return text;
-    }
-    let mut end = max_bytes;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text.get(..end).unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -65,14 +52,5 @@ mod tests {
             .filter(|i| hash64(&i.to_le_bytes()) >> 63 == 1)
             .count();
         assert!((400..600).contains(&high), "{high}");
-    }
-
-    #[test]
-    fn truncation_never_splits_a_character() {
-        assert_eq!(prefix_within("héllo", 2), "h");
-        assert_eq!(prefix_within("héllo", 3), "hé");
-        assert_eq!(prefix_within("🦀🦀", 7), "🦀");
-        assert_eq!(prefix_within("abc", 10), "abc");
-        assert_eq!(prefix_within("🦀", 0), "");
     }
 }

@@ -26,6 +26,7 @@ use super::hash::hash64;
 use super::load::least_loaded;
 use super::random::below;
 use super::{Branch, Gauges, Needs, Policy, PolicyParams, RequestFacts, Selection};
+use crate::bounded::KEY_BYTES;
 use crate::workers::Worker;
 
 pub const SHARDS: usize = 64;
@@ -162,6 +163,22 @@ impl Manual {
     }
 }
 
+/// The map key of a routing key longer than [`KEY_BYTES`]: `#` and its SHA-256 digest in
+/// hex (65 bytes), so the map's memory stays bounded whatever a client puts in its `rid`
+/// or routing header, and one long key still pins one worker.
+fn long_key(key: &str) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, key.as_bytes());
+    let mut out = String::with_capacity(1 + 2 * digest.as_ref().len());
+    out.push('#');
+    for byte in digest.as_ref() {
+        out.push(char::from(HEX[usize::from(byte >> 4)]));
+        out.push(char::from(HEX[usize::from(byte & 0xf)]));
+    }
+    out
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
 /// Where `url` stands among the candidates (bounds-checked: the index is shared by every
 /// slice with the same fingerprint).
 fn position(urls: &UrlIndex, url: &str, candidates: &[Arc<Worker>]) -> Option<usize> {
@@ -190,6 +207,9 @@ impl Policy for Manual {
             return Selection::branched(None, Branch::NoHealthyWorkers);
         }
         match facts.routing_key {
+            Some(key) if key.len() > KEY_BYTES => {
+                self.select_at(candidates, &long_key(key), now_ms())
+            }
             Some(key) => self.select_at(candidates, key, now_ms()),
             None => Selection::branched(Some(below(candidates.len())), Branch::NoRoutingId),
         }
@@ -221,6 +241,32 @@ mod tests {
             manual_idle_ttl: Duration::from_secs(10),
             ..PolicyParams::default()
         })
+    }
+
+    #[test]
+    fn long_keys_are_sticky_and_stored_as_digests() {
+        let m = manual();
+        let ws = workers(4);
+        let long = "k".repeat(KEY_BYTES * 100);
+        let facts = RequestFacts {
+            routing_key: Some(&long),
+            ..RequestFacts::default()
+        };
+        let first = m.decide(&ws, &facts).index;
+        for _ in 0..5 {
+            assert_eq!(m.decide(&ws, &facts).index, first);
+        }
+        let stored: usize = m
+            .shards
+            .iter()
+            .flat_map(|s| {
+                s.lock()
+                    .map(|s| s.keys().map(|k| k.len()).collect::<Vec<_>>())
+            })
+            .flatten()
+            .sum();
+        assert_eq!(stored, 65);
+        assert_ne!(long_key(&long), long_key(&"k".repeat(KEY_BYTES * 100 + 1)));
     }
 
     #[test]

@@ -18,10 +18,11 @@
 use std::sync::Arc;
 
 use super::candidates::{fingerprint, CandidateCache};
-use super::hash::{hash64, prefix_within};
+use super::hash::hash64;
 use super::load::least_loaded;
 use super::ring::Ring;
 use super::{Branch, Needs, Policy, PolicyParams, RequestFacts, Selection};
+use crate::bounded::prefix_within;
 use crate::workers::Worker;
 
 /// Approximate bytes per token when cutting the text to `prefix_token_count` tokens.

@@ -20,9 +20,14 @@ use tokio::sync::watch;
 
 use crate::app::{Gateway, ThreadCtx};
 use crate::config::IoEngine;
-use crate::server::{self, listener, tokio_io::CheckedStream};
+use crate::server::limit::{self, ConnLimit};
+use crate::server::{self, listener, tokio_io::CheckedStream, ConnState, PhaseReport};
 
 pub use uring_io::UringIo;
+
+/// The open-file limit assumed when `/proc/self/limits` cannot be read (the usual soft
+/// default).
+const DEFAULT_NOFILE: u64 = 1024;
 
 /// The IO engine actually in use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,27 +77,47 @@ pub fn choose_engine(requested: IoEngine) -> Result<(Engine, String), String> {
     }
 }
 
-/// Counts a thread's open connections, so shutdown can wait for them.
-#[derive(Clone, Default)]
-struct OpenConns(Rc<Cell<usize>>);
+/// Counts a thread's open connections, so shutdown can wait for them, and every
+/// thread's together against `--max-connections`.
+#[derive(Clone)]
+struct OpenConns(Rc<Conns>);
 
+struct Conns {
+    here: Cell<usize>,
+    all: Arc<ConnLimit>,
+}
+
+/// One open connection, counted until dropped.
 struct OpenConn(OpenConns);
 
 impl OpenConns {
-    fn open(&self) -> OpenConn {
-        self.0.set(self.0.get() + 1);
-        OpenConn(self.clone())
+    fn new(all: Arc<ConnLimit>) -> OpenConns {
+        OpenConns(Rc::new(Conns {
+            here: Cell::new(0),
+            all,
+        }))
+    }
+
+    /// Counts a new connection; `None` when `--max-connections` are open already.
+    fn open(&self) -> Option<OpenConn> {
+        if !self.0.all.try_open() {
+            self.0.all.log_refusal();
+            return None;
+        }
+        self.0.here.set(self.0.here.get() + 1);
+        Some(OpenConn(self.clone()))
     }
 
     fn count(&self) -> usize {
-        self.0.get()
+        self.0.here.get()
     }
 }
 
 impl Drop for OpenConn {
     fn drop(&mut self) {
-        let c = &(self.0).0;
-        c.set(c.get().saturating_sub(1));
+        let conns = &(self.0).0;
+        conns.here.set(conns.here.get().saturating_sub(1));
+        conns.all.close();
     }
 }
 
@@ -112,30 +137,41 @@ async fn drain(open: &OpenConns, grace: Duration) {
     }
 }
 
-/// Logs an accept error and backs off briefly so a full fd table does not spin the thread.
+/// Logs an accept error (rate-limited) and backs off briefly so a full fd table does not
+/// spin the thread.
 async fn accept_failed(err: io::Error) {
-    tracing::warn!(error = %err, "accept failed");
+    limit::log_accept_error(&err);
     tokio::time::sleep(Duration::from_millis(50)).await;
 }
+
+/// Time the io_uring engine gives the write of a [`limit::REFUSAL`] (it fits a fresh
+/// socket's send buffer, so this is only a bound).
+const REFUSAL_WRITE: Duration = Duration::from_secs(1);
 
 async fn run_epoll(
     listener: TcpListener,
     ctx: Arc<ThreadCtx>,
+    open: OpenConns,
     mut shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
     let listener = tokio::net::TcpListener::from_std(listener)?;
-    let builder = Rc::new(server::builder(&ctx.gateway.config));
-    let open = OpenConns::default();
+    let builder = Rc::new(server::builder());
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
+                    let Some(guard) = open.open() else {
+                        // Non-blocking, and a fresh socket's send buffer takes it whole.
+                        let _ = stream.try_write(limit::REFUSAL);
+                        continue;
+                    };
                     let _ = stream.set_nodelay(true);
-                    let io = TokioIo::new(CheckedStream::new(stream));
-                    let (ctx, builder, rx, guard) =
-                        (ctx.clone(), builder.clone(), shutdown.clone(), open.open());
+                    let state = Arc::new(ConnState::default());
+                    let report = PhaseReport::new(state.clone());
+                    let io = TokioIo::new(CheckedStream::new(stream, report));
+                    let (ctx, builder, rx) = (ctx.clone(), builder.clone(), shutdown.clone());
                     tokio::task::spawn_local(async move {
-                        server::serve(io, ctx, &builder, rx).await;
+                        server::serve(io, state, ctx, &builder, rx).await;
                         drop(guard);
                     });
                 }
@@ -152,6 +188,7 @@ async fn run_epoll(
 async fn run_uring(
     listener: TcpListener,
     ctx: Arc<ThreadCtx>,
+    open: OpenConns,
     mut shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
     // A pending io_uring accept keeps the listening socket open after it is dropped; a
@@ -159,18 +196,22 @@ async fn run_uring(
     // at once instead of queueing unanswered.
     let stopper = listener.try_clone()?;
     let listener = tokio_uring::net::TcpListener::from_std(listener);
-    let builder = Rc::new(server::builder(&ctx.gateway.config));
-    let open = OpenConns::default();
+    let builder = Rc::new(server::builder());
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
+                    let Some(guard) = open.open() else {
+                        let write = stream.write_all(limit::REFUSAL);
+                        let _ = tokio::time::timeout(REFUSAL_WRITE, write).await;
+                        continue;
+                    };
                     let _ = stream.set_nodelay(true);
-                    let io = UringIo::new(stream);
-                    let (ctx, builder, rx, guard) =
-                        (ctx.clone(), builder.clone(), shutdown.clone(), open.open());
+                    let state = Arc::new(ConnState::default());
+                    let io = UringIo::new(stream, PhaseReport::new(state.clone()));
+                    let (ctx, builder, rx) = (ctx.clone(), builder.clone(), shutdown.clone());
                     tokio_uring::spawn(async move {
-                        server::serve(io, ctx, &builder, rx).await;
+                        server::serve(io, state, ctx, &builder, rx).await;
                         drop(guard);
                     });
                 }
@@ -192,6 +233,7 @@ fn run_thread(
     index: usize,
     listener: TcpListener,
     gateway: Arc<Gateway>,
+    limit: Arc<ConnLimit>,
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
     let canary = gateway.metrics.runtime.clone().canary(Some(index));
@@ -210,20 +252,22 @@ fn run_thread(
             local.block_on(&rt, async move {
                 tokio::task::spawn_local(canary);
                 let ctx = Arc::new(ThreadCtx::new(gateway));
-                run_epoll(listener, ctx, shutdown).await
+                run_epoll(listener, ctx, OpenConns::new(limit), shutdown).await
             })
         }
         Engine::Uring => tokio_uring::start(async move {
             tokio::task::spawn_local(canary);
             let ctx = Arc::new(ThreadCtx::new(gateway));
-            run_uring(listener, ctx, shutdown).await
+            run_uring(listener, ctx, OpenConns::new(limit), shutdown).await
         }),
     }
 }
 
-/// The running data plane: its address and its threads.
+/// The running data plane: its address, its connection cap and its threads.
 pub struct DataPlane {
     pub local_addr: SocketAddr,
+    /// `--max-connections`, or its default for this process's open-file limit.
+    pub max_connections: usize,
     threads: Vec<JoinHandle<io::Result<()>>>,
 }
 
@@ -237,16 +281,22 @@ impl DataPlane {
         shutdown: watch::Receiver<bool>,
     ) -> io::Result<DataPlane> {
         let (local_addr, listeners) = listener::bind_reuseport(addr, threads)?;
+        let max_connections = gateway.config.max_connections.unwrap_or_else(|| {
+            limit::default_max_connections(limit::open_file_limit().unwrap_or(DEFAULT_NOFILE))
+        });
+        let conn_limit = Arc::new(ConnLimit::new(max_connections));
         let mut handles = Vec::with_capacity(listeners.len());
         for (i, listener) in listeners.into_iter().enumerate() {
-            let (gateway, shutdown) = (gateway.clone(), shutdown.clone());
+            let (gateway, limit, shutdown) =
+                (gateway.clone(), conn_limit.clone(), shutdown.clone());
             let handle = std::thread::Builder::new()
                 .name(format!("tollgate-data-{i}"))
-                .spawn(move || run_thread(engine, i, listener, gateway, shutdown))?;
+                .spawn(move || run_thread(engine, i, listener, gateway, limit, shutdown))?;
             handles.push(handle);
         }
         Ok(DataPlane {
             local_addr,
+            max_connections,
             threads: handles,
         })
     }

@@ -6,7 +6,8 @@
 //! operation's future. Reads are copied into hyper's buffer (leftovers kept for the next
 //! call); writes are copied out of hyper's and completed before the next write or flush,
 //! so a write error surfaces on the following call. The framing check of
-//! [`crate::server::Sniffer`] sits in the read path exactly as on the epoll engine.
+//! [`crate::server::Sniffer`] sits in the read path exactly as on the epoll engine, and
+//! reports to the connection's timers through a [`PhaseReport`].
 
 use std::future::Future;
 use std::io;
@@ -17,7 +18,7 @@ use std::task::{ready, Context, Poll};
 use hyper::rt::{Read, ReadBufCursor, Write};
 use tokio_uring::net::TcpStream;
 
-use crate::server::Sniffer;
+use crate::server::{PhaseReport, Sniffer};
 
 const READ_BUF: usize = 16 * 1024;
 const WRITE_CHUNK: usize = 64 * 1024;
@@ -44,10 +45,11 @@ pub struct UringIo {
     read: ReadState,
     write: WriteState,
     sniffer: Sniffer,
+    report: PhaseReport,
 }
 
 impl UringIo {
-    pub fn new(stream: TcpStream) -> UringIo {
+    pub fn new(stream: TcpStream, report: PhaseReport) -> UringIo {
         UringIo {
             stream: Rc::new(stream),
             read: ReadState::Idle {
@@ -56,6 +58,7 @@ impl UringIo {
             },
             write: WriteState::Idle(Vec::with_capacity(READ_BUF)),
             sniffer: Sniffer::default(),
+            report,
         }
     }
 
@@ -151,7 +154,7 @@ impl Read for UringIo {
                             }
                             return this.poll_reject(cx);
                         }
-                        Ok(_) => {}
+                        Ok(_) => this.report.update(this.sniffer.phase()),
                     }
                 }
             }

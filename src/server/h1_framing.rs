@@ -48,6 +48,19 @@ pub enum Verdict {
     Disengaged,
 }
 
+/// Where the stream stands relative to request heads, for the connection's timers: the
+/// header-read timeout runs while a head is under way, the keep-alive timeout between
+/// requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// No request head begun: before the first byte, between requests, or inside a body.
+    NoHead,
+    /// Part of a request head (or of the HTTP/2 preface) has arrived, not all of it.
+    InHead,
+    /// The tracker no longer follows the stream (HTTP/2, or framing hyper refuses).
+    Unfollowed,
+}
+
 /// Where in the request stream the next byte falls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -245,6 +258,17 @@ impl H1Framing {
             State::Conflict => Verdict::Conflict,
             State::Disengaged => Verdict::Disengaged,
             _ => Verdict::Continue,
+        }
+    }
+
+    /// Where the stream stands after the bytes fed so far; see [`Phase`].
+    pub fn phase(&self) -> Phase {
+        match self.state {
+            State::Preface(0) => Phase::NoHead,
+            State::Preface(_) => Phase::InHead,
+            State::Head if self.in_head || self.line != Line::Start => Phase::InHead,
+            State::Conflict | State::Disengaged => Phase::Unfollowed,
+            _ => Phase::NoHead,
         }
     }
 
@@ -592,6 +616,27 @@ mod tests {
     }
 
     const GET: &[u8] = b"GET / HTTP/1.1\r\nhost: a\r\n\r\n";
+
+    #[test]
+    fn phase_follows_heads_bodies_and_the_h2_preface() {
+        let mut t = H1Framing::new();
+        assert_eq!(t.phase(), Phase::NoHead);
+        t.feed(b"POST / HT");
+        assert_eq!(t.phase(), Phase::InHead);
+        t.feed(b"TP/1.1\r\ncontent-length: 4\r\n");
+        assert_eq!(t.phase(), Phase::InHead);
+        t.feed(b"\r\nab");
+        assert_eq!(t.phase(), Phase::NoHead, "inside the body");
+        t.feed(b"cd");
+        assert_eq!(t.phase(), Phase::NoHead, "between requests");
+        t.feed(b"G");
+        assert_eq!(t.phase(), Phase::InHead);
+        let mut h2 = H1Framing::new();
+        h2.feed(b"PRI * HTTP/2.0\r\n");
+        assert_eq!(h2.phase(), Phase::InHead);
+        h2.feed(b"\r\nSM\r\n\r\n");
+        assert_eq!(h2.phase(), Phase::Unfollowed);
+    }
 
     #[test]
     fn content_length_alone_is_fine() {

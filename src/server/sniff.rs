@@ -6,7 +6,7 @@
 //! feeds every byte read from the client through [`H1Framing`] and, on a conflict, withholds
 //! the offending head from hyper, writes a `400` itself and ends the connection.
 
-use super::h1_framing::{H1Framing, Verdict};
+use super::h1_framing::{H1Framing, Phase, Verdict};
 
 /// The whole answer to a conflicting request; the connection closes after it.
 pub const CONFLICT_REPLY: &[u8] =
@@ -35,6 +35,11 @@ impl Sniffer {
                 false
             }
         }
+    }
+
+    /// Where the stream stands for the connection's timers (see [`Phase`]).
+    pub fn phase(&self) -> Phase {
+        self.framing.phase()
     }
 
     pub fn is_rejecting(&self) -> bool {

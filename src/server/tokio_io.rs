@@ -1,5 +1,6 @@
 //! The epoll engine's connection IO: a tokio `TcpStream` with the framing check in its read
-//! path. hyper sees it through `hyper_util::rt::TokioIo`.
+//! path, which also tells the connection's timers where the stream stands. hyper sees it
+//! through `hyper_util::rt::TokioIo`.
 
 use std::io;
 use std::pin::Pin;
@@ -9,17 +10,20 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 use super::sniff::Sniffer;
+use super::PhaseReport;
 
 pub struct CheckedStream {
     inner: TcpStream,
     sniffer: Sniffer,
+    report: PhaseReport,
 }
 
 impl CheckedStream {
-    pub fn new(inner: TcpStream) -> CheckedStream {
+    pub fn new(inner: TcpStream, report: PhaseReport) -> CheckedStream {
         CheckedStream {
             inner,
             sniffer: Sniffer::default(),
+            report,
         }
     }
 
@@ -52,6 +56,7 @@ impl AsyncRead for CheckedStream {
         let before = buf.filled().len();
         ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
         if this.sniffer.admit(&buf.filled()[before..]) {
+            this.report.update(this.sniffer.phase());
             return Poll::Ready(Ok(()));
         }
         buf.set_filled(before);

@@ -167,10 +167,19 @@ pub fn gateway(args: &[&str]) -> Proc {
 /// a port, which `SO_REUSEPORT` would otherwise allow) and learns the address from its
 /// "tollgate listening" log record.
 pub fn gateway_with_env(args: &[&str], env: &[(&str, &str)]) -> Proc {
+    start_gateway(args, env, None)
+}
+
+/// Starts the gateway with its open-file limit (`RLIMIT_NOFILE`) lowered to `nofile`.
+pub fn gateway_with_nofile(args: &[&str], nofile: u32) -> Proc {
+    start_gateway(args, &[], Some(nofile))
+}
+
+fn start_gateway(args: &[&str], env: &[(&str, &str)], nofile: Option<u32>) -> Proc {
     // The metrics port is chosen here and can be taken by another test between the check
     // and the bind: the gateway then refuses to start, and another port is tried.
     for _ in 0..5 {
-        if let Some(proc) = try_gateway(args, env) {
+        if let Some(proc) = try_gateway(args, env, nofile) {
             return proc;
         }
     }
@@ -178,10 +187,20 @@ pub fn gateway_with_env(args: &[&str], env: &[(&str, &str)]) -> Proc {
 }
 
 /// One start; `None` when the metrics port was taken.
-fn try_gateway(args: &[&str], env: &[(&str, &str)]) -> Option<Proc> {
+fn try_gateway(args: &[&str], env: &[(&str, &str)], nofile: Option<u32>) -> Option<Proc> {
     let engine = io_engine();
     let metrics_port = free_port().to_string();
-    let mut cmd = Command::new(GATEWAY);
+    let mut cmd = match nofile {
+        // The shell lowers its own limit and then becomes the gateway (same process id).
+        Some(limit) => {
+            let mut sh = Command::new("sh");
+            sh.args(["-c", r#"ulimit -n "$0" && exec "$@""#])
+                .arg(limit.to_string())
+                .arg(GATEWAY);
+            sh
+        }
+        None => Command::new(GATEWAY),
+    };
     cmd.args(["--host", "127.0.0.1", "--port", "0"])
         .args([
             "--prometheus-host",

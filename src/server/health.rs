@@ -1,0 +1,35 @@
+//! `--health-check-port`: probes (`GET /health`, `/liveness`, `/readiness`) on a listener of
+//! their own, answered as on the main listener but outside the HTTP metrics layer (spec 3),
+//! so a load balancer's probes neither fill the request metrics nor queue behind clients.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http::{Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use tokio::net::TcpListener;
+
+use super::side_listener;
+use crate::app::{readiness, Gateway};
+use crate::http::body::RespBody;
+use crate::http::error;
+
+/// Binds the probe listener. Fails (and so does startup) when the address is taken.
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
+    side_listener::bind(addr, "health checks").await
+}
+
+/// Serves probes until the runtime stops.
+pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>) {
+    side_listener::serve(listener, "health checks", move |req| answer(&gateway, req)).await;
+}
+
+fn answer(gateway: &Gateway, req: &Request<Incoming>) -> Response<RespBody> {
+    let probe = matches!(req.uri().path(), "/health" | "/liveness" | "/readiness");
+    match (probe, req.method() == Method::GET) {
+        (false, _) => error::empty(StatusCode::NOT_FOUND),
+        (true, false) => error::empty(StatusCode::METHOD_NOT_ALLOWED),
+        (true, true) if req.uri().path() == "/readiness" => readiness(gateway),
+        (true, true) => error::empty(StatusCode::OK),
+    }
+}

@@ -1,0 +1,185 @@
+//! The two timeouts of a client connection outside its requests:
+//!
+//! * the header-read timeout (`--header-read-timeout-secs`) bounds the wait for a complete
+//!   request head: from accept for the first request (so a client that never sends a byte,
+//!   or stalls in the h2c preface, is closed too), and from a head's first byte for later
+//!   ones;
+//! * the keep-alive timeout (`--keep-alive-timeout-secs`) bounds the wait between requests
+//!   (HTTP/1 keep-alive and idle h2 connections alike).
+//!
+//! The connection's IO adapter publishes where the byte stream stands ([`Phase`]), and the
+//! requests count themselves in and out ([`ConnState`]). [`Timeouts`] looks at both each
+//! time the connection task wakes, which is cheap (three relaxed loads compared with the
+//! last ones) and reads the clock only when a stage begins. One `Sleep` serves every stage:
+//! it is only ever moved later, never earlier, because it never sleeps past the nearest
+//! deadline that a stage beginning meanwhile could have (`step`, the shorter timeout).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use tokio::time::{Instant, Sleep};
+
+use super::h1_framing::Phase;
+use super::ConnState;
+
+/// Which timeout ran out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expiry {
+    /// No complete request head in time: close now.
+    Header,
+    /// Idle past the keep-alive timeout (or past the goodbye after it).
+    Idle,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Before the first request: the header-read timeout runs from accept.
+    First,
+    /// Requests in flight: their own timeouts apply, none here.
+    Busy,
+    /// Waiting for the next request since then.
+    Idle(Instant),
+    /// A request head under way since its first byte was seen.
+    Head(Instant),
+    /// Closing after the keep-alive timeout since then; one header-read timeout more
+    /// bounds the graceful goodbye.
+    Closing(Instant),
+}
+
+pub struct Timeouts {
+    header: Duration,
+    keep_alive: Duration,
+    /// The longest single sleep: the shorter of the two timeouts.
+    step: Duration,
+    accepted: Instant,
+    stage: Stage,
+    /// Request epoch, stream phase and "requests in flight" as last seen.
+    seen: (u64, Phase, bool),
+}
+
+impl Timeouts {
+    /// Timers of a connection accepted now.
+    pub fn new(header: Duration, keep_alive: Duration) -> Timeouts {
+        Timeouts {
+            header,
+            keep_alive,
+            step: header.min(keep_alive),
+            accepted: Instant::now(),
+            stage: Stage::First,
+            seen: (0, Phase::NoHead, false),
+        }
+    }
+
+    /// When the connection's sleep should first wake.
+    pub fn first_check(&self) -> Instant {
+        self.accepted + self.step
+    }
+
+    /// The connection was asked to close after [`Expiry::Idle`].
+    pub fn closing(&mut self) {
+        self.stage = Stage::Closing(Instant::now());
+    }
+
+    /// Takes in what changed since the last look.
+    fn observe(&mut self, state: &ConnState) {
+        if matches!(self.stage, Stage::Closing(_)) {
+            return;
+        }
+        let seen = (
+            state.epoch.load(Ordering::Relaxed),
+            state.phase(),
+            state.active.load(Ordering::Relaxed) > 0,
+        );
+        if seen == self.seen {
+            return;
+        }
+        let (epoch, phase, busy) = seen;
+        let same_epoch = epoch == self.seen.0;
+        self.stage = match (busy, phase, self.stage) {
+            (true, _, _) => Stage::Busy,
+            (false, Phase::NoHead | Phase::InHead, _) if epoch == 0 => Stage::First,
+            (false, Phase::InHead, Stage::Head(since)) if same_epoch => Stage::Head(since),
+            (false, Phase::InHead, _) => Stage::Head(Instant::now()),
+            (false, _, Stage::Idle(since)) if same_epoch => Stage::Idle(since),
+            (false, _, _) => Stage::Idle(Instant::now()),
+        };
+        self.seen = seen;
+    }
+
+    /// The deadline of the current stage and what its passing means.
+    fn deadline(&self) -> Option<(Instant, Expiry)> {
+        match self.stage {
+            Stage::First => Some((self.accepted + self.header, Expiry::Header)),
+            Stage::Busy => None,
+            Stage::Idle(since) => Some((since + self.keep_alive, Expiry::Idle)),
+            Stage::Head(since) => Some((since + self.header, Expiry::Header)),
+            Stage::Closing(since) => Some((since + self.header, Expiry::Idle)),
+        }
+    }
+
+    /// Resolves when a timeout has run out. Poll it after the connection itself, so what
+    /// the connection just read is seen.
+    pub fn poll_expired(
+        &mut self,
+        state: &ConnState,
+        mut sleep: Pin<&mut Sleep>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Expiry> {
+        self.observe(state);
+        loop {
+            ready!(sleep.as_mut().poll(cx));
+            let now = Instant::now();
+            let next_look = now + self.step;
+            match self.deadline() {
+                Some((at, expiry)) if at <= now => return Poll::Ready(expiry),
+                Some((at, _)) => sleep.as_mut().reset(at.min(next_look)),
+                None => sleep.as_mut().reset(next_look),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(state: &ConnState, epoch: u64, phase: u8, active: usize) {
+        state.epoch.store(epoch, Ordering::Relaxed);
+        state.phase.store(phase, Ordering::Relaxed);
+        state.active.store(active, Ordering::Relaxed);
+    }
+
+    #[test]
+    fn stages_follow_requests_and_heads() {
+        let (h, k) = (Duration::from_secs(2), Duration::from_secs(7));
+        let mut t = Timeouts::new(h, k);
+        let state = ConnState::default();
+        t.observe(&state);
+        assert_eq!(t.deadline(), Some((t.accepted + h, Expiry::Header)));
+        // A first head trickling in still counts from accept.
+        set(&state, 0, 1, 0);
+        t.observe(&state);
+        assert_eq!(t.stage, Stage::First);
+        set(&state, 1, 0, 1);
+        t.observe(&state);
+        assert_eq!(t.deadline(), None);
+        set(&state, 2, 0, 0);
+        t.observe(&state);
+        let Some((idle_until, Expiry::Idle)) = t.deadline() else {
+            panic!("idle after the request: {:?}", t.stage);
+        };
+        assert!(idle_until >= t.accepted + k);
+        set(&state, 2, 1, 0);
+        t.observe(&state);
+        assert!(matches!(t.deadline(), Some((_, Expiry::Header))));
+        // HTTP/2 before any stream: idle, not the first-request deadline.
+        let mut t = Timeouts::new(h, k);
+        set(&state, 0, 2, 0);
+        t.observe(&state);
+        assert!(matches!(t.deadline(), Some((_, Expiry::Idle))));
+        assert_eq!(t.step, h);
+    }
+}

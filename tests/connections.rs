@@ -1,0 +1,308 @@
+//! Client connections, black box over raw sockets: the `--max-connections` cap and its 503
+//! refusal, rate-limited logs of refusals and accept errors, descriptors left for upstream
+//! connections under a flood, the header-read timeout from accept (HTTP/1.1 and the h2c
+//! preface), the keep-alive timeout between requests, and the `--health-check-port` probes.
+
+mod common;
+mod support;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use common::{
+    eventually, free_port, gateway, gateway_with_nofile, get, mock, post_json, sample, scrape,
+};
+use serde_json::Value;
+use support::RawConn;
+
+const HEALTH: &[u8] = b"GET /health HTTP/1.1\r\nHost: gw\r\n\r\n";
+
+/// The log lines of one kind of rate-limited record.
+fn lines_with(log: &str, needle: &str) -> Vec<String> {
+    log.lines()
+        .filter(|l| l.contains(needle))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The `suppressed=N` count of a log line, if it has one.
+fn suppressed(line: &str) -> Option<u64> {
+    let rest = &line[line.find("suppressed=")? + "suppressed=".len()..];
+    let end = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    rest[..end].parse().ok()
+}
+
+/// Opens a connection that is over the limit and checks the refusal: a 503 with
+/// `Connection: close`, a `Retry-After`, the gateway's error envelope, then the close.
+fn expect_refusal(addr: SocketAddr) {
+    let mut conn = RawConn::connect(addr);
+    let resp = conn
+        .read_response(Duration::from_secs(5))
+        .expect("a refusal");
+    assert_eq!(resp.status, 503, "{resp:?}");
+    assert_eq!(resp.header("connection"), Some("close"));
+    assert!(resp.header("retry-after").is_some(), "{resp:?}");
+    let body: Value = serde_json::from_slice(&resp.body).expect("json body");
+    assert_eq!(body["error"]["code"], "too_many_connections", "{body}");
+    assert!(conn.wait_closed(Duration::from_secs(2)).is_some());
+}
+
+fn health_on(conn: &mut RawConn) -> u16 {
+    conn.write(HEALTH).expect("write");
+    conn.read_response(Duration::from_secs(5))
+        .map_or(0, |r| r.status)
+}
+
+#[test]
+fn connections_beyond_max_connections_get_a_503_and_a_close() {
+    let gw = gateway(&["--max-connections", "3"]);
+    let mut held: Vec<RawConn> = (0..3).map(|_| RawConn::connect(gw.addr)).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    expect_refusal(gw.addr);
+    expect_refusal(gw.addr);
+    // The connections within the limit are untouched and served.
+    for conn in &mut held {
+        assert_eq!(health_on(conn), 200);
+    }
+    // A freed slot takes a new connection.
+    held.pop();
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(health_on(&mut RawConn::connect(gw.addr)), 200);
+}
+
+#[test]
+fn refusals_are_logged_once_a_second_with_a_count_of_the_rest() {
+    let gw = gateway(&["--max-connections", "1"]);
+    let _held = RawConn::connect(gw.addr);
+    std::thread::sleep(Duration::from_millis(200));
+    let burst = Instant::now();
+    for _ in 0..30 {
+        expect_refusal(gw.addr);
+    }
+    let seconds = burst.elapsed().as_secs() as usize;
+    let logged = lines_with(&gw.log_text(), "connection refused");
+    assert!(!logged.is_empty(), "the first refusal is logged");
+    assert!(
+        logged.len() <= seconds + 2,
+        "{} refusal lines for 30 refusals in {seconds} s:\n{}",
+        logged.len(),
+        logged.join("\n")
+    );
+    std::thread::sleep(Duration::from_millis(1100));
+    expect_refusal(gw.addr);
+    std::thread::sleep(Duration::from_millis(200));
+    let logged = lines_with(&gw.log_text(), "connection refused");
+    let counted: u64 = logged.iter().filter_map(|l| suppressed(l)).sum();
+    assert_eq!(
+        counted as usize + logged.len(),
+        31,
+        "every refusal is either logged or counted:\n{}",
+        logged.join("\n")
+    );
+}
+
+/// A flood of silent connections under a small descriptor limit: the default connection
+/// cap (derived from the limit) refuses the excess with a 503 instead of running out of
+/// descriptors, so a freed slot is usable at once and the request it carries still finds
+/// a descriptor for its upstream connection; nothing floods the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_silent_connections_leaves_descriptors_for_upstream() {
+    let upstream = mock(&[]);
+    let gw = gateway_with_nofile(&["--worker-urls", &upstream.url()], 256);
+    let ready = format!("{}/readiness", gw.url());
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            get(&ready).await.status == 200
+        })
+        .await
+    );
+    let addr = gw.addr;
+    let flood = tokio::task::spawn_blocking(move || {
+        let flood: Vec<TcpStream> = (0..400)
+            .map(|_| TcpStream::connect(addr).expect("connect"))
+            .collect();
+        std::thread::sleep(Duration::from_secs(1));
+        // The ones still open without a byte received are the ones the gateway holds
+        // (or, without a cap, the ones it never accepted).
+        let mut open = Vec::new();
+        for mut s in flood {
+            s.set_nonblocking(true).expect("nonblocking");
+            let mut buf = [0u8; 64];
+            if matches!(s.read(&mut buf), Err(e) if e.kind() == ErrorKind::WouldBlock) {
+                open.push(s);
+            }
+        }
+        open
+    })
+    .await
+    .expect("flood");
+    assert!(flood.len() < 400, "some connections must have been refused");
+    let mut held = flood;
+    held.truncate(held.len().saturating_sub(5));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let chat = tokio::time::timeout(
+        Duration::from_secs(10),
+        post_json(
+            &format!("{}/v1/chat/completions", gw.url()),
+            &support::chat(false, Value::Null),
+        ),
+    )
+    .await
+    .expect("a request on a freed slot is served in time");
+    assert_eq!(chat.status, 200, "{}", chat.text());
+    let log = gw.log_text();
+    assert!(
+        lines_with(&log, "accept failed").len() <= 3,
+        "{}",
+        lines_with(&log, "accept failed").join("\n")
+    );
+    assert!(lines_with(&log, "connection refused").len() <= 5);
+    drop(held);
+}
+
+/// Sends `first` (perhaps nothing) on a new connection to a gateway with a 1 s header-read
+/// timeout, then nothing more, and checks the gateway closes it at that timeout.
+fn stalled_connection_closes_at_the_header_read_timeout(first: &[u8]) {
+    let gw = gateway(&[
+        "--header-read-timeout-secs",
+        "1",
+        "--keep-alive-timeout-secs",
+        "30",
+    ]);
+    let mut conn = RawConn::connect(gw.addr);
+    conn.write(first).expect("write");
+    let closed = conn
+        .wait_closed(Duration::from_secs(5))
+        .expect("a stalled connection still open after 5 s");
+    assert!(
+        closed >= Duration::from_millis(800),
+        "closed after {closed:?}"
+    );
+    assert!(closed <= Duration::from_secs(3), "closed after {closed:?}");
+}
+
+#[test]
+fn a_silent_connection_closes_at_the_header_read_timeout() {
+    stalled_connection_closes_at_the_header_read_timeout(b"");
+}
+
+#[test]
+fn a_stalled_h2c_preface_closes_at_the_header_read_timeout() {
+    stalled_connection_closes_at_the_header_read_timeout(b"PRI * HTTP/2.0\r\n");
+}
+
+/// Between requests the keep-alive timeout applies, not the header-read timeout.
+#[test]
+fn an_idle_keep_alive_connection_lives_until_the_keep_alive_timeout() {
+    let gw = gateway(&[
+        "--header-read-timeout-secs",
+        "1",
+        "--keep-alive-timeout-secs",
+        "3",
+    ]);
+    let mut conn = RawConn::connect(gw.addr);
+    assert_eq!(health_on(&mut conn), 200);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        health_on(&mut conn),
+        200,
+        "reused after 2 s idle (header timeout 1 s, keep-alive 3 s)"
+    );
+    let closed = conn
+        .wait_closed(Duration::from_secs(6))
+        .expect("idle connection still open 6 s after its last response");
+    assert!(
+        closed >= Duration::from_millis(2500),
+        "closed after {closed:?}"
+    );
+    assert!(
+        closed <= Duration::from_millis(4500),
+        "closed after {closed:?}"
+    );
+}
+
+/// Once a head has begun, the header-read timeout runs from its first byte, also on a
+/// connection that idled before (a slowloris after an idle period).
+#[test]
+fn a_slow_head_after_an_idle_period_closes_at_the_header_read_timeout() {
+    let gw = gateway(&[
+        "--header-read-timeout-secs",
+        "1",
+        "--keep-alive-timeout-secs",
+        "10",
+    ]);
+    let mut conn = RawConn::connect(gw.addr);
+    assert_eq!(health_on(&mut conn), 200);
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut stream = conn.stream.try_clone().expect("clone");
+    stream
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
+    stream
+        .write_all(b"GET /health HTTP/1.1\r\n")
+        .expect("the connection outlived the header timeout while idle");
+    let started = Instant::now();
+    let mut buf = [0u8; 1024];
+    let closed = loop {
+        if started.elapsed() > Duration::from_secs(5) {
+            break None;
+        }
+        match stream.read(&mut buf) {
+            Ok(0) => break Some(started.elapsed()),
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => break Some(started.elapsed()),
+        }
+        if stream.write_all(b"x").is_err() {
+            break Some(started.elapsed());
+        }
+    };
+    let closed = closed.expect("a slow head still open after 5 s");
+    assert!(
+        closed >= Duration::from_millis(800),
+        "closed after {closed:?}"
+    );
+    assert!(closed <= Duration::from_secs(3), "closed after {closed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_health_check_port_answers_probes_outside_the_http_metrics() {
+    let upstream = mock(&[]);
+    let port = free_port().to_string();
+    let gw = gateway(&[
+        "--worker-urls",
+        &upstream.url(),
+        "--health-check-port",
+        &port,
+    ]);
+    let base = format!("http://127.0.0.1:{port}");
+    let ready = format!("{base}/readiness");
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            get(&ready).await.status == 200
+        })
+        .await
+    );
+    let readiness = get(&ready).await.json();
+    assert_eq!(readiness["status"], "ready", "{readiness}");
+    assert_eq!(readiness["ready_workers"], 1, "{readiness}");
+    assert_eq!(get(&format!("{base}/health")).await.status, 200);
+    assert_eq!(get(&format!("{base}/liveness")).await.status, 200);
+    assert_eq!(get(&format!("{base}/v1/models")).await.status, 404);
+
+    let health = r#"gw_http_requests_total{method="GET",path="/health"}"#;
+    let readiness_series = r#"gw_http_requests_total{method="GET",path="/readiness"}"#;
+    let text = scrape(&gw).await;
+    assert_eq!(
+        sample(&text, health),
+        None,
+        "probes are not recorded:\n{text}"
+    );
+    assert_eq!(sample(&text, readiness_series), None, "{text}");
+    // The main listener's probes still are.
+    assert_eq!(get(&format!("{}/health", gw.url())).await.status, 200);
+    assert_eq!(sample(&scrape(&gw).await, health), Some(1.0));
+}
