@@ -13,9 +13,11 @@ use crate::admin;
 use crate::admission::Admission;
 use crate::auth::gate::Authenticator;
 use crate::config::Config;
-use crate::http::body::{read_whole, ReadError, RespBody};
+use crate::http::body::RespBody;
 use crate::http::error::{self, error_response, GatewayError};
+use crate::http::head_rules;
 use crate::http::route::{match_route, path_param, Route, RouteGroup, RouteMatch};
+use crate::http::upload::{read_whole, ReadError};
 use crate::metrics::Metrics;
 use crate::proxy::{ContentType, Forward, UpstreamClient};
 use crate::resilience::RetryConfig;
@@ -98,6 +100,9 @@ pub async fn handle(ctx: &ThreadCtx, req: Request<Incoming>) -> Response<RespBod
 
 /// Answers one request. Never fails: every error becomes a response here.
 async fn respond(ctx: &ThreadCtx, mut req: Request<Incoming>) -> Response<RespBody> {
+    if let Err(err) = head_rules::check(req.version(), req.headers()) {
+        return error_response(&err);
+    }
     let route = match match_route(req.method(), req.uri().path()) {
         // The RL control plane is mounted only with `--enable-rl`, which this build does
         // not offer yet: its paths do not exist (404), whatever the method.
@@ -164,16 +169,16 @@ async fn respond(ctx: &ThreadCtx, mut req: Request<Incoming>) -> Response<RespBo
     result.unwrap_or_else(|err| error_response(&err))
 }
 
-/// An inference request: admitted (perhaps after a wait in the queue), then forwarded;
-/// the admission ticket rides on the response until its last byte.
+/// An inference request: forwarded, after admission (perhaps after a wait in the queue),
+/// which the proxy takes once it has read what it must of the body; the admission ticket
+/// rides on the response until its last byte.
 async fn forward(
     ctx: &ThreadCtx,
     route: Route,
     req: Request<Incoming>,
     content_type: ContentType,
 ) -> Result<Response<RespBody>, GatewayError> {
-    let ticket = ctx.gateway.admission.admit(&ctx.gateway.metrics).await?;
-    ctx.forward(route).send(req, content_type, ticket).await
+    ctx.forward(route).send(req, content_type).await
 }
 
 /// Largest body of an administration request.

@@ -76,16 +76,7 @@ async fn chat(gw: &Proc, content: &str, headers: &[(&str, &str)]) -> Reply {
         "model": "mock-model",
         "messages": [{"role": "user", "content": content}],
     });
-    let mut all = vec![("content-type", "application/json")];
-    all.extend_from_slice(headers);
-    send(
-        &client(false),
-        "POST",
-        &format!("{}/v1/chat/completions", gw.url()),
-        &all,
-        serde_json::to_vec(&body).expect("json"),
-    )
-    .await
+    common::post_json_with(&format!("{}/v1/chat/completions", gw.url()), &body, headers).await
 }
 
 /// The `data_parallel_rank` of each inference request the mock received, in order

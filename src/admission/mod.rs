@@ -12,9 +12,12 @@
 //!   `--queue-size 0` answers 429 at once. A client that goes away while queued drops its
 //!   wait, which gives its seat back at once (the waits are cancel-safe).
 //! - `--multimodal-max-inflight-bytes`: [`media`].
+//! - `--max-buffered-request-total-bytes`: [`body_budget`], the request-body bytes the
+//!   gateway holds at once.
 //!
 //! With none of these set, [`Admission::admit`] is one branch and an empty ticket.
 
+pub mod body_budget;
 pub mod media;
 mod rate;
 
@@ -28,6 +31,7 @@ use tokio::time::Instant;
 
 use crate::http::error::GatewayError;
 use crate::metrics::Metrics;
+use body_budget::BodyBudget;
 use media::{MediaBudget, MediaRefusal};
 use rate::Rate;
 
@@ -44,6 +48,8 @@ pub struct AdmissionConfig {
     pub rate_per_second: Option<f64>,
     /// `--multimodal-max-inflight-bytes`: media bytes in flight; `None` is no budget.
     pub multimodal_max_inflight_bytes: Option<u64>,
+    /// `--max-buffered-request-total-bytes`: request-body bytes held at once.
+    pub max_buffered_request_total_bytes: u64,
 }
 
 impl Default for AdmissionConfig {
@@ -54,6 +60,7 @@ impl Default for AdmissionConfig {
             queue_timeout: Duration::from_secs(60),
             rate_per_second: None,
             multimodal_max_inflight_bytes: None,
+            max_buffered_request_total_bytes: 1024 * 1024 * 1024,
         }
     }
 }
@@ -85,6 +92,8 @@ pub struct Admission {
     queued: AtomicUsize,
     pub gauges: AdmissionGauges,
     pub media: Option<MediaBudget>,
+    /// Request-body bytes held before dispatch, across all requests.
+    pub bodies: BodyBudget,
 }
 
 /// What an admitted request holds until its response is over.
@@ -141,6 +150,7 @@ impl Admission {
             media: config
                 .multimodal_max_inflight_bytes
                 .map(|limit| MediaBudget::new(limit, config.queue_timeout)),
+            bodies: BodyBudget::new(config.max_buffered_request_total_bytes),
         }
     }
 

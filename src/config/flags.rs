@@ -597,6 +597,19 @@ pub static FLAGS: &[Flag] = &[
         },
     ),
     Flag::one(
+        "max-buffered-request-total-bytes",
+        "BYTES",
+        "1GiB",
+        Group::Resilience,
+        "Request-body bytes the gateway holds for all requests at once; past it a body that \
+         could stream does (not retried) and one that routing must read whole gets 503 \
+         request_buffer_budget_full",
+        |c, v| {
+            c.admission.max_buffered_request_total_bytes = byte_size(v)?;
+            Ok(())
+        },
+    ),
+    Flag::one(
         "cb-failure-threshold",
         "N",
         "10",
@@ -782,6 +795,30 @@ pub static FLAGS: &[Flag] = &[
         "Largest accepted request body; plain bytes or a K/M/G, KiB/MiB/GiB suffix",
         |c, v| {
             c.max_payload_size = byte_size(v)?;
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "request-body-timeout-secs",
+        "SECS",
+        "120",
+        Group::LimitsAndTimeouts,
+        "Time a client has to send the part of its body the gateway reads before dispatch \
+         (408 request_timeout); the request holds no admission token meanwhile",
+        |c, v| {
+            c.request_body_timeout = seconds(v, 1)?;
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "request-body-idle-timeout-secs",
+        "SECS",
+        "30",
+        Group::LimitsAndTimeouts,
+        "Longest silence inside a request body, read or streamed to a worker (408 \
+         request_timeout)",
+        |c, v| {
+            c.request_body_idle_timeout = seconds(v, 1)?;
             Ok(())
         },
     ),

@@ -311,6 +311,12 @@ pub struct Config {
     pub request_timeout: Duration,
     /// `--max-payload-size`: largest accepted request body, in bytes (>= 1).
     pub max_payload_size: u64,
+    /// `--request-body-timeout-secs`: time a client has to send the part of its body the
+    /// gateway reads before dispatch.
+    pub request_body_timeout: Duration,
+    /// `--request-body-idle-timeout-secs`: longest silence inside a request body, read or
+    /// streamed.
+    pub request_body_idle_timeout: Duration,
     /// `--shutdown-grace-period-secs`: how long in-flight requests may finish on shutdown.
     pub shutdown_grace_period: Duration,
     /// `--upstream-pool-idle-timeout-secs`: idle keep time of upstream connections;
@@ -403,6 +409,8 @@ impl Default for Config {
             io_engine: IoEngine::Auto,
             request_timeout: Duration::from_secs(1800),
             max_payload_size: 512 * 1024 * 1024,
+            request_body_timeout: Duration::from_secs(120),
+            request_body_idle_timeout: Duration::from_secs(30),
             shutdown_grace_period: Duration::from_secs(180),
             upstream_pool_idle_timeout: Some(Duration::from_secs(3)),
             header_read_timeout: Duration::from_secs(30),

@@ -922,3 +922,28 @@ fn admission_and_overload_flags() {
         assert!(e.contains(flag), "{args:?}: {e}");
     }
 }
+
+#[test]
+fn request_body_flags() {
+    let c = run(&[]);
+    assert_eq!(c.admission.max_buffered_request_total_bytes, 1 << 30);
+    assert_eq!(c.request_body_timeout, Duration::from_secs(120));
+    assert_eq!(c.request_body_idle_timeout, Duration::from_secs(30));
+    let c = run(&[
+        "--max-buffered-request-total-bytes",
+        "64MiB",
+        "--request-body-timeout-secs",
+        "10",
+        "--request-body-idle-timeout-secs",
+        "2",
+    ]);
+    assert_eq!(c.admission.max_buffered_request_total_bytes, 64 << 20);
+    assert_eq!(c.request_body_timeout, Duration::from_secs(10));
+    assert_eq!(c.request_body_idle_timeout, Duration::from_secs(2));
+    for flag in [
+        "--request-body-timeout-secs",
+        "--request-body-idle-timeout-secs",
+    ] {
+        assert!(error(&[flag, "0"]).contains(flag));
+    }
+}

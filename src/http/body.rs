@@ -1,15 +1,14 @@
-//! Bodies on the data path.
+//! Response bodies on the data path.
 //!
-//! Both directions stream frame by frame: a client's request body goes to the worker
-//! through [`LimitedBody`] (which only counts bytes), and the worker's response comes back
-//! through [`RespBody`] without re-chunking or buffering, so SSE events reach the client as
-//! soon as the worker writes them.
+//! The worker's response comes back through [`RespBody`] without re-chunking or
+//! buffering, so SSE events reach the client as soon as the worker writes them. (Request
+//! bodies: [`super::upload`].)
 
 use std::error::Error as StdError;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{ready, Context, Poll};
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -25,18 +24,6 @@ use crate::workers::LoadGuard;
 /// Boxed error type of both bodies; allocated only when an error actually happens.
 pub type BoxError = Box<dyn StdError + Send + Sync>;
 
-/// The client's body passed `--max-payload-size`.
-#[derive(Debug)]
-pub struct BodyTooLarge;
-
-impl fmt::Display for BodyTooLarge {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("request body exceeds the maximum payload size")
-    }
-}
-
-impl StdError for BodyTooLarge {}
-
 /// The worker's response did not finish before the request deadline.
 #[derive(Debug)]
 pub struct DeadlineExceeded;
@@ -48,125 +35,6 @@ impl fmt::Display for DeadlineExceeded {
 }
 
 impl StdError for DeadlineExceeded {}
-
-/// True when `err` (or anything in its source chain) is a [`BodyTooLarge`].
-pub fn is_body_too_large(err: &(dyn StdError + 'static)) -> bool {
-    let mut cur = Some(err);
-    while let Some(e) = cur {
-        if e.is::<BodyTooLarge>() {
-            return true;
-        }
-        cur = e.source();
-    }
-    false
-}
-
-/// Why a request body could not be read whole.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReadError {
-    /// More than the limit arrived.
-    TooLarge,
-    /// The client's body broke off (reset, malformed chunking).
-    Broken,
-    /// The body did not arrive before the deadline.
-    TooSlow,
-}
-
-/// Reads a request body whole, within `limit` bytes and before `deadline`. For the routes
-/// and policies that must look inside a body; everything else streams it.
-pub async fn read_whole(
-    body: Incoming,
-    limit: u64,
-    deadline: tokio::time::Instant,
-) -> Result<Bytes, ReadError> {
-    use http_body_util::BodyExt;
-    let limited = LimitedBody::new(body, limit);
-    match tokio::time::timeout_at(deadline, limited.collect()).await {
-        Err(_) => Err(ReadError::TooSlow),
-        Ok(Err(err)) if is_body_too_large(err.as_ref()) => Err(ReadError::TooLarge),
-        Ok(Err(_)) => Err(ReadError::Broken),
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-    }
-}
-
-/// A client request body on its way to a worker: streamed, and cut off with
-/// [`BodyTooLarge`] as soon as more than `limit` bytes have passed (covers chunked bodies,
-/// whose size is unknown up front; a declared Content-Length over the limit is refused
-/// before reading); or already read whole, when routing had to look inside it.
-#[derive(Debug)]
-pub struct LimitedBody {
-    source: Source,
-    remaining: u64,
-}
-
-#[derive(Debug)]
-enum Source {
-    Stream(Incoming),
-    /// Sent as one frame; `None` once sent.
-    Whole(Option<Bytes>),
-}
-
-impl LimitedBody {
-    pub fn new(inner: Incoming, limit: u64) -> LimitedBody {
-        LimitedBody {
-            source: Source::Stream(inner),
-            remaining: limit,
-        }
-    }
-
-    /// A body already read (and checked against the limit) by the gateway.
-    pub fn whole(bytes: Bytes) -> LimitedBody {
-        LimitedBody {
-            remaining: bytes.len() as u64,
-            source: Source::Whole(Some(bytes)),
-        }
-    }
-}
-
-impl Body for LimitedBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let inner = match &mut self.source {
-            Source::Whole(bytes) => return Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
-            Source::Stream(inner) => inner,
-        };
-        let frame = match ready!(Pin::new(inner).poll_frame(cx)) {
-            None => return Poll::Ready(None),
-            Some(Err(e)) => return Poll::Ready(Some(Err(Box::new(e)))),
-            Some(Ok(frame)) => frame,
-        };
-        if let Some(data) = frame.data_ref() {
-            let len = data.len() as u64;
-            if len > self.remaining {
-                self.remaining = 0;
-                return Poll::Ready(Some(Err(Box::new(BodyTooLarge))));
-            }
-            self.remaining -= len;
-        }
-        Poll::Ready(Some(Ok(frame)))
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match &self.source {
-            Source::Stream(inner) => inner.is_end_stream(),
-            Source::Whole(bytes) => bytes.is_none(),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match &self.source {
-            Source::Stream(inner) => inner.size_hint(),
-            Source::Whole(bytes) => {
-                SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
-            }
-        }
-    }
-}
 
 pin_project! {
     /// Ties the relay's bookkeeping to the life of the response body: the worker's load

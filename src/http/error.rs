@@ -15,7 +15,7 @@ use super::body::RespBody;
 /// The gateway error code named `code` as a static string (for metric labels), or
 /// `other` for a code this build does not produce.
 pub fn known_code(code: &str) -> &'static str {
-    const CODES: [&str; 17] = [
+    const CODES: &[&str] = &[
         "no_available_workers",
         "model_not_found",
         "admission_queue_full",
@@ -32,6 +32,9 @@ pub fn known_code(code: &str) -> &'static str {
         "invalid_request_body",
         "request_timeout",
         "upstream_error",
+        "invalid_request_headers",
+        "unsupported_transfer_coding",
+        "request_buffer_budget_full",
         "",
     ];
     CODES
@@ -65,8 +68,17 @@ pub enum GatewayError {
     UnsupportedTransport { transport: &'static str },
     /// The client's body broke off while the gateway read it (it had to look inside).
     ClientBodyBroken,
-    /// The client did not finish sending its body within the request timeout.
+    /// The client did not finish sending its body in time: `--request-body-timeout-secs`
+    /// for a body the gateway reads, `--request-body-idle-timeout-secs` of silence on any.
     ClientBodyTimeout,
+    /// The request head breaks a rule of RFC 9110/9112 that hyper leaves to the
+    /// application (two `Authorization` fields, a missing or repeated `Host`).
+    InvalidHeaders { reason: &'static str },
+    /// The request uses a transfer coding other than `chunked` (RFC 9112 §6.1: 501).
+    UnsupportedTransferCoding,
+    /// Routing must read this body whole, and the bytes held for all requests together
+    /// would pass `--max-buffered-request-total-bytes`.
+    BufferBudgetFull,
     /// Under `--dp-aware` a request chosen for a data-parallel rank must carry a JSON
     /// object, where the gateway sets `data_parallel_rank`.
     BodyNotJsonObject,
@@ -101,6 +113,9 @@ impl GatewayError {
                 StatusCode::BAD_REQUEST
             }
             GatewayError::ClientBodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            GatewayError::InvalidHeaders { .. } => StatusCode::BAD_REQUEST,
+            GatewayError::UnsupportedTransferCoding => StatusCode::NOT_IMPLEMENTED,
+            GatewayError::BufferBudgetFull => StatusCode::SERVICE_UNAVAILABLE,
             GatewayError::WorkerStatus { status } => *status,
             GatewayError::AdmissionQueueFull | GatewayError::MultimodalBudgetFull => {
                 StatusCode::TOO_MANY_REQUESTS
@@ -127,6 +142,9 @@ impl GatewayError {
                 "invalid_request_body"
             }
             GatewayError::ClientBodyTimeout => "request_timeout",
+            GatewayError::InvalidHeaders { .. } => "invalid_request_headers",
+            GatewayError::UnsupportedTransferCoding => "unsupported_transfer_coding",
+            GatewayError::BufferBudgetFull => "request_buffer_budget_full",
             GatewayError::WorkerStatus { .. } => "upstream_error",
             GatewayError::AdmissionQueueFull => "admission_queue_full",
             GatewayError::AdmissionQueueTimeout => "admission_queue_timeout",
@@ -144,6 +162,9 @@ impl GatewayError {
             GatewayError::PayloadTooLarge { .. }
                 | GatewayError::ClientBodyBroken
                 | GatewayError::ClientBodyTimeout
+                | GatewayError::InvalidHeaders { .. }
+                | GatewayError::UnsupportedTransferCoding
+                | GatewayError::BufferBudgetFull
         )
     }
 }
@@ -179,8 +200,15 @@ impl fmt::Display for GatewayError {
                  data_parallel_rank in it",
             ),
             GatewayError::ClientBodyTimeout => {
-                f.write_str("the request body did not arrive within the request timeout")
+                f.write_str("the request body did not arrive in time")
             }
+            GatewayError::InvalidHeaders { reason } => write!(f, "invalid request headers: {reason}"),
+            GatewayError::UnsupportedTransferCoding => {
+                f.write_str("only the chunked transfer coding is supported")
+            }
+            GatewayError::BufferBudgetFull => f.write_str(
+                "the gateway holds too many request bodies right now; retry later",
+            ),
             GatewayError::WorkerStatus { status } => {
                 write!(f, "the worker answered {}", status.as_u16())
             }
@@ -317,6 +345,21 @@ mod tests {
                 GatewayError::MultimodalBudgetFull,
                 429,
                 "multimodal_inflight_budget",
+            ),
+            (
+                GatewayError::InvalidHeaders { reason: "x" },
+                400,
+                "invalid_request_headers",
+            ),
+            (
+                GatewayError::UnsupportedTransferCoding,
+                501,
+                "unsupported_transfer_coding",
+            ),
+            (
+                GatewayError::BufferBudgetFull,
+                503,
+                "request_buffer_budget_full",
             ),
         ] {
             let resp = error_response(&err);

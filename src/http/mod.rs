@@ -3,4 +3,6 @@
 
 pub mod body;
 pub mod error;
+pub mod head_rules;
 pub mod route;
+pub mod upload;

@@ -5,6 +5,20 @@
 //! `--enable-igw`, the prompt text for prefix policies), or a retry that must replay it.
 //! The decision and its reason are the labels of `gw_router_request_body_path_total`
 //! (spec 3).
+//!
+//! How much is held depends on why ([`Inputs::hold_limit`]):
+//! - The model under `--enable-igw`, the `--dp-aware` rewrite and the media budget need
+//!   the whole body (a cut-off JSON body names no model and cannot be rewritten): it is
+//!   read up to `--max-payload-size`, and refused with 503 `request_buffer_budget_full`
+//!   when the gateway-wide budget cannot hold it.
+//! - Everything else (replay on retry, the prompt text of prefix policies, a `rid` routing
+//!   key) is an optimisation: at most `--max-buffered-request-bytes` is held, whether or
+//!   not the client declared a length. A body that turns out longer (a chunked upload), or
+//!   that finds the budget full, streams on (the held prefix, then the rest), is not
+//!   retried, and is routed without the text or key (the policy's fallback). The
+//!   decision is counted once the read has ended, so the label says what happened:
+//!   `streamed`/`retry_forfeited` past the limit, `streamed`/`buffer_budget_full` past
+//!   the budget.
 
 /// Why a body is read whole before dispatch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,6 +48,10 @@ pub enum StreamReason {
     RetryForfeited,
     /// Retries are off and nothing needs the body.
     PureForward,
+    /// `--max-buffered-request-total-bytes` was reached while the body was read: sent on
+    /// as it arrives, not retried. (Not a reason spec 3 lists: its gateway has no such
+    /// budget.)
+    BudgetFull,
 }
 
 /// The decision for one request.
@@ -64,11 +82,12 @@ impl BodyPath {
             BodyPath::Buffered(BufferReason::MultimodalBudget) => "multimodal_budget",
             BodyPath::Streamed(StreamReason::RetryForfeited) => "retry_forfeited",
             BodyPath::Streamed(StreamReason::PureForward) => "pure_forward",
+            BodyPath::Streamed(StreamReason::BudgetFull) => "buffer_budget_full",
         }
     }
 
     /// How many decisions there are (the metric's label pairs).
-    pub const COUNT: usize = 9;
+    pub const COUNT: usize = 10;
 
     /// A dense index in `0..COUNT`, for pre-resolved metric handles.
     pub fn index(self) -> usize {
@@ -82,6 +101,7 @@ impl BodyPath {
             BodyPath::Streamed(StreamReason::RetryForfeited) => 6,
             BodyPath::Streamed(StreamReason::PureForward) => 7,
             BodyPath::Buffered(BufferReason::WorkerMutatesBody) => 8,
+            BodyPath::Streamed(StreamReason::BudgetFull) => 9,
         }
     }
 
@@ -109,8 +129,31 @@ pub struct Inputs {
     pub max_buffered: u64,
 }
 
+impl Inputs {
+    /// Whether correctness needs the whole body (see the module docs).
+    fn must_hold_whole(&self) -> bool {
+        self.needs_model || self.mutates_body || self.needs_media
+    }
+
+    /// The most a buffered body may hold before it streams on instead; `None` when it
+    /// must be held whole (within `--max-payload-size`).
+    pub fn hold_limit(&self) -> Option<u64> {
+        (!self.must_hold_whole()).then_some(self.max_buffered)
+    }
+}
+
 /// Decides the body path: routing needs first, then retries.
 pub fn decide(inputs: Inputs) -> BodyPath {
+    let too_long = inputs
+        .declared_len
+        .is_some_and(|len| len > inputs.max_buffered);
+    if too_long && !inputs.must_hold_whole() {
+        return if inputs.retries || inputs.needs_text || inputs.needs_rid {
+            BodyPath::Streamed(StreamReason::RetryForfeited)
+        } else {
+            BodyPath::Streamed(StreamReason::PureForward)
+        };
+    }
     if inputs.needs_model {
         return BodyPath::Buffered(BufferReason::ModelSelection);
     }
@@ -204,6 +247,7 @@ mod tests {
             BodyPath::Streamed(StreamReason::RetryForfeited),
             BodyPath::Streamed(StreamReason::PureForward),
             BodyPath::Buffered(BufferReason::WorkerMutatesBody),
+            BodyPath::Streamed(StreamReason::BudgetFull),
         ];
         let mut seen: Vec<usize> = all.iter().map(|p| p.index()).collect();
         seen.sort_unstable();
@@ -235,5 +279,45 @@ mod tests {
         };
         assert_eq!(labels(decide(off)), ("streamed", "pure_forward"));
         assert!(!decide(off).is_buffered());
+    }
+
+    #[test]
+    fn only_correctness_holds_a_long_body_whole() {
+        let long = Inputs {
+            declared_len: Some(1001),
+            ..inputs()
+        };
+        for optional in [
+            Inputs {
+                needs_text: true,
+                ..long
+            },
+            Inputs {
+                needs_rid: true,
+                retries: false,
+                ..long
+            },
+        ] {
+            assert_eq!(labels(decide(optional)), ("streamed", "retry_forfeited"));
+            assert_eq!(optional.hold_limit(), Some(1000));
+        }
+        for needed in [
+            Inputs {
+                needs_model: true,
+                ..long
+            },
+            Inputs {
+                mutates_body: true,
+                needs_text: true,
+                ..long
+            },
+            Inputs {
+                needs_media: true,
+                ..long
+            },
+        ] {
+            assert!(decide(needed).is_buffered());
+            assert_eq!(needed.hold_limit(), None);
+        }
     }
 }

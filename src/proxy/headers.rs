@@ -2,9 +2,13 @@
 //!
 //! Towards HTTP workers only an allowlist passes (spec 2, "Forwarded to HTTP and PD
 //! workers"): everything else a client sends, `x-api-key` included, stays at the edge.
-//! Values are moved, not copied.
+//! Values are moved, not copied. Headers the client's `Connection` field names are
+//! hop-by-hop (RFC 9110 §7.6.1) and never forwarded, even when allowlisted.
 
-use http::header::{HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use http::header::{
+    HeaderName, HeaderValue, AUTHORIZATION, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE,
+    TRANSFER_ENCODING,
+};
 use http::HeaderMap;
 
 /// Whether a client request header is forwarded to an HTTP worker.
@@ -42,6 +46,7 @@ pub fn to_worker(
     content_type: ContentType,
     worker_bearer: Option<&HeaderValue>,
 ) -> HeaderMap {
+    remove_connection_named(client);
     let mut out = HeaderMap::with_capacity(8);
     let mut client_content_type = None;
     let mut last_name: Option<HeaderName> = None;
@@ -76,21 +81,35 @@ pub fn to_worker(
     out
 }
 
-/// Headers that describe one hop, never relayed from the worker to the client: the fixed
-/// set, plus any header the `Connection` header names (RFC 9110 §7.6.1).
-pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    if let Some(connection) = headers.remove(http::header::CONNECTION) {
-        if let Ok(list) = connection.to_str() {
-            for token in list.split(',') {
-                let token = token.trim();
-                if !token.is_empty() {
-                    headers.remove(token);
-                }
-            }
+/// Removes the `Connection` fields and every header they name (RFC 9110 §7.6.1): those
+/// describe the hop they arrived on. A request without `Connection` costs one lookup.
+fn remove_connection_named(headers: &mut HeaderMap) {
+    if !headers.contains_key(CONNECTION) {
+        return;
+    }
+    // The values are shared buffers: cloning them is a reference count, not a copy.
+    let fields: Vec<HeaderValue> = headers.get_all(CONNECTION).iter().cloned().collect();
+    headers.remove(CONNECTION);
+    for field in &fields {
+        let Ok(list) = field.to_str() else { continue };
+        for token in list.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+            headers.remove(token);
         }
     }
+}
+
+/// Headers that describe one hop, never relayed from the worker to the client: the fixed
+/// set, plus any header the `Connection` header names (RFC 9110 §7.6.1).
+///
+/// A response framed by `Transfer-Encoding` also loses any `Content-Length` it carries
+/// (RFC 9112 §6.3: the coding wins, and the length is wrong or a smuggling attempt); the
+/// body is relayed as hyper decoded it, and the client's side frames it anew.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    remove_connection_named(headers);
+    if headers.contains_key(TRANSFER_ENCODING) {
+        headers.remove(CONTENT_LENGTH);
+    }
     for name in [
-        "connection",
         "keep-alive",
         "proxy-connection",
         "transfer-encoding",
@@ -196,5 +215,28 @@ mod tests {
         strip_hop_by_hop(&mut h);
         assert!(!h.contains_key("x-hop"));
         assert!(h.contains_key("x-end"));
+        let mut h = map(&[
+            ("transfer-encoding", "chunked"),
+            ("content-length", "3"),
+            ("content-type", "text/plain"),
+        ]);
+        strip_hop_by_hop(&mut h);
+        assert!(!h.contains_key("content-length"));
+        assert_eq!(h.len(), 1);
+    }
+
+    #[test]
+    fn headers_named_in_connection_are_not_forwarded() {
+        let mut client = map(&[
+            ("connection", "X-Request-Id"),
+            ("connection", " traceparent ,, bad name"),
+            ("x-request-id", "1"),
+            ("traceparent", "t"),
+            ("x-correlation-id", "3"),
+        ]);
+        let out = to_worker(&mut client, ContentType::Json, None);
+        assert!(!out.contains_key("x-request-id"));
+        assert!(!out.contains_key("traceparent"));
+        assert_eq!(out["x-correlation-id"], "3");
     }
 }

@@ -1,8 +1,13 @@
 //! Forwarding to HTTP workers: select, dispatch, relay.
 //!
-//! The request body streams to the worker unread (counted against the payload limit), and
-//! the worker's response streams back frame by frame. Each data-plane thread owns its own
-//! connection pool, so pooled connections never cross threads.
+//! The request body streams to the worker unread (counted against the payload limit), or
+//! is read first, within the limits [`body_path`] explains; the worker's response streams
+//! back frame by frame. Each data-plane thread owns its own connection pool, so pooled
+//! connections never cross threads.
+//!
+//! A request takes its admission ticket only once the body it must read has arrived, so
+//! a client trickling its body in holds no token (and is cut off at
+//! `--request-body-timeout-secs`); a streamed body is admitted before it is sent.
 
 pub mod body_path;
 pub mod headers;
@@ -22,10 +27,12 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
+use crate::admission::body_budget::Charge;
 use crate::admission::{Admission, Ticket};
 use crate::config::Config;
-use crate::http::body::{is_body_too_large, read_whole, LimitedBody, ReadError, RespBody};
+use crate::http::body::RespBody;
 use crate::http::error::GatewayError;
+use crate::http::upload::{client_fault, read_prefix, LimitedBody, Prefix, ReadError};
 use crate::metrics::{Metrics, RouteLabels};
 use crate::resilience::{Outcome, RetryConfig};
 use crate::routing::{Needs, Policy, RequestFacts};
@@ -183,18 +190,21 @@ fn error_type(err: &GatewayError) -> Option<&'static str> {
         GatewayError::PayloadTooLarge { .. }
         | GatewayError::ClientBodyBroken
         | GatewayError::BodyNotJsonObject
-        | GatewayError::ClientBodyTimeout => "validation_error",
+        | GatewayError::ClientBodyTimeout
+        | GatewayError::InvalidHeaders { .. }
+        | GatewayError::UnsupportedTransferCoding => "validation_error",
         GatewayError::NotImplemented { .. } => "internal_error",
         GatewayError::AdmissionQueueFull
         | GatewayError::AdmissionQueueTimeout
         | GatewayError::MultimodalTooLarge { .. }
-        | GatewayError::MultimodalBudgetFull => return None,
+        | GatewayError::MultimodalBudgetFull
+        | GatewayError::BufferBudgetFull => return None,
     })
 }
 
 /// The request body as the attempts see it: streamed once, or held for replay.
 enum Payload {
-    Stream(Option<Incoming>),
+    Stream(Option<LimitedBody>),
     Held(Bytes),
 }
 
@@ -223,9 +233,9 @@ impl Payload {
     }
 
     /// The body of the next attempt; `None` once a streamed body has been used.
-    fn next(&mut self, limit: u64) -> Option<LimitedBody> {
+    fn next(&mut self) -> Option<LimitedBody> {
         match self {
-            Payload::Stream(body) => body.take().map(|b| LimitedBody::new(b, limit)),
+            Payload::Stream(body) => body.take(),
             Payload::Held(bytes) => Some(LimitedBody::whole(bytes.clone())),
         }
     }
@@ -260,11 +270,10 @@ impl Forward<'_> {
         &self,
         req: Request<Incoming>,
         content_type: ContentType,
-        ticket: Ticket,
     ) -> Result<Response<RespBody>, GatewayError> {
         let started = Instant::now();
         let mut seen = Seen::default();
-        let result = self.dispatch(req, content_type, &mut seen, ticket).await;
+        let result = self.dispatch(req, content_type, &mut seen).await;
         let route = RouteLabels {
             connection_mode: seen
                 .worker
@@ -299,7 +308,6 @@ impl Forward<'_> {
         req: Request<Incoming>,
         content_type: ContentType,
         seen: &mut Seen,
-        mut ticket: Ticket,
     ) -> Result<Response<RespBody>, GatewayError> {
         if self.config.pd_disaggregation && !self.config.enable_igw {
             return Err(GatewayError::NotImplemented {
@@ -338,26 +346,17 @@ impl Forward<'_> {
             max_buffered: self.config.max_buffered_request_bytes,
         };
         let path = body_path::decide(inputs);
-        self.metrics.body_path(path);
         let (mut parts, body) = req.into_parts();
-        let mut payload = if path.is_buffered() {
-            let bytes =
-                read_whole(body, limit, deadline.into())
-                    .await
-                    .map_err(|err| match err {
-                        ReadError::TooLarge => GatewayError::PayloadTooLarge { limit },
-                        ReadError::Broken => GatewayError::ClientBodyBroken,
-                        ReadError::TooSlow => GatewayError::ClientBodyTimeout,
-                    })?;
-            if json {
-                self.admission
-                    .charge_media(&mut ticket, &bytes, self.metrics)
-                    .await?;
-            }
-            Payload::Held(bytes)
-        } else {
-            Payload::Stream(Some(body))
-        };
+        let body = LimitedBody::new(body, limit, Some(self.config.request_body_idle_timeout));
+        // Held until the exchange is over: the bytes of a held body stay charged.
+        let (mut payload, path, _charge) = self.read_body(body, path, &inputs, deadline).await?;
+        self.metrics.body_path(path);
+        let mut ticket = self.admission.admit(self.metrics).await?;
+        if let (Payload::Held(bytes), true) = (&payload, json) {
+            self.admission
+                .charge_media(&mut ticket, bytes, self.metrics)
+                .await?;
+        }
         let wants = Wants {
             model: inputs.needs_model || inputs.needs_text,
             stream: false,
@@ -440,7 +439,7 @@ impl Forward<'_> {
                     continue;
                 }
             };
-            let Some(body) = payload.next(limit) else {
+            let Some(body) = payload.next() else {
                 return Err(GatewayError::UpstreamBroken);
             };
             let body = payload.for_worker(&worker, body, json)?;
@@ -464,8 +463,9 @@ impl Forward<'_> {
                     return Err(GatewayError::UpstreamTimeout);
                 }
                 Ok(Err(err)) => {
-                    if is_body_too_large(&err) {
-                        return Err(GatewayError::PayloadTooLarge { limit });
+                    // The client's body failed, not the worker: no breaker, no retry.
+                    if let Some(fault) = client_fault(&err) {
+                        return Err(body_error(fault, limit));
                     }
                     tracing::debug!(worker = %worker.url, error = %err, "worker request failed");
                     let failure = if err.is_connect() {
@@ -482,6 +482,11 @@ impl Forward<'_> {
                         continue;
                     }
                     Failed::Exchange(failure)
+                }
+                Ok(Ok(response)) if !relayable(response.status()) => {
+                    tracing::debug!(worker = %worker.url, status = response.status().as_u16(), "worker answered a status that cannot be relayed");
+                    self.failed_exchange(&worker, &GatewayError::UpstreamBroken);
+                    Failed::Exchange(GatewayError::UpstreamBroken)
                 }
                 Ok(Ok(response)) => {
                     let status = response.status();
@@ -532,6 +537,47 @@ impl Forward<'_> {
                 GatewayError::ModelNotFound
             }
             _ => GatewayError::NoAvailableWorkers,
+        }
+    }
+
+    /// Reads what `path` says of the body before dispatch, within
+    /// `--request-body-timeout-secs` and the gateway-wide budget, and settles the path:
+    /// a buffered body that passes its hold limit or the budget streams on instead.
+    async fn read_body(
+        &self,
+        body: LimitedBody,
+        path: body_path::BodyPath,
+        inputs: &body_path::Inputs,
+        deadline: Instant,
+    ) -> Result<(Payload, body_path::BodyPath, Option<Charge>), GatewayError> {
+        use body_path::{BodyPath, StreamReason};
+        if !path.is_buffered() {
+            return Ok((Payload::Stream(Some(body)), path, None));
+        }
+        let limit = self.config.max_payload_size;
+        let read_by = deadline.min(Instant::now() + self.config.request_body_timeout);
+        let cap = inputs.hold_limit().unwrap_or(u64::MAX);
+        let charge = self.admission.bodies.charge();
+        match read_prefix(body, cap, charge, read_by.into()).await {
+            Err(err) => Err(body_error(err, limit)),
+            Ok(Prefix::Whole(bytes, charge)) => Ok((Payload::Held(bytes), path, Some(charge))),
+            // Only the budget ends the read of a body held whole early (the payload limit
+            // is an error of its own).
+            Ok(Prefix::Partial { .. }) if inputs.hold_limit().is_none() => {
+                Err(GatewayError::BufferBudgetFull)
+            }
+            Ok(Prefix::Partial { body, budget_full }) => {
+                let reason = if budget_full {
+                    StreamReason::BudgetFull
+                } else {
+                    StreamReason::RetryForfeited
+                };
+                Ok((
+                    Payload::Stream(Some(body)),
+                    BodyPath::Streamed(reason),
+                    None,
+                ))
+            }
         }
     }
 
@@ -613,6 +659,22 @@ impl Forward<'_> {
         *upstream.headers_mut() = headers;
         Ok(upstream)
     }
+}
+
+/// The client's answer when its body could not be read.
+fn body_error(err: ReadError, limit: u64) -> GatewayError {
+    match err {
+        ReadError::TooLarge => GatewayError::PayloadTooLarge { limit },
+        ReadError::Broken => GatewayError::ClientBodyBroken,
+        ReadError::TooSlow => GatewayError::ClientBodyTimeout,
+    }
+}
+
+/// Whether a worker's status can go to the client: a final status of RFC 9110 (200–599).
+/// hyper consumes interim 1xx answers itself except `101`, which this gateway never asks
+/// for (it sends no `Upgrade`); and it parses any three digits, 600–999 included.
+fn relayable(status: http::StatusCode) -> bool {
+    (200..=599).contains(&status.as_u16())
 }
 
 /// The scheme and authority of a worker the data plane can reach: plain HTTP only in this

@@ -382,11 +382,22 @@ pub async fn send(
 
 /// Shorthand: HTTP/1.1 request with a JSON body.
 pub async fn post_json(url: &str, body: &serde_json::Value) -> Reply {
+    post_json_with(url, body, &[]).await
+}
+
+/// HTTP/1.1 request with a JSON body and extra headers.
+pub async fn post_json_with(
+    url: &str,
+    body: &serde_json::Value,
+    headers: &[(&str, &str)],
+) -> Reply {
+    let mut all = vec![("content-type", "application/json")];
+    all.extend_from_slice(headers);
     send(
         &client(false),
         "POST",
         url,
-        &[("content-type", "application/json")],
+        &all,
         serde_json::to_vec(body).expect("json"),
     )
     .await
@@ -468,6 +479,20 @@ where
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     false
+}
+
+/// Waits until the gateway's `/readiness` answers 200 (a worker can take traffic).
+pub async fn wait_ready(gw: &Proc) {
+    let url = format!("{}/readiness", gw.url());
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            let url = url.clone();
+            async move { get(&url).await.status == 200 }
+        })
+        .await,
+        "no worker became ready:\n{}",
+        gw.log_text()
+    );
 }
 
 /// The gateway's `/metrics` exposition.

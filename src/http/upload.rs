@@ -1,0 +1,341 @@
+//! Request bodies on their way from the client to a worker.
+//!
+//! A body streams through [`LimitedBody`], which counts it against `--max-payload-size`
+//! and cuts it off after `--request-body-idle-timeout-secs` of silence. When something
+//! must look inside first (routing, a retry's replay), [`read_prefix`] reads it up to a
+//! cap, charging every byte it holds to the gateway-wide [`Charge`]; a body that passes
+//! the cap, or finds the budget full, is handed back as a [`LimitedBody`] that sends the
+//! held prefix first and then the rest as it arrives. So no request holds more than its
+//! cap, and all of them together no more than `--max-buffered-request-total-bytes`.
+
+use std::collections::VecDeque;
+use std::error::Error as StdError;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use tokio::time::{Instant, Sleep};
+
+use super::body::BoxError;
+use crate::admission::body_budget::Charge;
+
+/// The client's body passed `--max-payload-size`.
+#[derive(Debug)]
+pub struct BodyTooLarge;
+
+impl fmt::Display for BodyTooLarge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("request body exceeds the maximum payload size")
+    }
+}
+
+impl StdError for BodyTooLarge {}
+
+/// The client sent nothing of its body for `--request-body-idle-timeout-secs`.
+#[derive(Debug)]
+pub struct BodyStalled;
+
+impl fmt::Display for BodyStalled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the request body stalled")
+    }
+}
+
+impl StdError for BodyStalled {}
+
+/// The client's body broke off (reset, malformed chunking). Wraps hyper's error so that a
+/// failed exchange can tell the client's fault from the worker's.
+#[derive(Debug)]
+pub struct BodyBroken(hyper::Error);
+
+impl fmt::Display for BodyBroken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the request body broke off: {}", self.0)
+    }
+}
+
+impl StdError for BodyBroken {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        Some(&self.0)
+    }
+}
+
+/// Why a request body could not be read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadError {
+    /// More than the limit arrived.
+    TooLarge,
+    /// The client's body broke off (reset, malformed chunking).
+    Broken,
+    /// The body did not arrive in time (deadline, or too long a silence).
+    TooSlow,
+}
+
+/// The client's fault in `err`'s source chain, if the body is what failed; `None` when
+/// the failure is the worker's (or the connection's towards it).
+pub fn client_fault(err: &(dyn StdError + 'static)) -> Option<ReadError> {
+    let mut cur = Some(err);
+    while let Some(e) = cur {
+        if e.is::<BodyTooLarge>() {
+            return Some(ReadError::TooLarge);
+        }
+        if e.is::<BodyStalled>() {
+            return Some(ReadError::TooSlow);
+        }
+        if e.is::<BodyBroken>() {
+            return Some(ReadError::Broken);
+        }
+        cur = e.source();
+    }
+    None
+}
+
+/// A client request body on its way to a worker: streamed (after any prefix the gateway
+/// read first), and cut off with [`BodyTooLarge`] as soon as more than `limit` bytes have
+/// passed (covers chunked bodies, whose size is unknown up front; a declared
+/// Content-Length over the limit is refused before reading) or with [`BodyStalled`] after
+/// too long a silence; or already read whole, when routing had to look inside it.
+#[derive(Debug)]
+pub struct LimitedBody {
+    source: Source,
+    remaining: u64,
+    idle: Option<Idle>,
+    /// The budget held by the prefix; returned once the prefix is handed on.
+    charge: Option<Charge>,
+}
+
+#[derive(Debug)]
+enum Source {
+    /// The prefix read so far (sent first, frame by frame), then the rest of the stream.
+    Stream {
+        held: VecDeque<Bytes>,
+        inner: Incoming,
+    },
+    /// Sent as one frame; `None` once sent.
+    Whole(Option<Bytes>),
+}
+
+/// The idle timer: armed when the next frame is asked for and not there yet, so time the
+/// worker spends not reading (backpressure) never counts against the client. Created on
+/// first use: a body that is already there when asked for never allocates one.
+#[derive(Debug)]
+struct Idle {
+    after: Duration,
+    timer: Option<Pin<Box<Sleep>>>,
+    armed: bool,
+}
+
+impl LimitedBody {
+    /// Streams `inner`, within `limit` bytes and, with `idle`, that much silence at most.
+    pub fn new(inner: Incoming, limit: u64, idle: Option<Duration>) -> LimitedBody {
+        LimitedBody {
+            source: Source::Stream {
+                held: VecDeque::new(),
+                inner,
+            },
+            remaining: limit,
+            idle: idle.map(|after| Idle {
+                after,
+                timer: None,
+                armed: false,
+            }),
+            charge: None,
+        }
+    }
+
+    /// A body already read (and checked against the limit) by the gateway.
+    pub fn whole(bytes: Bytes) -> LimitedBody {
+        LimitedBody {
+            remaining: bytes.len() as u64,
+            source: Source::Whole(Some(bytes)),
+            idle: None,
+            charge: None,
+        }
+    }
+
+    /// The next frame of the client's stream, counted and timed.
+    fn poll_stream(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let Source::Stream { inner, .. } = &mut self.source else {
+            return Poll::Ready(None);
+        };
+        let polled = Pin::new(inner).poll_frame(cx);
+        let frame = match (polled, self.idle.as_mut()) {
+            (Poll::Pending, Some(idle)) => {
+                if !idle.armed {
+                    idle.armed = true;
+                    let at = Instant::now() + idle.after;
+                    match idle.timer.as_mut() {
+                        Some(timer) => timer.as_mut().reset(at),
+                        None => idle.timer = Some(Box::pin(tokio::time::sleep_until(at))),
+                    }
+                }
+                if let Some(timer) = idle.timer.as_mut() {
+                    ready!(timer.as_mut().poll(cx));
+                    return Poll::Ready(Some(Err(Box::new(BodyStalled))));
+                }
+                return Poll::Pending;
+            }
+            (Poll::Pending, None) => return Poll::Pending,
+            (Poll::Ready(None), _) => return Poll::Ready(None),
+            (Poll::Ready(Some(Err(e))), _) => {
+                return Poll::Ready(Some(Err(Box::new(BodyBroken(e)))))
+            }
+            (Poll::Ready(Some(Ok(frame))), _) => frame,
+        };
+        if let Some(idle) = self.idle.as_mut() {
+            idle.armed = false;
+        }
+        if let Some(data) = frame.data_ref() {
+            let len = data.len() as u64;
+            if len > self.remaining {
+                self.remaining = 0;
+                return Poll::Ready(Some(Err(Box::new(BodyTooLarge))));
+            }
+            self.remaining -= len;
+        }
+        Poll::Ready(Some(Ok(frame)))
+    }
+}
+
+impl Body for LimitedBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match &mut self.source {
+            Source::Whole(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            Source::Stream { held, .. } => match held.pop_front() {
+                Some(bytes) => {
+                    if held.is_empty() {
+                        self.charge = None;
+                    }
+                    Poll::Ready(Some(Ok(Frame::data(bytes))))
+                }
+                None => self.poll_stream(cx),
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.source {
+            Source::Stream { held, inner } => held.is_empty() && inner.is_end_stream(),
+            Source::Whole(bytes) => bytes.is_none(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.source {
+            Source::Stream { held, inner } => {
+                let prefix: u64 = held.iter().map(|b| b.len() as u64).sum();
+                let rest = inner.size_hint();
+                let mut hint = SizeHint::new();
+                hint.set_lower(rest.lower().saturating_add(prefix));
+                if let Some(upper) = rest.upper() {
+                    hint.set_upper(upper.saturating_add(prefix));
+                }
+                hint
+            }
+            Source::Whole(bytes) => {
+                SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
+            }
+        }
+    }
+}
+
+/// What [`read_prefix`] read.
+#[derive(Debug)]
+pub enum Prefix {
+    /// The whole body, within the cap, and the budget it holds.
+    Whole(Bytes, Charge),
+    /// The body goes on past what may be held: the prefix read so far, then the rest.
+    Partial {
+        body: LimitedBody,
+        /// The gateway-wide budget, not the cap, ended the read.
+        budget_full: bool,
+    },
+}
+
+/// Reads `body` until it ends, more than `cap` bytes have arrived, or `charge` cannot grow
+/// by the next frame; within `deadline` (408 territory, as is a stall the body itself
+/// notices). Held bytes are charged as they arrive; the frame that passes the cap or the
+/// budget is the only one held uncharged, for as long as it takes to hand it on.
+pub async fn read_prefix(
+    mut body: LimitedBody,
+    cap: u64,
+    mut charge: Charge,
+    deadline: Instant,
+) -> Result<Prefix, ReadError> {
+    let mut held: VecDeque<Bytes> = VecDeque::new();
+    let mut total: u64 = 0;
+    let read = async {
+        loop {
+            let Some(frame) = body.frame().await else {
+                return Ok(None);
+            };
+            let frame = frame.map_err(|e| client_fault(e.as_ref()).unwrap_or(ReadError::Broken))?;
+            let Ok(data) = frame.into_data() else {
+                // Trailers: the body is over; they are not relayed.
+                continue;
+            };
+            let len = data.len() as u64;
+            total = total.saturating_add(len);
+            let within_cap = total <= cap;
+            let charged = within_cap && charge.grow(len);
+            held.push_back(data);
+            if !charged {
+                return Ok(Some(!within_cap));
+            }
+        }
+    };
+    let ended = tokio::time::timeout_at(deadline, read)
+        .await
+        .map_err(|_| ReadError::TooSlow)??;
+    match ended {
+        None => Ok(Prefix::Whole(concat(held, total), charge)),
+        Some(over_cap) => {
+            if let Source::Stream { held: prefix, .. } = &mut body.source {
+                *prefix = held;
+            }
+            body.charge = Some(charge);
+            Ok(Prefix::Partial {
+                body,
+                budget_full: !over_cap,
+            })
+        }
+    }
+}
+
+/// Reads a request body whole, within `limit` bytes and before `deadline`. For
+/// administration bodies (small, never forwarded).
+pub async fn read_whole(body: Incoming, limit: u64, deadline: Instant) -> Result<Bytes, ReadError> {
+    let limited = LimitedBody::new(body, limit, None);
+    match tokio::time::timeout_at(deadline, limited.collect()).await {
+        Err(_) => Err(ReadError::TooSlow),
+        Ok(Err(err)) => Err(client_fault(err.as_ref()).unwrap_or(ReadError::Broken)),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+    }
+}
+
+/// The held frames as one buffer; a body that came in one frame is not copied.
+fn concat(mut held: VecDeque<Bytes>, total: u64) -> Bytes {
+    if held.len() <= 1 {
+        return held.pop_front().unwrap_or_default();
+    }
+    let mut out = BytesMut::with_capacity(usize::try_from(total).unwrap_or(0));
+    for bytes in held {
+        out.extend_from_slice(&bytes);
+    }
+    out.freeze()
+}
