@@ -146,10 +146,7 @@ pub fn parse_worker_url(raw: &str) -> Result<WorkerUrl, WorkerUrlError> {
 /// left out when empty or the scheme's default.
 fn canonical_authority(scheme: &str, raw: &str) -> Result<Authority, WorkerUrlError> {
     let parsed = Authority::try_from(raw).map_err(|_| WorkerUrlError::Invalid)?;
-    let host = parsed.host().to_ascii_lowercase();
-    if host.is_empty() || host == "[]" {
-        return Err(WorkerUrlError::MissingHost);
-    }
+    let host = canonical_host(parsed.host())?;
     let default_port = match scheme {
         "http" => Some(80),
         "https" => Some(443),
@@ -168,6 +165,23 @@ fn canonical_authority(scheme: &str, raw: &str) -> Result<Authority, WorkerUrlEr
         _ => host,
     };
     Authority::try_from(canonical.as_str()).map_err(|_| WorkerUrlError::Invalid)
+}
+
+/// A host in its one spelling: lowercased, without the root's trailing dot (`h.` and `h`
+/// are one name), an IPv6 literal in its shortest form (`[0:0::1]` is `[::1]`).
+fn canonical_host(raw: &str) -> Result<String, WorkerUrlError> {
+    if let Some(inner) = raw.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        return match inner.parse::<std::net::Ipv6Addr>() {
+            Ok(ip) => Ok(format!("[{ip}]")),
+            Err(_) if inner.is_empty() => Err(WorkerUrlError::MissingHost),
+            Err(_) => Err(WorkerUrlError::Invalid),
+        };
+    }
+    let host = raw.strip_suffix('.').unwrap_or(raw).to_ascii_lowercase();
+    if host.is_empty() {
+        return Err(WorkerUrlError::MissingHost);
+    }
+    Ok(host)
 }
 
 #[cfg(test)]
@@ -212,6 +226,7 @@ mod tests {
             "http://host.example:8000/v1",
             "http://host.example:8000/../",
             "http://host.example:8000/a/../b/./",
+            "http://host.example.:8000",
         ] {
             assert_eq!(
                 parse_worker_url(raw).unwrap().normalized,
@@ -225,6 +240,8 @@ mod tests {
             ("https://H:443", "https://h"),
             ("https://h:80", "https://h:80"),
             ("http://[::1]:8000/", "http://[::1]:8000"),
+            ("http://[0:0:0:0::1]:8000", "http://[::1]:8000"),
+            ("http://[::FFFF:7f00:1]:80", "http://[::ffff:127.0.0.1]"),
             ("grpc://H:443", "grpc://h:443"),
         ] {
             assert_eq!(
