@@ -803,8 +803,9 @@ pub static FLAGS: &[Flag] = &[
         "SECS",
         "120",
         Group::LimitsAndTimeouts,
-        "Time a client has to send the part of its body the gateway reads before dispatch \
-         (408 request_timeout); the request holds no admission token meanwhile",
+        "Time a client has to send its whole request body, read before dispatch or \
+         streamed to a worker (408 request_timeout); a body the gateway reads holds no \
+         admission token meanwhile. Raise it for large uploads over slow links",
         |c, v| {
             c.request_body_timeout = seconds(v, 1)?;
             Ok(())

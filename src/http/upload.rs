@@ -37,7 +37,8 @@ impl fmt::Display for BodyTooLarge {
 
 impl StdError for BodyTooLarge {}
 
-/// The client sent nothing of its body for `--request-body-idle-timeout-secs`.
+/// The client sent nothing of its body for `--request-body-idle-timeout-secs`, or had not
+/// sent all of it within `--request-body-timeout-secs`.
 #[derive(Debug)]
 pub struct BodyStalled;
 
@@ -100,7 +101,7 @@ pub fn client_fault(err: &(dyn StdError + 'static)) -> Option<ReadError> {
 /// read first), and cut off with [`BodyTooLarge`] as soon as more than `limit` bytes have
 /// passed (covers chunked bodies, whose size is unknown up front; a declared
 /// Content-Length over the limit is refused before reading) or with [`BodyStalled`] after
-/// too long a silence; or already read whole, when routing had to look inside it.
+/// too long a silence or past the whole-body deadline; or already read whole, when routing had to look inside it.
 #[derive(Debug)]
 pub struct LimitedBody {
     source: Source,
@@ -121,27 +122,36 @@ enum Source {
     Whole(Option<Bytes>),
 }
 
+/// How long a client may take over its body: at most `idle` of silence at a time, and the
+/// whole body by `whole_by` (so a body trickled just faster than the idle timeout still
+/// ends: each wait is cut at whichever comes first).
+#[derive(Clone, Copy, Debug)]
+pub struct BodyTiming {
+    pub idle: Duration,
+    pub whole_by: Instant,
+}
+
 /// The idle timer: armed when the next frame is asked for and not there yet, so time the
 /// worker spends not reading (backpressure) never counts against the client. Created on
 /// first use: a body that is already there when asked for never allocates one.
 #[derive(Debug)]
 struct Idle {
-    after: Duration,
+    timing: BodyTiming,
     timer: Option<Pin<Box<Sleep>>>,
     armed: bool,
 }
 
 impl LimitedBody {
-    /// Streams `inner`, within `limit` bytes and, with `idle`, that much silence at most.
-    pub fn new(inner: Incoming, limit: u64, idle: Option<Duration>) -> LimitedBody {
+    /// Streams `inner`, within `limit` bytes and, with `timing`, within its time bounds.
+    pub fn new(inner: Incoming, limit: u64, timing: Option<BodyTiming>) -> LimitedBody {
         LimitedBody {
             source: Source::Stream {
                 held: VecDeque::new(),
                 inner,
             },
             remaining: limit,
-            idle: idle.map(|after| Idle {
-                after,
+            idle: timing.map(|timing| Idle {
+                timing,
                 timer: None,
                 armed: false,
             }),
@@ -172,7 +182,7 @@ impl LimitedBody {
             (Poll::Pending, Some(idle)) => {
                 if !idle.armed {
                     idle.armed = true;
-                    let at = Instant::now() + idle.after;
+                    let at = (Instant::now() + idle.timing.idle).min(idle.timing.whole_by);
                     match idle.timer.as_mut() {
                         Some(timer) => timer.as_mut().reset(at),
                         None => idle.timer = Some(Box::pin(tokio::time::sleep_until(at))),

@@ -32,7 +32,7 @@ use crate::admission::{Admission, Ticket};
 use crate::config::Config;
 use crate::http::body::RespBody;
 use crate::http::error::GatewayError;
-use crate::http::upload::{client_fault, read_prefix, LimitedBody, Prefix, ReadError};
+use crate::http::upload::{client_fault, read_prefix, BodyTiming, LimitedBody, Prefix, ReadError};
 use crate::metrics::{Metrics, RouteLabels};
 use crate::resilience::{Outcome, RetryConfig};
 use crate::routing::{Needs, Policy, RequestFacts};
@@ -347,7 +347,13 @@ impl Forward<'_> {
         };
         let path = body_path::decide(inputs);
         let (mut parts, body) = req.into_parts();
-        let body = LimitedBody::new(body, limit, Some(self.config.request_body_idle_timeout));
+        let timing = BodyTiming {
+            idle: self.config.request_body_idle_timeout,
+            whole_by: tokio::time::Instant::from_std(
+                deadline.min(Instant::now() + self.config.request_body_timeout),
+            ),
+        };
+        let body = LimitedBody::new(body, limit, Some(timing));
         // Held until the exchange is over: the bytes of a held body stay charged.
         let (mut payload, path, _charge) = self.read_body(body, path, &inputs, deadline).await?;
         self.metrics.body_path(path);
