@@ -11,7 +11,8 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use common::{
-    eventually, free_port, gateway, gateway_with_nofile, get, mock, post_json, sample, scrape,
+    eventually, free_port, gateway, gateway_with_nofile, gateway_with_soft_nofile, get, mock,
+    post_json, sample, scrape,
 };
 use serde_json::Value;
 use support::RawConn;
@@ -312,4 +313,39 @@ async fn the_health_check_port_answers_probes_outside_the_http_metrics() {
     // The main listener's probes still are.
     assert_eq!(get(&format!("{}/health", gw.url())).await.status, 200);
     assert_eq!(sample(&scrape(&gw).await, health), Some(1.0));
+}
+
+/// The usual soft open-file limit (1,024 here: 256) would hold the default cap to a few
+/// hundred connections although the hard limit allows far more: the gateway raises its
+/// soft limit to the hard one at startup and derives the cap from that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_soft_open_file_limit_is_raised_to_the_hard_one() {
+    let hard = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|l| {
+            let line = l
+                .lines()
+                .find(|l| l.starts_with("Max open files"))?
+                .to_owned();
+            line.split_whitespace()
+                .nth(4)
+                .and_then(|v| v.parse::<u64>().ok())
+        });
+    let Some(hard) = hard.filter(|&h| h > 1024) else {
+        eprintln!("hard open-file limit unlimited or too low here; nothing to raise");
+        return;
+    };
+    let gw = gateway_with_soft_nofile(&[], 256);
+    let log = gw.log_text();
+    assert!(log.contains("open-file limit raised"), "{log}");
+    let expected = format!("max_connections={}", (hard - 128) / 2);
+    assert!(log.contains(&expected), "want {expected} in:\n{log}");
+    let limits =
+        std::fs::read_to_string(format!("/proc/{}/limits", gw.child.id())).expect("gateway limits");
+    let soft = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|v| v.parse::<u64>().ok());
+    assert_eq!(soft, Some(hard), "{limits}");
 }

@@ -873,7 +873,7 @@ pub static FLAGS: &[Flag] = &[
         "N",
         "none (from the open-file limit: (limit - 128) / 2)",
         Group::LimitsAndTimeouts,
-        "Client connections open at once over all threads; a connection beyond it is answered 503 (Retry-After: 1, Connection: close) and closed. The default leaves half of the descriptors, and 128 more, for upstream connections and the metrics and health listeners",
+        "Client connections open at once over all threads; a connection beyond it is answered 503 (Retry-After: 1, Connection: close) and closed. At startup the soft open-file limit is raised to the hard one; the default leaves half of the descriptors, and 128 more, for upstream connections and the metrics and health listeners",
         |c, v| {
             c.max_connections = Some(integer(v, 1, u64::from(u32::MAX))? as usize);
             Ok(())

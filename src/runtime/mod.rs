@@ -25,10 +25,6 @@ use crate::server::{self, listener, tokio_io::CheckedStream, ConnState, PhaseRep
 
 pub use uring_io::UringIo;
 
-/// The open-file limit assumed when `/proc/self/limits` cannot be read (the usual soft
-/// default).
-const DEFAULT_NOFILE: u64 = 1024;
-
 /// The IO engine actually in use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Engine {
@@ -281,9 +277,11 @@ impl DataPlane {
         shutdown: watch::Receiver<bool>,
     ) -> io::Result<DataPlane> {
         let (local_addr, listeners) = listener::bind_reuseport(addr, threads)?;
-        let max_connections = gateway.config.max_connections.unwrap_or_else(|| {
-            limit::default_max_connections(limit::open_file_limit().unwrap_or(DEFAULT_NOFILE))
-        });
+        let nofile = limit::raise_open_file_limit();
+        let max_connections = gateway
+            .config
+            .max_connections
+            .unwrap_or_else(|| limit::default_max_connections(nofile));
         let conn_limit = Arc::new(ConnLimit::new(max_connections));
         let mut handles = Vec::with_capacity(listeners.len());
         for (i, listener) in listeners.into_iter().enumerate() {

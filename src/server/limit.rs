@@ -32,17 +32,34 @@ pub fn default_max_connections(nofile: u64) -> usize {
     (usable.saturating_sub(RESERVED_FDS) / 2).max(1)
 }
 
-/// The process's soft open-file limit (`RLIMIT_NOFILE`), from `/proc/self/limits`.
-pub fn open_file_limit() -> Option<u64> {
-    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
-    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
-    let soft = line
-        .get("Max open files".len()..)?
-        .split_whitespace()
-        .next()?;
-    match soft {
-        "unlimited" => Some(u64::MAX),
-        n => n.parse().ok(),
+/// Raises the soft open-file limit (`RLIMIT_NOFILE`) to the hard one and returns the soft
+/// limit then in force (`u64::MAX` for unlimited). The usual soft default of 1,024 (login
+/// shells, systemd units) would hold `--max-connections` to 448 although the hard limit
+/// allows far more; a server that expects many connections raises it itself, as Go's
+/// runtime and nginx's `worker_rlimit_nofile` do. An unlimited hard limit is left alone
+/// (Linux refuses it past `fs.nr_open`), and so is a soft limit that cannot be raised.
+pub fn raise_open_file_limit() -> u64 {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let soft = limit.current.unwrap_or(u64::MAX);
+    match limit.maximum {
+        Some(hard) if hard > soft => {
+            let raised = Rlimit {
+                current: Some(hard),
+                maximum: Some(hard),
+            };
+            match setrlimit(Resource::Nofile, raised) {
+                Ok(()) => {
+                    tracing::info!(from = soft, to = hard, "open-file limit raised");
+                    hard
+                }
+                Err(err) => {
+                    tracing::warn!(soft, hard, error = %err, "cannot raise the open-file limit");
+                    soft
+                }
+            }
+        }
+        _ => soft,
     }
 }
 
@@ -130,6 +147,6 @@ mod tests {
         assert_eq!(default_max_connections(1024), 448);
         assert_eq!(default_max_connections(256), 64);
         assert_eq!(default_max_connections(10), 1);
-        assert!(open_file_limit().is_some_and(|n| n > 0));
+        assert!(raise_open_file_limit() > 0);
     }
 }

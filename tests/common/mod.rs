@@ -170,12 +170,33 @@ pub fn gateway_with_env(args: &[&str], env: &[(&str, &str)]) -> Proc {
     start_gateway(args, env, None)
 }
 
-/// Starts the gateway with its open-file limit (`RLIMIT_NOFILE`) lowered to `nofile`.
-pub fn gateway_with_nofile(args: &[&str], nofile: u32) -> Proc {
-    start_gateway(args, &[], Some(nofile))
+/// An open-file limit (`RLIMIT_NOFILE`) to start the gateway under.
+#[derive(Clone, Copy)]
+pub struct Nofile {
+    pub limit: u32,
+    /// Lower only the soft limit (the hard one stays as it was).
+    pub soft_only: bool,
 }
 
-fn start_gateway(args: &[&str], env: &[(&str, &str)], nofile: Option<u32>) -> Proc {
+/// Starts the gateway with its open-file limit (soft and hard) lowered to `nofile`.
+pub fn gateway_with_nofile(args: &[&str], nofile: u32) -> Proc {
+    let limit = Nofile {
+        limit: nofile,
+        soft_only: false,
+    };
+    start_gateway(args, &[], Some(limit))
+}
+
+/// Starts the gateway with only its soft open-file limit lowered to `nofile`.
+pub fn gateway_with_soft_nofile(args: &[&str], nofile: u32) -> Proc {
+    let limit = Nofile {
+        limit: nofile,
+        soft_only: true,
+    };
+    start_gateway(args, &[], Some(limit))
+}
+
+fn start_gateway(args: &[&str], env: &[(&str, &str)], nofile: Option<Nofile>) -> Proc {
     // The metrics port is chosen here and can be taken by another test between the check
     // and the bind: the gateway then refuses to start, and another port is tried.
     for _ in 0..5 {
@@ -187,16 +208,19 @@ fn start_gateway(args: &[&str], env: &[(&str, &str)], nofile: Option<u32>) -> Pr
 }
 
 /// One start; `None` when the metrics port was taken.
-fn try_gateway(args: &[&str], env: &[(&str, &str)], nofile: Option<u32>) -> Option<Proc> {
+fn try_gateway(args: &[&str], env: &[(&str, &str)], nofile: Option<Nofile>) -> Option<Proc> {
     let engine = io_engine();
     let metrics_port = free_port().to_string();
     let mut cmd = match nofile {
         // The shell lowers its own limit and then becomes the gateway (same process id).
-        Some(limit) => {
+        Some(Nofile { limit, soft_only }) => {
+            let script = if soft_only {
+                r#"ulimit -S -n "$0" && exec "$@""#
+            } else {
+                r#"ulimit -n "$0" && exec "$@""#
+            };
             let mut sh = Command::new("sh");
-            sh.args(["-c", r#"ulimit -n "$0" && exec "$@""#])
-                .arg(limit.to_string())
-                .arg(GATEWAY);
+            sh.args(["-c", script]).arg(limit.to_string()).arg(GATEWAY);
             sh
         }
         None => Command::new(GATEWAY),
