@@ -87,10 +87,13 @@ fn remove_connection_named(headers: &mut HeaderMap) {
     if !headers.contains_key(CONNECTION) {
         return;
     }
-    // The values are shared buffers: cloning them is a reference count, not a copy.
-    let fields: Vec<HeaderValue> = headers.get_all(CONNECTION).iter().cloned().collect();
+    // The values are shared buffers: cloning them is a reference count, not a copy. The
+    // usual single field (`Connection: keep-alive`) allocates nothing: `rest` stays empty.
+    let mut fields = headers.get_all(CONNECTION).iter().cloned();
+    let first = fields.next();
+    let rest: Vec<HeaderValue> = fields.collect();
     headers.remove(CONNECTION);
-    for field in &fields {
+    for field in first.iter().chain(&rest) {
         let Ok(list) = field.to_str() else { continue };
         for token in list.split(',').map(str::trim).filter(|t| !t.is_empty()) {
             headers.remove(token);
