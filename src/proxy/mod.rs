@@ -355,7 +355,7 @@ impl Forward<'_> {
         };
         let body = LimitedBody::new(body, limit, Some(timing));
         // Held until the exchange is over: the bytes of a held body stay charged.
-        let (mut payload, path, _charge) = self.read_body(body, path, &inputs, deadline).await?;
+        let (mut payload, path, _charge) = self.read_body(body, path, &inputs, timing).await?;
         self.metrics.body_path(path);
         let mut ticket = self.admission.admit(self.metrics).await?;
         if let (Payload::Held(bytes), true) = (&payload, json) {
@@ -546,25 +546,24 @@ impl Forward<'_> {
         }
     }
 
-    /// Reads what `path` says of the body before dispatch, within
-    /// `--request-body-timeout-secs` and the gateway-wide budget, and settles the path:
+    /// Reads what `path` says of the body before dispatch, by the body's whole-body
+    /// deadline and within the gateway-wide budget, and settles the path:
     /// a buffered body that passes its hold limit or the budget streams on instead.
     async fn read_body(
         &self,
         body: LimitedBody,
         path: body_path::BodyPath,
         inputs: &body_path::Inputs,
-        deadline: Instant,
+        timing: BodyTiming,
     ) -> Result<(Payload, body_path::BodyPath, Option<Charge>), GatewayError> {
         use body_path::{BodyPath, StreamReason};
         if !path.is_buffered() {
             return Ok((Payload::Stream(Some(body)), path, None));
         }
         let limit = self.config.max_payload_size;
-        let read_by = deadline.min(Instant::now() + self.config.request_body_timeout);
         let cap = inputs.hold_limit().unwrap_or(u64::MAX);
         let charge = self.admission.bodies.charge();
-        match read_prefix(body, cap, charge, read_by.into()).await {
+        match read_prefix(body, cap, charge, timing.whole_by).await {
             Err(err) => Err(body_error(err, limit)),
             Ok(Prefix::Whole(bytes, charge)) => Ok((Payload::Held(bytes), path, Some(charge))),
             // Only the budget ends the read of a body held whole early (the payload limit
