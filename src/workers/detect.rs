@@ -58,8 +58,9 @@ pub fn is_external_provider(url: &WorkerUrl) -> bool {
     let Transport::Http { authority, .. } = &url.transport else {
         return false;
     };
+    // Worker URLs are normalised at parse time: the host is lowercase, without the
+    // root's trailing dot.
     let host = authority.host();
-    let host = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
     EXTERNAL_PROVIDER_DOMAINS.iter().any(|domain| {
         host == *domain
             || host
