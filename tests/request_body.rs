@@ -11,6 +11,7 @@
 //!   slow uploaders cannot shut out other clients.
 
 mod common;
+mod support;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -339,9 +340,30 @@ async fn a_body_routing_must_hold_whole_is_refused_past_the_budget() {
         "1MiB",
     ]);
     wait_ready(&gw).await;
-    let reply = post_body(&gw, chat_body(3 * MIB, b'y')).await;
-    assert_eq!(reply.status, 503, "{}", reply.text());
-    assert_eq!(reply.json()["error"]["code"], "request_buffer_budget_full");
+    // A raw client: the gateway answers as soon as the budget is passed and closes without
+    // reading the rest, so a client that stops at its first failed write (hyper's) may
+    // never read the answer. This one writes on regardless and reads the answer meanwhile.
+    let body = chat_body(3 * MIB, b'y');
+    let mut conn = support::RawConn::connect(gw.addr);
+    let mut writer = conn.stream.try_clone().expect("clone");
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let sender = std::thread::spawn(move || {
+        let _ = writer.write_all(head.as_bytes());
+        let _ = writer.write_all(&body);
+    });
+    let reply = conn
+        .read_response(Duration::from_secs(10))
+        .expect("an answer before the connection closed");
+    let _ = conn.stream.shutdown(std::net::Shutdown::Both);
+    let _ = sender.join();
+    let text = String::from_utf8_lossy(&reply.body).into_owned();
+    assert_eq!(reply.status, 503, "{text}");
+    let answer: serde_json::Value = serde_json::from_str(&text).expect("json answer");
+    assert_eq!(answer["error"]["code"], "request_buffer_budget_full");
     assert!(mock_requests(&m)
         .await
         .iter()
