@@ -1,4 +1,6 @@
-//! The gateway's shared state and the request dispatcher: which owner serves a route.
+//! The wiring layer's request side: the state every data-plane thread shares, each thread's
+//! handler, and the dispatcher that gives each route to its owner (health, administration,
+//! the data-path pipeline).
 
 use std::sync::Arc;
 
@@ -9,67 +11,77 @@ use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
-use crate::admin;
-use crate::admission::Admission;
+use crate::admin::{self, Admin};
 use crate::auth::gate::Authenticator;
-use crate::config::Config;
+use crate::control::calls::CallClient;
+use crate::fleet::Registry;
 use crate::http::body::RespBody;
 use crate::http::error::{self, error_response, GatewayError};
 use crate::http::head_rules;
 use crate::http::route::{match_route, path_param, Route, RouteGroup, RouteMatch};
 use crate::http::upload::{read_whole, ReadError};
 use crate::metrics::Metrics;
-use crate::proxy::{ContentType, Forward, UpstreamClient};
-use crate::resilience::RetryConfig;
-use crate::routing::Policy;
-use crate::workers::calls::CallClient;
-use crate::workers::jobs::Jobs;
-use crate::workers::Registry;
+use crate::proxy::{ContentType, Pipeline, UpstreamClient};
+use crate::runtime::ThreadSetup;
+use crate::server::Handler;
 
-/// Everything the data plane shares across threads. Built once at startup.
+/// What every data-plane thread shares. Built once at startup by [`crate::startup`]; each
+/// owner below gets only its own handle.
 pub struct Gateway {
-    pub config: Config,
-    pub registry: Registry,
-    pub policy: Arc<dyn Policy>,
-    /// Retry settings in force (none under `--disable-retries`).
-    pub retry: RetryConfig,
+    /// The data path: forwarding of inference requests.
+    pub pipeline: Arc<Pipeline>,
+    /// Administration and information routes.
+    pub admin: Arc<Admin>,
     pub auth: Authenticator,
-    /// Queued worker changes and their status.
-    pub jobs: Jobs,
-    /// Every metric family.
+    /// The fleet, for `/readiness`.
+    pub registry: Arc<Registry>,
+    /// Every metric family (the HTTP layer's are recorded here).
     pub metrics: Arc<Metrics>,
-    /// Admission control of inference requests.
-    pub admission: Arc<Admission>,
 }
 
-/// One data-plane thread's view: the shared gateway plus what the thread owns alone.
+/// One data-plane thread's handler: the shared gateway plus what the thread owns alone.
 pub struct ThreadCtx {
-    pub gateway: Arc<Gateway>,
-    pub client: UpstreamClient,
+    gateway: Arc<Gateway>,
+    client: UpstreamClient,
     /// The gateway's own calls to workers (fan-out, forwarded information routes).
-    pub calls: CallClient,
+    calls: CallClient,
 }
 
 impl ThreadCtx {
     pub fn new(gateway: Arc<Gateway>) -> ThreadCtx {
-        let client = UpstreamClient::new(&gateway.config);
+        let client = UpstreamClient::new(&gateway.pipeline.settings);
         ThreadCtx {
             gateway,
             client,
             calls: CallClient::new(),
         }
     }
+}
 
-    fn forward(&self, route: Route) -> Forward<'_> {
-        Forward {
-            config: &self.gateway.config,
-            registry: &self.gateway.registry,
-            policy: self.gateway.policy.as_ref(),
-            admission: &self.gateway.admission,
-            client: &self.client,
-            retry: self.gateway.retry,
-            metrics: &self.gateway.metrics,
-            endpoint: route.endpoint().as_str(),
+impl Handler for ThreadCtx {
+    fn handle(
+        &self,
+        req: Request<Incoming>,
+    ) -> impl std::future::Future<Output = Response<RespBody>> + Send {
+        handle(self, req)
+    }
+}
+
+/// Each data-plane thread gets its own [`ThreadCtx`] and runs the event-loop canary.
+impl ThreadSetup for Gateway {
+    type Handler = ThreadCtx;
+
+    fn handler(self: Arc<Self>) -> ThreadCtx {
+        ThreadCtx::new(self)
+    }
+
+    fn companion(&self, index: usize) -> impl std::future::Future<Output = ()> + 'static {
+        self.metrics.runtime.clone().canary(Some(index))
+    }
+
+    fn parked(&self, index: usize) {
+        if let Some(stats) = self.metrics.runtime.thread(index) {
+            stats.parked();
         }
     }
 }
@@ -114,7 +126,8 @@ async fn respond(ctx: &ThreadCtx, mut req: Request<Incoming>) -> Response<RespBo
         }
         RouteMatch::MethodNotAllowed => return error::empty(StatusCode::METHOD_NOT_ALLOWED),
     };
-    let auth = &ctx.gateway.auth;
+    let gateway = &ctx.gateway;
+    let auth = &gateway.auth;
     match route.group() {
         RouteGroup::Public => {}
         RouteGroup::DataPlane => match auth.data_plane(req.headers()) {
@@ -135,22 +148,22 @@ async fn respond(ctx: &ThreadCtx, mut req: Request<Incoming>) -> Response<RespBo
     }
     let result = match route {
         Route::Health | Route::Liveness => Ok(error::empty(StatusCode::OK)),
-        Route::Readiness => Ok(readiness(&ctx.gateway)),
+        Route::Readiness => Ok(readiness(&gateway.registry)),
         // WASM routes need `--enable-wasm` (not in this build yet): 500 with an empty body.
         Route::WasmList | Route::WasmAdd | Route::WasmDelete => {
             Ok(error::empty(StatusCode::INTERNAL_SERVER_ERROR))
         }
-        Route::Models => Ok(admin::models(&ctx.gateway)),
+        Route::Models => Ok(admin::models(&gateway.admin)),
         Route::GetModelInfo | Route::GetServerInfo | Route::HealthGenerate => {
-            Ok(admin::forward_info(&ctx.gateway, &ctx.calls, route.template()).await)
+            Ok(admin::forward_info(&gateway.admin, &ctx.calls, route.template()).await)
         }
-        Route::FlushCache => Ok(admin::flush_cache(&ctx.gateway, &ctx.calls).await),
-        Route::EngineMetrics => Ok(admin::engine_metrics(&ctx.gateway, &ctx.calls).await),
-        Route::Loads | Route::GetLoads => Ok(admin::loads(&ctx.gateway, req.uri().query())),
+        Route::FlushCache => Ok(admin::flush_cache(&gateway.admin, &ctx.calls).await),
+        Route::EngineMetrics => Ok(admin::engine_metrics(&gateway.admin, &ctx.calls).await),
+        Route::Loads | Route::GetLoads => Ok(admin::loads(&gateway.admin, req.uri().query())),
         Route::StartProfile | Route::StopProfile => {
             let start = route == Route::StartProfile;
             match read_admin_body(req.into_body()).await {
-                Ok(body) => Ok(admin::profile(&ctx.gateway, &ctx.calls, start, body).await),
+                Ok(body) => Ok(admin::profile(&gateway.admin, &ctx.calls, start, body).await),
                 Err(err) => Ok(body_error(err)),
             }
         }
@@ -159,7 +172,7 @@ async fn respond(ctx: &ThreadCtx, mut req: Request<Incoming>) -> Response<RespBo
         | Route::WorkerGet
         | Route::WorkerPatch
         | Route::WorkerReplace
-        | Route::WorkerDelete => Ok(workers_route(&ctx.gateway, route, req).await),
+        | Route::WorkerDelete => Ok(workers_route(&gateway.admin, route, req).await),
         Route::AudioTranscriptions => forward(ctx, route, req, ContentType::FromClient).await,
         r if is_forwarded(r) => forward(ctx, r, req, ContentType::Json).await,
         r => Err(GatewayError::NotImplemented {
@@ -178,7 +191,11 @@ async fn forward(
     req: Request<Incoming>,
     content_type: ContentType,
 ) -> Result<Response<RespBody>, GatewayError> {
-    ctx.forward(route).send(req, content_type).await
+    ctx.gateway
+        .pipeline
+        .forward(&ctx.client, route.endpoint().as_str())
+        .send(req, content_type)
+        .await
 }
 
 /// Largest body of an administration request.
@@ -203,27 +220,23 @@ async fn read_admin_body(body: Incoming) -> Result<Bytes, ReadError> {
 }
 
 /// `/workers` and `/workers/{worker_id}`.
-async fn workers_route(
-    gateway: &Gateway,
-    route: Route,
-    req: Request<Incoming>,
-) -> Response<RespBody> {
+async fn workers_route(admin: &Admin, route: Route, req: Request<Incoming>) -> Response<RespBody> {
     let (parts, body) = req.into_parts();
     let path = parts.uri.path();
     let id = path_param(path, 1);
     match route {
-        Route::WorkersList => admin::workers::list(gateway, parts.uri.query()),
-        Route::WorkerGet => admin::workers::get(gateway, id),
-        Route::WorkerDelete => admin::workers::delete(gateway, id),
+        Route::WorkersList => admin::workers::list(admin, parts.uri.query()),
+        Route::WorkerGet => admin::workers::get(admin, id),
+        Route::WorkerDelete => admin::workers::delete(admin, id),
         _ => {
             let body = match read_admin_body(body).await {
                 Ok(body) => body,
                 Err(err) => return body_error(err),
             };
             match route {
-                Route::WorkersCreate => admin::workers::create(gateway, &parts.headers, &body),
-                Route::WorkerPatch => admin::workers::patch(gateway, id, &parts.headers, &body),
-                _ => admin::workers::replace(gateway, id, &parts.headers, &body),
+                Route::WorkersCreate => admin::workers::create(admin, &parts.headers, &body),
+                Route::WorkerPatch => admin::workers::patch(admin, id, &parts.headers, &body),
+                _ => admin::workers::replace(admin, id, &parts.headers, &body),
             }
         }
     }
@@ -262,8 +275,8 @@ fn is_forwarded(route: Route) -> bool {
 }
 
 /// `/readiness`: 200 while at least one worker can take traffic, else 503.
-pub(crate) fn readiness(gateway: &Gateway) -> Response<RespBody> {
-    let snap = gateway.registry.snapshot();
+pub fn readiness(registry: &Registry) -> Response<RespBody> {
+    let snap = registry.snapshot();
     let ready = snap.ready_count();
     let total = snap.all().len();
     let (status, word) = if ready > 0 {

@@ -9,8 +9,8 @@ use http::{HeaderMap, Method, Response, StatusCode};
 use super::audit::{AuditEvent, AuthMethod, Outcome};
 use super::jwt::{JwtSettings, JwtVerifier};
 use super::keys::{bearer_token, ControlPlaneKeys, DataPlaneAccess, DataPlaneKeys};
+use super::AuthSettings;
 use super::{audit, Role};
-use crate::config::Config;
 use crate::http::body::RespBody;
 use crate::http::error;
 
@@ -65,7 +65,7 @@ impl Authenticator {
     /// Builds the checks from the configuration. JWT needs the IdP's discovery document at
     /// startup; if that fails, the error is logged and the control plane falls back to the
     /// shared-key rule (rule 3), unless control-plane keys are configured.
-    pub async fn new(config: &Config) -> Authenticator {
+    pub async fn new(config: &AuthSettings) -> Authenticator {
         let jwt = match (&config.jwt_issuer, &config.jwt_audience) {
             (Some(issuer), Some(audience)) => {
                 let settings = JwtSettings {

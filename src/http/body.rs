@@ -18,8 +18,8 @@ use pin_project_lite::pin_project;
 use tokio::time::Sleep;
 
 use crate::admission::Ticket;
+use crate::fleet::LoadGuard;
 use crate::server::ConnActivity;
-use crate::workers::LoadGuard;
 
 /// Boxed error type of both bodies; allocated only when an error actually happens.
 pub type BoxError = Box<dyn StdError + Send + Sync>;

@@ -29,14 +29,13 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use crate::admission::body_budget::Charge;
 use crate::admission::{Admission, Ticket};
-use crate::config::Config;
+use crate::fleet::{LoadGuard, PoolTuning, Registry, Worker};
 use crate::http::body::RespBody;
 use crate::http::error::GatewayError;
 use crate::http::upload::{client_fault, read_prefix, BodyTiming, LimitedBody, Prefix, ReadError};
 use crate::metrics::{Metrics, RouteLabels};
 use crate::resilience::{Outcome, RetryConfig};
 use crate::routing::{Needs, Policy, RequestFacts};
-use crate::workers::{LoadGuard, PoolTuning, Registry, Worker};
 use peek::Wants;
 use uuid::Uuid;
 
@@ -72,12 +71,12 @@ pub struct UpstreamClient {
 
 impl UpstreamClient {
     /// Builds one thread's pools.
-    pub fn new(config: &Config) -> UpstreamClient {
-        let defaults = Tuning::defaults(config.upstream_pool_idle_timeout);
+    pub fn new(settings: &PipelineSettings) -> UpstreamClient {
+        let defaults = Tuning::defaults(settings.upstream_pool_idle_timeout);
         UpstreamClient {
             http1: pool(defaults, false),
             h2c: pool(defaults, true),
-            idle_timeout: config.upstream_pool_idle_timeout,
+            idle_timeout: settings.upstream_pool_idle_timeout,
             tuned: Mutex::new(Vec::new()),
         }
     }
@@ -146,6 +145,39 @@ fn pool(tuning: Tuning, http2_only: bool) -> UpstreamPool {
         .build(connector)
 }
 
+/// The data path's part of the Limits and timeouts flag group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PipelineSettings {
+    /// `--request-timeout-secs`: default timeout of a request to a worker.
+    pub request_timeout: Duration,
+    /// `--max-payload-size`: largest accepted request body, in bytes (>= 1).
+    pub max_payload_size: u64,
+    /// `--request-body-timeout-secs`: time a client has to send the part of its body the
+    /// gateway reads before dispatch.
+    pub request_body_timeout: Duration,
+    /// `--request-body-idle-timeout-secs`: longest silence inside a request body, read or
+    /// streamed.
+    pub request_body_idle_timeout: Duration,
+    /// `--upstream-pool-idle-timeout-secs`: idle keep time of upstream connections;
+    /// `None` (flag value 0) keeps them forever.
+    pub upstream_pool_idle_timeout: Option<Duration>,
+    /// `--max-buffered-request-bytes`: largest body kept for replay.
+    pub max_buffered_request_bytes: u64,
+}
+
+impl Default for PipelineSettings {
+    fn default() -> PipelineSettings {
+        PipelineSettings {
+            request_timeout: Duration::from_secs(1800),
+            max_payload_size: 512 * 1024 * 1024,
+            request_body_timeout: Duration::from_secs(120),
+            request_body_idle_timeout: Duration::from_secs(30),
+            upstream_pool_idle_timeout: Some(Duration::from_secs(3)),
+            max_buffered_request_bytes: 16 * 1024 * 1024,
+        }
+    }
+}
+
 /// The body length the client declared, if any.
 fn declared_length(req: &Request<Incoming>) -> Option<u64> {
     req.headers()
@@ -154,17 +186,69 @@ fn declared_length(req: &Request<Incoming>) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// What a forward needs from the gateway; borrowed for the duration of one request.
-pub struct Forward<'a> {
-    pub config: &'a Config,
-    pub registry: &'a Registry,
-    pub policy: &'a dyn Policy,
-    pub admission: &'a Admission,
-    pub client: &'a UpstreamClient,
+/// How the fleet is organised, as far as the data path cares; copied from the owning
+/// modules' settings by the wiring.
+#[derive(Clone, Debug, Default)]
+pub struct FleetModes {
+    /// `--enable-igw`: candidates are the workers of the request's model.
+    pub enable_igw: bool,
+    /// `--dp-aware`: a request to a rank target carries its rank in the body.
+    pub dp_aware: bool,
+    /// `--pd-disaggregation`: prefill/decode dispatch (not served yet).
+    pub pd_disaggregation: bool,
+    /// `--routing-key-headers`: where a request's routing key may come from.
+    pub routing_key_headers: Vec<String>,
+    /// `--load-monitor-interval`: when overload verdicts refresh, the `Retry-After` of a
+    /// shed request.
+    pub overload_retry_after: Duration,
+}
+
+/// What the data path shares across threads: the handles it reads and its settings. Built
+/// once by the wiring; nothing else of the gateway is visible from here.
+pub struct Pipeline {
+    pub settings: PipelineSettings,
+    pub modes: FleetModes,
+    pub registry: Arc<Registry>,
+    pub policy: Arc<dyn Policy>,
+    pub admission: Arc<Admission>,
+    /// Retry settings in force (none under `--disable-retries`).
     pub retry: RetryConfig,
-    pub metrics: &'a Metrics,
+    pub metrics: Arc<Metrics>,
+}
+
+impl Pipeline {
+    /// One request's forward on a thread's upstream pools.
+    pub fn forward<'a>(
+        &'a self,
+        client: &'a UpstreamClient,
+        endpoint: &'static str,
+    ) -> Forward<'a> {
+        Forward {
+            settings: &self.settings,
+            modes: &self.modes,
+            registry: &self.registry,
+            policy: self.policy.as_ref(),
+            admission: &self.admission,
+            client,
+            retry: self.retry,
+            metrics: &self.metrics,
+            endpoint,
+        }
+    }
+}
+
+/// What a forward needs; borrowed for the duration of one request.
+pub struct Forward<'a> {
+    settings: &'a PipelineSettings,
+    modes: &'a FleetModes,
+    registry: &'a Registry,
+    policy: &'a dyn Policy,
+    admission: &'a Admission,
+    client: &'a UpstreamClient,
+    retry: RetryConfig,
+    metrics: &'a Metrics,
     /// The route's `endpoint` metrics label.
-    pub endpoint: &'static str,
+    endpoint: &'static str,
 }
 
 /// What the router metrics need to know of a request once it is over: the model the body
@@ -224,7 +308,7 @@ impl Payload {
     ) -> Result<LimitedBody, GatewayError> {
         match (self, worker.dp) {
             (Payload::Held(bytes), Some(rank)) if json => {
-                crate::workers::dp::pin_rank(bytes, rank.rank())
+                crate::fleet::dp::pin_rank(bytes, rank.rank())
                     .map(LimitedBody::whole)
                     .map_err(|_| GatewayError::BodyNotJsonObject)
             }
@@ -309,17 +393,17 @@ impl Forward<'_> {
         content_type: ContentType,
         seen: &mut Seen,
     ) -> Result<Response<RespBody>, GatewayError> {
-        if self.config.pd_disaggregation && !self.config.enable_igw {
+        if self.modes.pd_disaggregation && !self.modes.enable_igw {
             return Err(GatewayError::NotImplemented {
                 route: "prefill/decode dispatch (--pd-disaggregation)",
             });
         }
-        let limit = self.config.max_payload_size;
+        let limit = self.settings.max_payload_size;
         let declared = declared_length(&req);
         if declared.is_some_and(|len| len > limit) {
             return Err(GatewayError::PayloadTooLarge { limit });
         }
-        let deadline = Instant::now() + self.config.request_timeout;
+        let deadline = Instant::now() + self.settings.request_timeout;
 
         let json = content_type == ContentType::Json;
         let needs = self.policy.needs();
@@ -333,30 +417,31 @@ impl Forward<'_> {
             (None, None)
         };
         let inputs = body_path::Inputs {
-            needs_model: self.config.enable_igw && json,
+            needs_model: self.modes.enable_igw && json,
             needs_text: needs == Needs::PromptText && json,
             needs_rid: needs == Needs::Header
                 && json
                 && routing_key.is_none()
                 && target_worker.is_none(),
-            mutates_body: self.config.dp_aware && json,
+            mutates_body: self.modes.dp_aware && json,
             needs_media: json && self.admission.media.is_some(),
             retries: self.retry.enabled(),
             declared_len: declared,
-            max_buffered: self.config.max_buffered_request_bytes,
+            max_buffered: self.settings.max_buffered_request_bytes,
         };
         let path = body_path::decide(inputs);
         let (mut parts, body) = req.into_parts();
         let timing = BodyTiming {
-            idle: self.config.request_body_idle_timeout,
+            idle: self.settings.request_body_idle_timeout,
             whole_by: tokio::time::Instant::from_std(
-                deadline.min(Instant::now() + self.config.request_body_timeout),
+                deadline.min(Instant::now() + self.settings.request_body_timeout),
             ),
         };
         let body = LimitedBody::new(body, limit, Some(timing));
         // Held until the exchange is over: the bytes of a held body stay charged.
         let (mut payload, path, _charge) = self.read_body(body, path, &inputs, timing).await?;
-        self.metrics.body_path(path);
+        self.metrics
+            .body_path(path.index(), path.path(), path.reason());
         let mut ticket = self.admission.admit(self.metrics).await?;
         if let (Payload::Held(bytes), true) = (&payload, json) {
             self.admission
@@ -426,7 +511,7 @@ impl Forward<'_> {
                     };
                     self.metrics.overload_shed(stage);
                     return Err(GatewayError::OverloadShed {
-                        retry_after_secs: self.config.load_monitor_interval.as_secs(),
+                        retry_after_secs: self.modes.overload_retry_after.as_secs(),
                     });
                 }
                 // Every breaker opened while retrying: the last answer is the better word.
@@ -560,7 +645,7 @@ impl Forward<'_> {
         if !path.is_buffered() {
             return Ok((Payload::Stream(Some(body)), path, None));
         }
-        let limit = self.config.max_payload_size;
+        let limit = self.settings.max_payload_size;
         let cap = inputs.hold_limit().unwrap_or(u64::MAX);
         let charge = self.admission.bodies.charge();
         match read_prefix(body, cap, charge, timing.whole_by).await {
@@ -619,7 +704,7 @@ impl Forward<'_> {
 
     /// The routing key from the first `--routing-key-headers` header the request carries.
     fn routing_key_header(&self, headers: &HeaderMap) -> Option<HeaderValue> {
-        self.config
+        self.modes
             .routing_key_headers
             .iter()
             .find_map(|name| headers.get(name.as_str()))

@@ -21,7 +21,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use super::{Transport, Worker, WorkerUrl};
+use crate::fleet::{Transport, Worker, WorkerUrl};
 
 /// One pooled client for the gateway's own calls, speaking one way to plain-HTTP workers.
 pub type CallPool = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
@@ -310,9 +310,10 @@ pub(crate) mod tests {
     use uuid::Uuid;
 
     use super::*;
-    use crate::config::{Config, Secret};
-    use crate::workers::spec::WorkerSpec;
-    use crate::workers::{parse_worker_url, Discovered};
+    use crate::fleet::spec::WorkerSpec;
+    use crate::fleet::WorkerDefaults;
+    use crate::fleet::{parse_worker_url, Discovered};
+    use crate::secret::Secret;
 
     /// One request as the test server saw it.
     #[derive(Clone, Debug)]
@@ -463,7 +464,7 @@ pub(crate) mod tests {
             Uuid::new_v4(),
             spec,
             Discovered::default(),
-            &Config::default(),
+            &WorkerDefaults::default(),
         );
         let client = CallClient::new();
         call(&client, &worker, Method::GET, "/health", None, SECOND)
