@@ -15,7 +15,7 @@ use tollgate::config::PolicyName;
 use tollgate::fleet::{Registry, Worker};
 use tollgate::http::route::Route;
 use tollgate::metrics::{Metrics, RouteLabels, Sources, DURATION_BUCKETS};
-use tollgate::proxy::body_path::{BodyPath, BufferReason};
+use tollgate::pipeline::body_path::{BodyPath, BufferReason};
 use tollgate::routing::{self, PolicyParams, Selection};
 
 fn metrics() -> Metrics {

@@ -21,7 +21,7 @@ use crate::http::head_rules;
 use crate::http::route::{match_route, path_param, Route, RouteGroup, RouteMatch};
 use crate::http::upload::{read_whole, ReadError};
 use crate::metrics::Metrics;
-use crate::proxy::{ContentType, Pipeline, UpstreamClient};
+use crate::pipeline::{ContentType, Pipeline, UpstreamClient};
 use crate::runtime::ThreadSetup;
 use crate::server::Handler;
 
@@ -193,8 +193,7 @@ async fn forward(
 ) -> Result<Response<RespBody>, GatewayError> {
     ctx.gateway
         .pipeline
-        .forward(&ctx.client, route.endpoint().as_str())
-        .send(req, content_type)
+        .serve(&ctx.client, route.endpoint().as_str(), req, content_type)
         .await
 }
 

@@ -17,7 +17,7 @@ pub mod fleet;
 pub mod http;
 pub mod logging;
 pub mod metrics;
-pub mod proxy;
+pub mod pipeline;
 pub mod resilience;
 pub mod rng;
 pub mod routing;

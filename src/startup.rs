@@ -15,7 +15,7 @@ use crate::control::{lifecycle, load, Control, LoadDemand};
 use crate::fleet::Registry;
 use crate::metrics::inflight::InflightAges;
 use crate::metrics::{exporter, Metrics, Sources};
-use crate::proxy::{FleetModes, Pipeline};
+use crate::pipeline::{FleetModes, Pipeline};
 use crate::routing::{self, Policy};
 use crate::runtime::{choose_engine, DataPlane};
 use crate::server::health;

@@ -25,7 +25,7 @@ pub use crate::fleet::overload::OverloadDefaults;
 pub use crate::fleet::{FleetSettings, WorkerDefaults};
 pub use crate::logging::{LogLevel, LogSettings};
 pub use crate::metrics::MetricsSettings;
-pub use crate::proxy::PipelineSettings;
+pub use crate::pipeline::PipelineSettings;
 pub use crate::resilience::{BreakerDefaults, ResilienceSettings, RetryConfig};
 pub use crate::routing::{PolicyName, RoutingSettings};
 pub use crate::runtime::{IoEngine, RuntimeSettings};
