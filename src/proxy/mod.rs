@@ -32,6 +32,7 @@ use crate::admission::{Admission, Ticket};
 use crate::config::Config;
 use crate::http::body::RespBody;
 use crate::http::error::GatewayError;
+use crate::http::guard::Guard;
 use crate::http::upload::{client_fault, read_prefix, BodyTiming, LimitedBody, Prefix, ReadError};
 use crate::metrics::{Metrics, RouteLabels};
 use crate::resilience::{Outcome, RetryConfig};
@@ -705,5 +706,6 @@ fn relay(
 ) -> Response<RespBody> {
     let (mut head, body) = response.into_parts();
     headers::strip_hop_by_hop(&mut head.headers);
-    Response::from_parts(head, RespBody::relay(body, deadline, load).holding(ticket))
+    let held = Guard::new((load, ticket));
+    Response::from_parts(head, RespBody::relay(body, deadline).holding(held))
 }
