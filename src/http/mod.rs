@@ -3,6 +3,7 @@
 
 pub mod body;
 pub mod error;
+pub mod guard;
 pub mod head_rules;
 pub mod route;
 pub mod upload;

@@ -32,6 +32,7 @@ pub mod transport;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use http::{Request, Response};
 use hyper::body::Incoming;
 
@@ -45,8 +46,6 @@ use crate::routing::Policy;
 
 pub use headers::ContentType;
 pub use transport::http::UpstreamClient;
-
-use prepare::{Payload, Prepared};
 
 /// The data path's part of the Limits and timeouts flag group.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -133,7 +132,7 @@ impl Pipeline {
         let mut seen = Seen::default();
         let result = async {
             let mut prepared = self.prepare(req, content_type).await?;
-            let ticket = self.admit(&prepared).await?;
+            let ticket = self.admit(prepared.media()).await?;
             self.send(client, endpoint, &mut prepared, ticket, &mut seen)
                 .await
         }
@@ -142,14 +141,14 @@ impl Pipeline {
         result
     }
 
-    /// Phase 2: an admission token (perhaps after a wait in the queue) and, for a body
-    /// read whole, its media charge.
-    async fn admit(&self, prepared: &Prepared) -> Result<Ticket, GatewayError> {
+    /// Phase 2: an admission token (perhaps after a wait in the queue) and, for a JSON
+    /// body read whole (`media`), its media charge.
+    async fn admit(&self, media: Option<Bytes>) -> Result<Ticket, GatewayError> {
         let metrics = self.metrics.as_ref();
         let mut ticket = self.admission.admit(metrics).await?;
-        if let (Payload::Held(bytes), true) = (&prepared.payload, prepared.json) {
+        if let Some(body) = media {
             self.admission
-                .charge_media(&mut ticket, bytes, metrics)
+                .charge_media(&mut ticket, &body, metrics)
                 .await?;
         }
         Ok(ticket)

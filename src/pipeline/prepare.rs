@@ -31,20 +31,29 @@ pub(super) struct Prepared {
     /// The headers a worker receives.
     pub headers: HeaderMap,
     pub payload: Payload,
-    /// The budget share of a held body, kept until the exchange is over.
-    pub charge: Option<Charge>,
+    /// The budget share of a held body: released when the request is dropped, once the
+    /// exchange is over (not at the response's last byte).
+    _charge: Option<Charge>,
     /// The body is JSON (the fields below can be peeked, the rank pinned).
     pub json: bool,
     /// The whole request must be over by then (`--request-timeout-secs` from its start).
     pub deadline: Instant,
     /// `--max-payload-size`, for the error of a body that turns out too large.
     pub limit: u64,
+    /// What routing may look at.
+    pub routing: Routing,
+}
+
+/// What the policy may look at: the routing-key headers, and the fields peeked from a held
+/// body (the bytes are shared with the payload, not copied).
+pub(super) struct Routing {
     /// The routing key from a `--routing-key-headers` header.
     routing_key: Option<HeaderValue>,
     /// `X-GW-Target-Worker`.
     target_worker: Option<HeaderValue>,
-    /// What to peek from the held body.
+    /// What to peek from `held`.
     wants: Wants,
+    held: Bytes,
     /// Candidates are the model's workers (`--enable-igw`).
     pub by_model: bool,
     declared: Option<u64>,
@@ -97,25 +106,20 @@ impl Payload {
     }
 }
 
-/// The fields peeked from a held body: the bytes (shared, not copied) they borrow from.
-pub(super) struct Peek {
-    held: Bytes,
-    wants: Wants,
-}
-
-impl Peek {
-    pub fn fields(&self) -> Peeked<'_> {
-        peek::peek(&self.held, self.wants)
+impl Prepared {
+    /// The body admission looks at for media: a JSON body read whole.
+    pub fn media(&self) -> Option<Bytes> {
+        match (&self.payload, self.json) {
+            (Payload::Held(bytes), true) => Some(bytes.clone()),
+            _ => None,
+        }
     }
 }
 
-impl Prepared {
-    /// The fields to peek, detached from the payload so the attempt loop can use it.
-    pub fn peek(&self) -> Peek {
-        Peek {
-            held: self.payload.held_for(self.wants),
-            wants: self.wants,
-        }
+impl Routing {
+    /// The fields the policy asked for, read from the held body.
+    pub fn peek(&self) -> Peeked<'_> {
+        peek::peek(&self.held, self.wants)
     }
 
     /// What the policy sees of the request.
@@ -129,18 +133,14 @@ impl Prepared {
             target_worker: self.target_worker.as_ref().and_then(|v| v.to_str().ok()),
             model: peeked.model.as_deref(),
             text: peeked.text.as_deref(),
-            body_len: self.declared.map_or(
-                match &self.payload {
-                    Payload::Held(bytes) if self.wants != Wants::default() => bytes.len(),
-                    _ => 0,
-                },
-                |len| usize::try_from(len).unwrap_or(usize::MAX),
-            ),
+            body_len: self.declared.map_or(self.held.len(), |len| {
+                usize::try_from(len).unwrap_or(usize::MAX)
+            }),
         }
     }
 
     /// Where the routing key came from, for `gw_routing_key_source_total`.
-    pub fn routing_key_source(&self, peeked: &Peeked<'_>) -> Option<&'static str> {
+    pub fn key_source(&self, peeked: &Peeked<'_>) -> Option<&'static str> {
         if self.routing_key.is_some() {
             Some("header")
         } else if peeked.rid.is_some() {
@@ -208,24 +208,29 @@ impl Pipeline {
         self.metrics
             .body_path(path.index(), path.path(), path.reason());
         let headers = headers::to_worker(&mut head.headers, content_type, None);
+        let wants = Wants {
+            model: inputs.needs_model || inputs.needs_text,
+            stream: false,
+            rid: inputs.needs_rid,
+            text: inputs.needs_text,
+        };
+        let routing = Routing {
+            routing_key,
+            target_worker,
+            wants,
+            held: payload.held_for(wants),
+            by_model: inputs.needs_model,
+            declared,
+        };
         Ok(Prepared {
             head,
             headers,
             payload,
-            charge,
+            _charge: charge,
             json,
             deadline,
             limit,
-            routing_key,
-            target_worker,
-            wants: Wants {
-                model: inputs.needs_model || inputs.needs_text,
-                stream: false,
-                rid: inputs.needs_rid,
-                text: inputs.needs_text,
-            },
-            by_model: inputs.needs_model,
-            declared,
+            routing,
         })
     }
 

@@ -38,16 +38,15 @@ impl Pipeline {
         ticket: Ticket,
         seen: &mut Seen,
     ) -> Result<Response<RespBody>, GatewayError> {
-        let peek = req.peek();
-        let peeked = peek.fields();
-        let facts = req.facts(&peeked);
-        if let Some(source) = req.routing_key_source(&peeked) {
+        let peeked = req.routing.peek();
+        let facts = req.routing.facts(&peeked);
+        if let Some(source) = req.routing.key_source(&peeked) {
             self.metrics.routing_key_source(source);
         }
         seen.model = peeked.model.as_deref().map(str::to_owned);
         // Candidates are narrowed to the model's workers only with several models behind
         // the gateway; otherwise the model only informs the policy.
-        let model = if req.by_model {
+        let model = if req.routing.by_model {
             peeked.model.as_deref()
         } else {
             None

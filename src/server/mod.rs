@@ -27,6 +27,7 @@ use hyper_util::server::conn::auto;
 use tokio::sync::watch;
 
 use crate::http::body::RespBody;
+use crate::http::guard::{Guard, Release};
 use h1_framing::Phase;
 use timeouts::{Expiry, Timeouts};
 
@@ -150,23 +151,22 @@ impl PhaseReport {
     }
 }
 
-/// Marks one request as active on its connection until dropped (when the response body
-/// is finished or abandoned).
-#[derive(Debug)]
-pub struct ConnActivity(Arc<ConnState>);
-
-impl ConnActivity {
-    fn enter(state: &Arc<ConnState>) -> ConnActivity {
+impl ConnState {
+    /// Marks one request as active on its connection until the returned guard goes (with
+    /// the response body, when it is finished or abandoned). The guard holds the
+    /// connection's `Arc`, so counting a request allocates nothing.
+    fn enter(state: &Arc<ConnState>) -> Guard {
         state.active.fetch_add(1, Ordering::Relaxed);
         state.epoch.fetch_add(1, Ordering::Relaxed);
-        ConnActivity(state.clone())
+        Guard::counted(state.clone())
     }
 }
 
-impl Drop for ConnActivity {
-    fn drop(&mut self) {
-        self.0.active.fetch_sub(1, Ordering::Relaxed);
-        self.0.epoch.fetch_add(1, Ordering::Relaxed);
+/// A request's end, called only by the guard [`ConnState::enter`] returned.
+impl Release for ConnState {
+    fn release(&self) {
+        self.active.fetch_sub(1, Ordering::Relaxed);
+        self.epoch.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -190,7 +190,7 @@ pub async fn serve<I, H>(
         let state = state.clone();
         service_fn(move |req| {
             let handler = handler.clone();
-            let activity = ConnActivity::enter(&state);
+            let activity = ConnState::enter(&state);
             async move {
                 let resp = handler.handle(req).await;
                 Ok::<_, Infallible>(resp.map(|b| b.with_activity(activity)))

@@ -134,11 +134,8 @@ impl Transport for UpstreamClient {
         let origin = cleartext_origin(worker).map_err(SendError::Exchange)?;
         let deadline = attempt.deadline;
         let request = request(attempt, origin, worker)?;
-        let sent = tokio::time::timeout_at(
-            deadline.into(),
-            self.pool_for(worker).request(request),
-        )
-        .await;
+        let sent =
+            tokio::time::timeout_at(deadline.into(), self.pool_for(worker).request(request)).await;
         let response = match sent {
             Err(_) => return Err(SendError::Timeout),
             Ok(Err(err)) => {

@@ -56,7 +56,7 @@ pub trait Transport {
         &self,
         worker: &Worker,
         attempt: Attempt<'_>,
-    ) -> impl Future<Output = Result<Answer, SendError>>;
+    ) -> impl Future<Output = Result<Answer, SendError>> + Send;
 }
 
 /// The transports of this build, chosen by the worker's connection mode.
