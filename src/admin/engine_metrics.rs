@@ -14,7 +14,8 @@ use http::{Method, Response, StatusCode};
 
 use crate::app::Gateway;
 use crate::http::body::RespBody;
-use crate::http::error;
+use crate::http::error::{admin_error, AdminErrorBody};
+use crate::http::reply;
 use crate::workers::calls::{call, CallClient};
 use crate::workers::load::bounded_parallel;
 use crate::workers::prom_text::Merged;
@@ -51,7 +52,10 @@ pub async fn engine_metrics(gateway: &Gateway, client: &CallClient) -> Response<
         (targets, !snapshot.all().is_empty())
     };
     if !registered {
-        return error::plain(StatusCode::INTERNAL_SERVER_ERROR, "No available workers");
+        return admin_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            AdminErrorBody::text("No available workers"),
+        );
     }
     let timeout = SCRAPE_TIMEOUT.min(gateway.config.request_timeout);
     let pages = bounded_parallel(targets, MAX_PARALLEL_SCRAPES, |(base, worker)| {
@@ -82,12 +86,12 @@ pub async fn engine_metrics(gateway: &Gateway, client: &CallClient) -> Response<
         merged.add(&String::from_utf8_lossy(&body), LABEL, &base);
     }
     if answered == 0 {
-        return error::plain(
+        return admin_error(
             StatusCode::INTERNAL_SERVER_ERROR,
-            "All backend requests failed",
+            AdminErrorBody::text("All backend requests failed"),
         );
     }
-    let mut resp = error::plain(StatusCode::OK, merged.finish());
+    let mut resp = reply::plain(StatusCode::OK, merged.finish());
     resp.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static(EXPOSITION));
     resp

@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::json_response;
 use crate::app::Gateway;
 use crate::http::body::RespBody;
-use crate::http::error::{self, error_response, GatewayError};
+use crate::http::error::{admin_error, error_response, AdminErrorBody, GatewayError};
 use crate::workers::calls::{call, CallClient, CallError};
 use crate::workers::{ConnectionMode, RuntimeType, WorkerType};
 
@@ -58,7 +58,10 @@ pub fn models(gateway: &Gateway) -> Response<RespBody> {
         })
         .collect();
     if data.is_empty() {
-        return error::plain(StatusCode::SERVICE_UNAVAILABLE, "No models available");
+        return admin_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            AdminErrorBody::text("No models available"),
+        );
     }
     json_response(
         StatusCode::OK,

@@ -29,7 +29,8 @@ use http::{Response, StatusCode};
 use serde::Serialize;
 
 use crate::http::body::RespBody;
-use crate::http::error;
+use crate::http::error::{admin_error, AdminErrorBody};
+use crate::http::reply;
 
 /// One worker's failure in a fan-out summary.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -44,25 +45,7 @@ pub struct Failure {
 /// should it ever, the answer is a bare 500 rather than a panic.
 fn json_response<T: Serialize>(status: StatusCode, value: &T) -> Response<RespBody> {
     match serde_json::to_vec(value) {
-        Ok(body) => error::json(status, Bytes::from(body)),
-        Err(_) => error::empty(StatusCode::INTERNAL_SERVER_ERROR),
+        Ok(body) => reply::json(status, Bytes::from(body)),
+        Err(_) => admin_error(StatusCode::INTERNAL_SERVER_ERROR, AdminErrorBody::Empty),
     }
-}
-
-/// The `{error, code}` body the administration endpoints use for their own refusals.
-#[derive(Serialize)]
-struct AdminError<'a> {
-    error: &'a str,
-    code: &'a str,
-}
-
-/// An `{error, code}` response.
-fn admin_error(status: StatusCode, code: &str, message: &str) -> Response<RespBody> {
-    json_response(
-        status,
-        &AdminError {
-            error: message,
-            code,
-        },
-    )
 }

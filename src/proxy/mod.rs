@@ -32,7 +32,7 @@ use crate::admission::{Admission, Ticket};
 use crate::config::Config;
 use crate::http::body::RespBody;
 use crate::http::error::GatewayError;
-use crate::http::upload::{client_fault, read_prefix, BodyTiming, LimitedBody, Prefix, ReadError};
+use crate::http::upload::{client_fault, read_prefix, BodyTiming, LimitedBody, Prefix};
 use crate::metrics::{Metrics, RouteLabels};
 use crate::resilience::{Outcome, RetryConfig};
 use crate::routing::{Needs, Policy, RequestFacts};
@@ -175,33 +175,6 @@ struct Seen {
     worker: Option<Arc<Worker>>,
 }
 
-/// The `error_type` of `gw_router_request_errors_total` for a gateway error; `None` for
-/// admission refusals, which turn a request away before routing.
-fn error_type(err: &GatewayError) -> Option<&'static str> {
-    Some(match err {
-        GatewayError::NoAvailableWorkers
-        | GatewayError::ModelNotFound
-        | GatewayError::OverloadShed { .. } => "no_workers",
-        GatewayError::UpstreamTimeout => "timeout",
-        GatewayError::UpstreamConnect
-        | GatewayError::UpstreamBroken
-        | GatewayError::UnsupportedTransport { .. }
-        | GatewayError::WorkerStatus { .. } => "backend_error",
-        GatewayError::PayloadTooLarge { .. }
-        | GatewayError::ClientBodyBroken
-        | GatewayError::BodyNotJsonObject
-        | GatewayError::ClientBodyTimeout
-        | GatewayError::InvalidHeaders { .. }
-        | GatewayError::UnsupportedTransferCoding => "validation_error",
-        GatewayError::NotImplemented { .. } => "internal_error",
-        GatewayError::AdmissionQueueFull
-        | GatewayError::AdmissionQueueTimeout
-        | GatewayError::MultimodalTooLarge { .. }
-        | GatewayError::MultimodalBudgetFull
-        | GatewayError::BufferBudgetFull => return None,
-    })
-}
-
 /// The request body as the attempts see it: streamed once, or held for replay.
 enum Payload {
     Stream(Option<LimitedBody>),
@@ -295,7 +268,7 @@ impl Forward<'_> {
                     .routed(&route, streaming, started.elapsed().as_secs_f64());
             }
             Err(err) => {
-                if let Some(kind) = error_type(err) {
+                if let Some(kind) = err.router_error() {
                     self.metrics.router_error(&route, kind);
                 }
             }
@@ -471,7 +444,7 @@ impl Forward<'_> {
                 Ok(Err(err)) => {
                     // The client's body failed, not the worker: no breaker, no retry.
                     if let Some(fault) = client_fault(&err) {
-                        return Err(body_error(fault, limit));
+                        return Err(GatewayError::from_read(fault, limit));
                     }
                     tracing::debug!(worker = %worker.url, error = %err, "worker request failed");
                     let failure = if err.is_connect() {
@@ -564,7 +537,7 @@ impl Forward<'_> {
         let cap = inputs.hold_limit().unwrap_or(u64::MAX);
         let charge = self.admission.bodies.charge();
         match read_prefix(body, cap, charge, timing.whole_by).await {
-            Err(err) => Err(body_error(err, limit)),
+            Err(err) => Err(GatewayError::from_read(err, limit)),
             Ok(Prefix::Whole(bytes, charge)) => Ok((Payload::Held(bytes), path, Some(charge))),
             // Only the budget ends the read of a body held whole early (the payload limit
             // is an error of its own).
@@ -663,15 +636,6 @@ impl Forward<'_> {
         }
         *upstream.headers_mut() = headers;
         Ok(upstream)
-    }
-}
-
-/// The client's answer when its body could not be read.
-fn body_error(err: ReadError, limit: u64) -> GatewayError {
-    match err {
-        ReadError::TooLarge => GatewayError::PayloadTooLarge { limit },
-        ReadError::Broken => GatewayError::ClientBodyBroken,
-        ReadError::TooSlow => GatewayError::ClientBodyTimeout,
     }
 }
 

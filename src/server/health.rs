@@ -12,7 +12,7 @@ use tokio::net::TcpListener;
 use super::side_listener;
 use crate::app::{readiness, Gateway};
 use crate::http::body::RespBody;
-use crate::http::error;
+use crate::http::{error, reply};
 
 /// Binds the probe listener. Fails (and so does startup) when the address is taken.
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
@@ -27,9 +27,9 @@ pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>) {
 fn answer(gateway: &Gateway, req: &Request<Incoming>) -> Response<RespBody> {
     let probe = matches!(req.uri().path(), "/health" | "/liveness" | "/readiness");
     match (probe, req.method() == Method::GET) {
-        (false, _) => error::empty(StatusCode::NOT_FOUND),
-        (true, false) => error::empty(StatusCode::METHOD_NOT_ALLOWED),
+        (false, _) => error::not_found(),
+        (true, false) => error::method_not_allowed("GET"),
         (true, true) if req.uri().path() == "/readiness" => readiness(gateway),
-        (true, true) => error::empty(StatusCode::OK),
+        (true, true) => reply::empty(StatusCode::OK),
     }
 }
