@@ -19,6 +19,7 @@ pub mod proxy;
 pub mod resilience;
 pub mod routing;
 pub mod runtime;
+pub mod secret;
 pub mod server;
 pub mod sse;
 pub mod startup;

@@ -19,7 +19,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
-use crate::config::redact_userinfo;
+use crate::secret::redact_userinfo;
 
 /// Connect, TLS handshake, request and the whole body must fit in this.
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(10);

@@ -10,7 +10,6 @@
 
 pub mod flags;
 
-use std::borrow::Cow;
 use std::ffi::OsString;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
@@ -25,6 +24,7 @@ pub use crate::admission::AdmissionConfig;
 use crate::auth::keys::{ControlPlaneKey, TenantKey};
 use crate::auth::Role;
 use crate::resilience::RetryConfig;
+use crate::secret::Secret;
 pub use crate::workers::overload::OverloadDefaults;
 
 /// What the command line asks the binary to do.
@@ -145,54 +145,6 @@ impl LogLevel {
 impl fmt::Display for LogLevel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-/// A credential from the command line. `Debug` and `Display` print `<redacted>`; the value is
-/// only reachable through [`Secret::expose`], so it cannot end up in a log line by accident.
-///
-/// Deliberately not `PartialEq`: compare credentials in constant time where they are checked.
-#[derive(Clone)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Secret(value.into())
-    }
-
-    /// The secret value. Call only where the value is actually used (hashing, headers).
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
-
-impl fmt::Display for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
-
-/// `scheme://user:pass@host/...` → `scheme://<redacted>@host/...`: what a message may show
-/// of a URL that could carry credentials (a refused flag value, a refused IdP URL).
-pub fn redact_userinfo(url: &str) -> Cow<'_, str> {
-    let Some(scheme_end) = url.find("://") else {
-        return Cow::Borrowed(url);
-    };
-    let after = &url[scheme_end + 3..];
-    let authority_len = after.find(['/', '?', '#']).unwrap_or(after.len());
-    match after[..authority_len].rfind('@') {
-        Some(at) => Cow::Owned(format!(
-            "{}<redacted>{}",
-            &url[..scheme_end + 3],
-            &after[at..]
-        )),
-        None => Cow::Borrowed(url),
     }
 }
 

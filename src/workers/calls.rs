@@ -310,7 +310,8 @@ pub(crate) mod tests {
     use uuid::Uuid;
 
     use super::*;
-    use crate::config::{Config, Secret};
+    use crate::config::Config;
+    use crate::secret::Secret;
     use crate::workers::spec::WorkerSpec;
     use crate::workers::{parse_worker_url, Discovered};
 

@@ -357,7 +357,7 @@ pub fn register_startup(gateway: &Gateway) -> Result<(), String> {
 fn startup_specs(config: &Config) -> Result<Vec<WorkerSpec>, String> {
     let parse = |flag: &str, raw: &str| {
         super::parse_worker_url(raw)
-            .map_err(|e| format!("{flag} {}: {e}", crate::config::redact_userinfo(raw)))
+            .map_err(|e| format!("{flag} {}: {e}", crate::secret::redact_userinfo(raw)))
     };
     let mut specs = Vec::new();
     for raw in &config.worker_urls {

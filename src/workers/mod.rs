@@ -29,11 +29,12 @@ use http::uri::{Authority, Scheme};
 use http::HeaderValue;
 use uuid::Uuid;
 
-use crate::config::{Config, Secret};
+use crate::config::Config;
 use crate::resilience::{self, Breaker};
+use crate::secret::Secret;
 use spec::{HealthOverrides, WorkerPatch, WorkerSpec};
 
-pub use url::{parse_worker_url, Transport, WorkerUrl, WorkerUrlError};
+pub use url::{parse_http_worker_url, parse_worker_url, Transport, WorkerUrl, WorkerUrlError};
 
 /// How the gateway reaches a worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -20,7 +20,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::{parse_worker_url, RuntimeType, Transport, WorkerType, WorkerUrl};
-use crate::config::Secret;
+use crate::secret::Secret;
 
 /// Default `priority` of a worker.
 pub const DEFAULT_PRIORITY: i64 = 50;
