@@ -13,7 +13,7 @@ use crate::metrics::inflight::InflightAges;
 use crate::metrics::{exporter, Metrics, Sources};
 use crate::resilience;
 use crate::routing::{self, PolicyParams};
-use crate::runtime::{choose_engine, DataPlane};
+use crate::runtime::{choose_io_driver, DataPlane};
 use crate::server::health;
 use crate::workers::jobs::Jobs;
 use crate::workers::Registry;
@@ -52,7 +52,7 @@ async fn maintain_policy(gateway: Arc<Gateway>) {
 
 /// Runs the gateway until a shutdown signal has been handled and connections drained.
 pub fn run(config: Config) -> Result<(), String> {
-    let (engine, reason) = choose_engine(config.io_engine)?;
+    let (driver, reason) = choose_io_driver(config.io_engine)?;
     let policy = routing::build_with_params(config.policy, &PolicyParams::from_config(&config));
     let registry = Registry::with_aliases(config.model_aliases.clone());
     let threads = config.runtime_worker_threads;
@@ -103,11 +103,11 @@ pub fn run(config: Config) -> Result<(), String> {
     control.spawn(maintain_policy(gateway.clone()));
     control.spawn(load::monitor(gateway.clone()));
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let plane = DataPlane::start(gateway, engine, addr, threads, shutdown_rx)
+    let plane = DataPlane::start(gateway, driver, addr, threads, shutdown_rx)
         .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     tracing::info!(
         addr = %plane.local_addr,
-        engine = engine.as_str(),
+        engine = driver.as_str(),
         reason = %reason,
         threads,
         max_connections = plane.max_connections,

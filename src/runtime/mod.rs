@@ -25,18 +25,22 @@ use crate::server::{self, listener, tokio_io::CheckedStream, ConnState, PhaseRep
 
 pub use uring_io::UringIo;
 
-/// The IO engine actually in use.
+/// The IO driver the data-plane threads run: what `--io-engine` ([`IoEngine`], which may
+/// say `auto`) resolved to on this machine. Named for tokio's IO driver, which is what the
+/// two differ in, and so as not to read as an inference engine (the workers' engines).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Engine {
+pub enum IoDriver {
+    /// tokio-uring's runtime on an io_uring instance.
     Uring,
+    /// A current-thread tokio runtime on epoll.
     Epoll,
 }
 
-impl Engine {
+impl IoDriver {
     pub fn as_str(self) -> &'static str {
         match self {
-            Engine::Uring => "io_uring",
-            Engine::Epoll => "epoll",
+            IoDriver::Uring => "io_uring",
+            IoDriver::Epoll => "epoll",
         }
     }
 }
@@ -46,29 +50,29 @@ fn probe_uring() -> Result<(), io::Error> {
     io_uring::IoUring::new(8).map(|_| ())
 }
 
-/// Resolves `--io-engine` to an engine, with the reason for the log line.
+/// Resolves `--io-engine` to an IO driver, with the reason for the log line.
 ///
 /// `auto` prefers the engine measured faster for this workload where both work. Today that
 /// is epoll: a proxied request costs less CPU on it than on the io_uring adapter (see
 /// docs/performance.md), so `auto` only reports whether io_uring would have been available
 /// and `--io-engine uring` stays an explicit choice.
-pub fn choose_engine(requested: IoEngine) -> Result<(Engine, String), String> {
+pub fn choose_io_driver(requested: IoEngine) -> Result<(IoDriver, String), String> {
     match requested {
-        IoEngine::Epoll => Ok((Engine::Epoll, "requested with --io-engine epoll".into())),
+        IoEngine::Epoll => Ok((IoDriver::Epoll, "requested with --io-engine epoll".into())),
         IoEngine::Uring => match probe_uring() {
-            Ok(()) => Ok((Engine::Uring, "requested with --io-engine uring".into())),
+            Ok(()) => Ok((IoDriver::Uring, "requested with --io-engine uring".into())),
             Err(e) => Err(format!(
                 "--io-engine uring: io_uring is not available here ({e}); use --io-engine epoll or auto"
             )),
         },
         IoEngine::Auto => Ok(match probe_uring() {
             Ok(()) => (
-                Engine::Epoll,
+                IoDriver::Epoll,
                 "io_uring is available, but epoll costs less CPU per proxied request in this \
                  build (--io-engine uring forces io_uring)"
                     .into(),
             ),
-            Err(e) => (Engine::Epoll, format!("io_uring is not available ({e})")),
+            Err(e) => (IoDriver::Epoll, format!("io_uring is not available ({e})")),
         }),
     }
 }
@@ -225,7 +229,7 @@ async fn run_uring(
 
 /// Runs one data-plane thread to completion (shutdown drained).
 fn run_thread(
-    engine: Engine,
+    driver: IoDriver,
     index: usize,
     listener: TcpListener,
     gateway: Arc<Gateway>,
@@ -233,8 +237,8 @@ fn run_thread(
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
     let canary = gateway.metrics.runtime.clone().canary(Some(index));
-    match engine {
-        Engine::Epoll => {
+    match driver {
+        IoDriver::Epoll => {
             let runtime = gateway.metrics.runtime.clone();
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -251,7 +255,7 @@ fn run_thread(
                 run_epoll(listener, ctx, OpenConns::new(limit), shutdown).await
             })
         }
-        Engine::Uring => tokio_uring::start(async move {
+        IoDriver::Uring => tokio_uring::start(async move {
             tokio::task::spawn_local(canary);
             let ctx = Arc::new(ThreadCtx::new(gateway));
             run_uring(listener, ctx, OpenConns::new(limit), shutdown).await
@@ -271,7 +275,7 @@ impl DataPlane {
     /// Binds the listeners and starts `threads` data-plane threads.
     pub fn start(
         gateway: Arc<Gateway>,
-        engine: Engine,
+        driver: IoDriver,
         addr: SocketAddr,
         threads: usize,
         shutdown: watch::Receiver<bool>,
@@ -289,7 +293,7 @@ impl DataPlane {
                 (gateway.clone(), conn_limit.clone(), shutdown.clone());
             let handle = std::thread::Builder::new()
                 .name(format!("tollgate-data-{i}"))
-                .spawn(move || run_thread(engine, i, listener, gateway, limit, shutdown))?;
+                .spawn(move || run_thread(driver, i, listener, gateway, limit, shutdown))?;
             handles.push(handle);
         }
         Ok(DataPlane {
