@@ -16,9 +16,12 @@ use crate::auth::gate::Authenticator;
 use crate::control::calls::CallClient;
 use crate::fleet::Registry;
 use crate::http::body::RespBody;
-use crate::http::error::{self, error_response, GatewayError};
+use crate::http::error::{
+    self, admin_error, error_response, AdminErrorBody, ErrorCode, GatewayError,
+};
 use crate::http::head_rules;
-use crate::http::route::{match_route, path_param, Route, RouteGroup, RouteMatch};
+use crate::http::reply;
+use crate::http::route::{allowed_methods, match_route, path_param, Route, RouteGroup, RouteMatch};
 use crate::http::upload::{read_whole, ReadError};
 use crate::metrics::Metrics;
 use crate::pipeline::{ContentType, Pipeline, UpstreamClient};
@@ -97,14 +100,9 @@ pub async fn handle(ctx: &ThreadCtx, req: Request<Incoming>) -> Response<RespBod
     let started = Instant::now();
     let in_flight = metrics.http_started(req.method(), route);
     let resp = respond(ctx, req).await;
-    let code = resp
-        .headers()
-        .get(error::ERROR_CODE_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .map_or("", error::known_code);
     in_flight.finished(
         resp.status().as_u16(),
-        code,
+        ErrorCode::of(&resp),
         started.elapsed().as_secs_f64(),
     );
     resp
@@ -118,13 +116,16 @@ async fn respond(ctx: &ThreadCtx, mut req: Request<Incoming>) -> Response<RespBo
     let route = match match_route(req.method(), req.uri().path()) {
         // The RL control plane is mounted only with `--enable-rl`, which this build does
         // not offer yet: its paths do not exist (404), whatever the method.
-        RouteMatch::Found(route) if is_rl(route) => return error::empty(StatusCode::NOT_FOUND),
+        RouteMatch::Found(route) if is_rl(route) => return error::not_found(),
         RouteMatch::Found(route) => route,
-        RouteMatch::NotFound => return error::empty(StatusCode::NOT_FOUND),
+        RouteMatch::NotFound => return error::not_found(),
         RouteMatch::MethodNotAllowed if req.uri().path().starts_with("/v1/rl/") => {
-            return error::empty(StatusCode::NOT_FOUND)
+            return error::not_found()
         }
-        RouteMatch::MethodNotAllowed => return error::empty(StatusCode::METHOD_NOT_ALLOWED),
+        RouteMatch::MethodNotAllowed => {
+            let allow = allowed_methods(req.uri().path()).unwrap_or_default();
+            return error::method_not_allowed(&allow);
+        }
     };
     let gateway = &ctx.gateway;
     let auth = &gateway.auth;
@@ -147,12 +148,13 @@ async fn respond(ctx: &ThreadCtx, mut req: Request<Incoming>) -> Response<RespBo
         }
     }
     let result = match route {
-        Route::Health | Route::Liveness => Ok(error::empty(StatusCode::OK)),
+        Route::Health | Route::Liveness => Ok(reply::empty(StatusCode::OK)),
         Route::Readiness => Ok(readiness(&gateway.registry)),
         // WASM routes need `--enable-wasm` (not in this build yet): 500 with an empty body.
-        Route::WasmList | Route::WasmAdd | Route::WasmDelete => {
-            Ok(error::empty(StatusCode::INTERNAL_SERVER_ERROR))
-        }
+        Route::WasmList | Route::WasmAdd | Route::WasmDelete => Ok(admin_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            AdminErrorBody::Empty,
+        )),
         Route::Models => Ok(admin::models(&gateway.admin)),
         Route::GetModelInfo | Route::GetServerInfo | Route::HealthGenerate => {
             Ok(admin::forward_info(&gateway.admin, &ctx.calls, route.template()).await)
@@ -204,13 +206,7 @@ const ADMIN_BODY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The answer to an administration body that could not be read.
 fn body_error(err: ReadError) -> Response<RespBody> {
-    match err {
-        ReadError::TooLarge => error_response(&GatewayError::PayloadTooLarge {
-            limit: MAX_ADMIN_BODY,
-        }),
-        ReadError::Broken => error::empty(StatusCode::BAD_REQUEST),
-        ReadError::TooSlow => error::empty(StatusCode::REQUEST_TIMEOUT),
-    }
+    error_response(&GatewayError::from_read(err, MAX_ADMIN_BODY))
 }
 
 /// Reads a whole administration body (bounded in size and time).
@@ -284,5 +280,5 @@ pub fn readiness(registry: &Registry) -> Response<RespBody> {
         (StatusCode::SERVICE_UNAVAILABLE, "not_ready")
     };
     let body = format!(r#"{{"status":"{word}","ready_workers":{ready},"total_workers":{total}}}"#);
-    error::json(status, Bytes::from(body))
+    reply::json(status, Bytes::from(body))
 }

@@ -1,10 +1,12 @@
-//! Credentials and URLs that may carry them: what may be shown of them, and where.
+//! Credentials and what a message may show of them: a leaf module, so any layer can hold
+//! a key or print a URL without importing the configuration.
 
 use std::borrow::Cow;
 use std::fmt;
 
-/// A credential from the command line. `Debug` and `Display` print `<redacted>`; the value is
-/// only reachable through [`Secret::expose`], so it cannot end up in a log line by accident.
+/// A credential (a key flag, a worker's `api_key`). `Debug` and `Display` print `<redacted>`;
+/// the value is only reachable through [`Secret::expose`], so it cannot end up in a log line
+/// by accident.
 ///
 /// Deliberately not `PartialEq`: compare credentials in constant time where they are checked.
 #[derive(Clone)]
@@ -48,5 +50,30 @@ pub fn redact_userinfo(url: &str) -> Cow<'_, str> {
             &after[at..]
         )),
         None => Cow::Borrowed(url),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_print_redacted() {
+        let key = Secret::new("sk-1");
+        assert_eq!(format!("{key} {key:?}"), "<redacted> <redacted>");
+        assert_eq!(key.expose(), "sk-1");
+    }
+
+    #[test]
+    fn only_the_userinfo_is_redacted() {
+        assert_eq!(
+            redact_userinfo("https://u:p@idp.example/x@y"),
+            "https://<redacted>@idp.example/x@y"
+        );
+        assert!(matches!(
+            redact_userinfo("http://h/a@b"),
+            Cow::Borrowed("http://h/a@b")
+        ));
+        assert!(matches!(redact_userinfo("u:p@h"), Cow::Borrowed("u:p@h")));
     }
 }

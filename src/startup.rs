@@ -17,7 +17,7 @@ use crate::metrics::inflight::InflightAges;
 use crate::metrics::{exporter, Metrics, Sources};
 use crate::pipeline::{FleetModes, Pipeline};
 use crate::routing::{self, Policy};
-use crate::runtime::{choose_engine, DataPlane};
+use crate::runtime::{choose_io_driver, DataPlane};
 use crate::server::health;
 
 /// Resolves once SIGTERM or SIGINT arrives.
@@ -56,7 +56,7 @@ async fn maintain_policy(policy: Arc<dyn Policy>, every: std::time::Duration) {
 /// This is the one place that sees the whole [`Config`]: it builds each module's state from
 /// that module's settings and hands every owner only the handles it uses.
 pub fn run(config: Config) -> Result<(), String> {
-    let (engine, reason) = choose_engine(config.runtime.io_engine)?;
+    let (driver, reason) = choose_io_driver(config.runtime.io_engine)?;
     let routing_settings = &config.routing;
     let policy = routing::build_with_params(routing_settings.policy, &routing_settings.params);
     let registry = Arc::new(Registry::with_aliases(config.fleet.model_aliases.clone()));
@@ -158,7 +158,7 @@ pub fn run(config: Config) -> Result<(), String> {
     let addr = SocketAddr::new(config.server.host, config.server.port);
     let plane = DataPlane::start(
         gateway,
-        engine,
+        driver,
         &config.server,
         &config.runtime,
         shutdown_rx,
@@ -166,7 +166,7 @@ pub fn run(config: Config) -> Result<(), String> {
     .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     tracing::info!(
         addr = %plane.local_addr,
-        engine = engine.as_str(),
+        engine = driver.as_str(),
         reason = %reason,
         threads,
         max_connections = plane.max_connections,

@@ -18,7 +18,8 @@ use crate::control::load::bounded_parallel;
 use crate::control::prom_text::Merged;
 use crate::fleet::Worker;
 use crate::http::body::RespBody;
-use crate::http::error;
+use crate::http::error::{admin_error, AdminErrorBody};
+use crate::http::reply;
 
 /// Timeout of one scrape (never longer than `--request-timeout-secs`). Engines render the
 /// page from memory; one that needs longer is left out rather than holding the answer.
@@ -51,7 +52,10 @@ pub async fn engine_metrics(admin: &Admin, client: &CallClient) -> Response<Resp
         (targets, !snapshot.all().is_empty())
     };
     if !registered {
-        return error::plain(StatusCode::INTERNAL_SERVER_ERROR, "No available workers");
+        return admin_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            AdminErrorBody::text("No available workers"),
+        );
     }
     let timeout = SCRAPE_TIMEOUT.min(admin.call_timeout);
     let pages = bounded_parallel(targets, MAX_PARALLEL_SCRAPES, |(base, worker)| {
@@ -82,12 +86,12 @@ pub async fn engine_metrics(admin: &Admin, client: &CallClient) -> Response<Resp
         merged.add(&String::from_utf8_lossy(&body), LABEL, &base);
     }
     if answered == 0 {
-        return error::plain(
+        return admin_error(
             StatusCode::INTERNAL_SERVER_ERROR,
-            "All backend requests failed",
+            AdminErrorBody::text("All backend requests failed"),
         );
     }
-    let mut resp = error::plain(StatusCode::OK, merged.finish());
+    let mut resp = reply::plain(StatusCode::OK, merged.finish());
     resp.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static(EXPOSITION));
     resp

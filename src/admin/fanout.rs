@@ -22,10 +22,11 @@ use serde_json::{Map, Value};
 use tokio::task::JoinSet;
 
 use super::Admin;
-use super::{admin_error, json_response, Failure};
+use super::{json_response, Failure};
 use crate::control::calls::{call, CallClient, CallReply};
 use crate::fleet::{parse_worker_url, ConnectionMode, RuntimeType, Worker};
 use crate::http::body::RespBody;
+use crate::http::error::{admin_error, AdminErrorBody};
 
 /// Per-worker timeout of a cache flush (spec 1, "Limits").
 pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(45);
@@ -360,7 +361,15 @@ pub async fn profile(
 ) -> Response<RespBody> {
     let request = match parse_profile_body(&body) {
         Ok(request) => request,
-        Err(message) => return admin_error(StatusCode::BAD_REQUEST, "BAD_REQUEST", &message),
+        Err(message) => {
+            return admin_error(
+                StatusCode::BAD_REQUEST,
+                AdminErrorBody::Coded {
+                    code: "BAD_REQUEST",
+                    message: &message,
+                },
+            )
+        }
     };
     let workers = engine_fronts(admin);
     let targets = match &request.url {
@@ -369,16 +378,20 @@ pub async fn profile(
             None => {
                 return admin_error(
                     StatusCode::NOT_FOUND,
-                    "WORKER_NOT_FOUND",
-                    &format!("No worker with URL {url}"),
+                    AdminErrorBody::Coded {
+                        code: "WORKER_NOT_FOUND",
+                        message: &format!("No worker with URL {url}"),
+                    },
                 )
             }
         },
         None if workers.is_empty() => {
             return admin_error(
                 StatusCode::NOT_FOUND,
-                "WORKER_NOT_FOUND",
-                "No workers registered",
+                AdminErrorBody::Coded {
+                    code: "WORKER_NOT_FOUND",
+                    message: "No workers registered",
+                },
             )
         }
         None => workers,

@@ -13,7 +13,7 @@ use super::Admin;
 use crate::control::calls::{call, CallClient, CallError};
 use crate::fleet::{ConnectionMode, RuntimeType, WorkerType};
 use crate::http::body::RespBody;
-use crate::http::error::{self, error_response, GatewayError};
+use crate::http::error::{admin_error, error_response, AdminErrorBody, GatewayError};
 
 /// Timeout of one forwarded information call (never longer than `--request-timeout-secs`).
 /// `/health_generate` runs a short generation on the engine, so this leaves room for a
@@ -58,7 +58,10 @@ pub fn models(admin: &Admin) -> Response<RespBody> {
         })
         .collect();
     if data.is_empty() {
-        return error::plain(StatusCode::SERVICE_UNAVAILABLE, "No models available");
+        return admin_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            AdminErrorBody::text("No models available"),
+        );
     }
     json_response(
         StatusCode::OK,

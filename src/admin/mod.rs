@@ -35,7 +35,8 @@ use crate::control::jobs::Jobs;
 use crate::fleet::Registry;
 
 use crate::http::body::RespBody;
-use crate::http::error;
+use crate::http::error::{admin_error, AdminErrorBody};
+use crate::http::reply;
 
 /// What the administration handlers use: the fleet they read, the job board they submit
 /// to, and the few settings that shape their answers.
@@ -66,25 +67,7 @@ pub struct Failure {
 /// should it ever, the answer is a bare 500 rather than a panic.
 fn json_response<T: Serialize>(status: StatusCode, value: &T) -> Response<RespBody> {
     match serde_json::to_vec(value) {
-        Ok(body) => error::json(status, Bytes::from(body)),
-        Err(_) => error::empty(StatusCode::INTERNAL_SERVER_ERROR),
+        Ok(body) => reply::json(status, Bytes::from(body)),
+        Err(_) => admin_error(StatusCode::INTERNAL_SERVER_ERROR, AdminErrorBody::Empty),
     }
-}
-
-/// The `{error, code}` body the administration endpoints use for their own refusals.
-#[derive(Serialize)]
-struct AdminError<'a> {
-    error: &'a str,
-    code: &'a str,
-}
-
-/// An `{error, code}` response.
-fn admin_error(status: StatusCode, code: &str, message: &str) -> Response<RespBody> {
-    json_response(
-        status,
-        &AdminError {
-            error: message,
-            code,
-        },
-    )
 }

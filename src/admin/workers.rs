@@ -14,18 +14,19 @@ use crate::control::provider;
 use crate::fleet::spec::{parse_patch, parse_spec, SpecError, WorkerSpec};
 use crate::fleet::{parse_worker_url, Status, Transport, Worker, WorkerType};
 use crate::http::body::RespBody;
-use crate::http::error;
+use crate::http::error::{admin_error, AdminErrorBody};
+use crate::http::reply;
 
 /// A worker-endpoint error: `{error: <message>, code: <CODE>}`.
-fn worker_error(status: StatusCode, code: &str, message: impl Into<String>) -> Response<RespBody> {
-    let body = json!({ "error": message.into(), "code": code });
-    error::json(status, Bytes::from(body.to_string()))
+fn worker_error(status: StatusCode, code: &str, message: impl AsRef<str>) -> Response<RespBody> {
+    let message = message.as_ref();
+    admin_error(status, AdminErrorBody::Coded { code, message })
 }
 
 fn spec_error(err: &SpecError) -> Response<RespBody> {
     match err.code() {
         Some(code) => worker_error(err.status(), code, err.to_string()),
-        None => error::plain(err.status(), err.to_string()),
+        None => admin_error(err.status(), AdminErrorBody::text(err.to_string())),
     }
 }
 
@@ -54,7 +55,7 @@ fn not_compiled(refused: &provider::NotCompiled) -> Response<RespBody> {
 
 fn accepted(id: Uuid, message: &str) -> Response<RespBody> {
     let body = json!({ "status": "accepted", "worker_id": id, "message": message });
-    error::json(StatusCode::ACCEPTED, Bytes::from(body.to_string()))
+    reply::json(StatusCode::ACCEPTED, Bytes::from(body.to_string()))
 }
 
 /// `{worker_id}` as a UUID.
@@ -121,7 +122,7 @@ pub fn create(admin: &Admin, headers: &HeaderMap, body: &[u8]) -> Response<RespB
         "location": location,
         "message": "Worker registration queued",
     });
-    let mut resp = error::json(StatusCode::ACCEPTED, Bytes::from(body.to_string()));
+    let mut resp = reply::json(StatusCode::ACCEPTED, Bytes::from(body.to_string()));
     if let Ok(value) = HeaderValue::try_from(location) {
         resp.headers_mut().insert(LOCATION, value);
     }
@@ -151,7 +152,7 @@ pub fn list(admin: &Admin, query: Option<&str>) -> Response<RespBody> {
         "workers": workers,
         "stats": {"prefill_count": prefill, "decode_count": decode, "regular_count": regular},
     });
-    error::json(StatusCode::OK, Bytes::from(body.to_string()))
+    reply::json(StatusCode::OK, Bytes::from(body.to_string()))
 }
 
 /// `GET /workers/{worker_id}`.
@@ -161,7 +162,7 @@ pub fn get(admin: &Admin, raw_id: Option<&str>) -> Response<RespBody> {
     };
     if let Some(worker) = admin.registry.snapshot().by_id(&id) {
         let body = worker_object(admin, worker);
-        return error::json(StatusCode::OK, Bytes::from(body.to_string()));
+        return reply::json(StatusCode::OK, Bytes::from(body.to_string()));
     }
     match admin.jobs.registering(&id) {
         // Registration still runs: a placeholder with the id, URL, status and job; the
@@ -183,7 +184,7 @@ pub fn get(admin: &Admin, raw_id: Option<&str>) -> Response<RespBody> {
             if let Some(job) = admin.jobs.status(&id) {
                 object.insert("job_status".into(), job.to_json());
             }
-            error::json(
+            reply::json(
                 StatusCode::OK,
                 Bytes::from(Value::Object(object).to_string()),
             )

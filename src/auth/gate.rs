@@ -12,7 +12,7 @@ use super::keys::{bearer_token, ControlPlaneKeys, DataPlaneAccess, DataPlaneKeys
 use super::AuthSettings;
 use super::{audit, Role};
 use crate::http::body::RespBody;
-use crate::http::error;
+use crate::http::error::{admin_error, AdminErrorBody};
 
 /// Body of a control-plane 401 without a usable `Authorization` header.
 pub const MISSING_CREDENTIAL: &str = "Missing or invalid Authorization header";
@@ -36,14 +36,16 @@ pub enum Denied {
 impl Denied {
     pub fn into_response(self) -> Response<RespBody> {
         match self {
-            Denied::Unauthorized => error::empty(StatusCode::UNAUTHORIZED),
+            Denied::Unauthorized => admin_error(StatusCode::UNAUTHORIZED, AdminErrorBody::Empty),
             Denied::Unauthenticated(text) => {
-                let mut resp = error::plain(StatusCode::UNAUTHORIZED, text);
+                let mut resp = admin_error(StatusCode::UNAUTHORIZED, AdminErrorBody::text(text));
                 resp.headers_mut()
                     .insert(WWW_AUTHENTICATE, HeaderValue::from_static(REALM));
                 resp
             }
-            Denied::Forbidden => error::plain(StatusCode::FORBIDDEN, ADMIN_REQUIRED),
+            Denied::Forbidden => {
+                admin_error(StatusCode::FORBIDDEN, AdminErrorBody::text(ADMIN_REQUIRED))
+            }
         }
     }
 }

@@ -11,10 +11,11 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{redact_userinfo, Config, IoEngine, LogLevel, PolicyName, PrefillWorker, Secret};
+use super::{Config, IoEngine, LogLevel, PolicyName, PrefillWorker};
 use crate::auth::keys::{ControlPlaneKey, TenantKey};
 use crate::auth::Role;
-use crate::fleet::parse_worker_url;
+use crate::fleet::parse_http_worker_url;
+use crate::secret::{redact_userinfo, Secret};
 
 /// Help sections, printed in declaration order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -1232,11 +1233,7 @@ pub fn byte_size(v: &str) -> Result<u64, Invalid> {
 pub fn worker_url(v: &str) -> Result<String, Invalid> {
     // Userinfo may hold credentials: never echo it back.
     let shown = redact_userinfo(v);
-    let lower = v.trim_start().to_ascii_lowercase();
-    if !lower.starts_with("http://") && !lower.starts_with("https://") {
-        return Err(Invalid::new(&shown, "expected an http:// or https:// URL"));
-    }
-    match parse_worker_url(v) {
+    match parse_http_worker_url(v) {
         Ok(url) => Ok(url.normalized),
         Err(err) => Err(Invalid::new(&shown, err.to_string())),
     }

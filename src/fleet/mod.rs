@@ -29,7 +29,7 @@ use overload::OverloadDefaults;
 use spec::ResilienceOverrides;
 use spec::{HealthOverrides, WorkerPatch, WorkerSpec};
 
-pub use url::{parse_worker_url, Transport, WorkerUrl, WorkerUrlError};
+pub use url::{parse_http_worker_url, parse_worker_url, Transport, WorkerUrl, WorkerUrlError};
 
 /// How the gateway reaches a worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -183,37 +183,10 @@ impl Pipeline {
                     .routed(&route, streaming, started.elapsed().as_secs_f64());
             }
             Err(err) => {
-                if let Some(kind) = error_type(err) {
+                if let Some(kind) = err.router_error() {
                     self.metrics.router_error(&route, kind);
                 }
             }
         }
     }
-}
-
-/// The `error_type` of `gw_router_request_errors_total` for a gateway error; `None` for
-/// admission refusals, which turn a request away before routing.
-fn error_type(err: &GatewayError) -> Option<&'static str> {
-    Some(match err {
-        GatewayError::NoAvailableWorkers
-        | GatewayError::ModelNotFound
-        | GatewayError::OverloadShed { .. } => "no_workers",
-        GatewayError::UpstreamTimeout => "timeout",
-        GatewayError::UpstreamConnect
-        | GatewayError::UpstreamBroken
-        | GatewayError::UnsupportedTransport { .. }
-        | GatewayError::WorkerStatus { .. } => "backend_error",
-        GatewayError::PayloadTooLarge { .. }
-        | GatewayError::ClientBodyBroken
-        | GatewayError::BodyNotJsonObject
-        | GatewayError::ClientBodyTimeout
-        | GatewayError::InvalidHeaders { .. }
-        | GatewayError::UnsupportedTransferCoding => "validation_error",
-        GatewayError::NotImplemented { .. } => "internal_error",
-        GatewayError::AdmissionQueueFull
-        | GatewayError::AdmissionQueueTimeout
-        | GatewayError::MultimodalTooLarge { .. }
-        | GatewayError::MultimodalBudgetFull
-        | GatewayError::BufferBudgetFull => return None,
-    })
 }

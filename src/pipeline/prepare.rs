@@ -18,7 +18,7 @@ use super::Pipeline;
 use crate::admission::body_budget::Charge;
 use crate::fleet::Worker;
 use crate::http::error::GatewayError;
-use crate::http::upload::{read_prefix, BodyTiming, LimitedBody, Prefix, ReadError};
+use crate::http::upload::{read_prefix, BodyTiming, LimitedBody, Prefix};
 use crate::routing::{Needs, RequestFacts};
 
 /// Header naming the worker to use, as an index into the candidates (consistent_hashing).
@@ -251,7 +251,7 @@ impl Pipeline {
         let cap = inputs.hold_limit().unwrap_or(u64::MAX);
         let charge = self.admission.bodies.charge();
         match read_prefix(body, cap, charge, timing.whole_by).await {
-            Err(err) => Err(body_error(err, limit)),
+            Err(err) => Err(GatewayError::from_read(err, limit)),
             Ok(Prefix::Whole(bytes, charge)) => Ok((Payload::Held(bytes), path, Some(charge))),
             // Only the budget ends the read of a body held whole early (the payload limit
             // is an error of its own).
@@ -289,13 +289,4 @@ fn declared_length(req: &Request<Incoming>) -> Option<u64> {
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse().ok())
-}
-
-/// The client's answer when its body could not be read.
-pub(super) fn body_error(err: ReadError, limit: u64) -> GatewayError {
-    match err {
-        ReadError::TooLarge => GatewayError::PayloadTooLarge { limit },
-        ReadError::Broken => GatewayError::ClientBodyBroken,
-        ReadError::TooSlow => GatewayError::ClientBodyTimeout,
-    }
 }

@@ -9,7 +9,7 @@ use std::time::Instant;
 use http::Response;
 use uuid::Uuid;
 
-use super::prepare::{body_error, Prepared};
+use super::prepare::Prepared;
 use super::respond;
 use super::select::{self, NoPick};
 use super::transport::{self, Answer, Attempt, SendError};
@@ -22,8 +22,9 @@ use crate::resilience::{Outcome, RetryConfig};
 
 /// How one attempt ended, when it did not produce the response to relay.
 enum Failed {
-    /// A retryable status; the answer is kept in case it is the last word.
-    Status(Answer, LoadGuard),
+    /// A retryable status; the answer is kept in case it is the last word (boxed: a
+    /// relay body is large, and this is the rare path).
+    Status(Box<(Answer, LoadGuard)>),
     /// No answer: connect failure or broken exchange.
     Exchange(GatewayError),
 }
@@ -129,7 +130,9 @@ impl Pipeline {
                     return Err(GatewayError::UpstreamTimeout);
                 }
                 // The client's body failed, not the worker: no breaker, no retry.
-                Err(SendError::ClientBody(fault)) => return Err(body_error(fault, req.limit)),
+                Err(SendError::ClientBody(fault)) => {
+                    return Err(GatewayError::from_read(fault, req.limit))
+                }
                 Err(SendError::Exchange(failure)) => {
                     self.failed_exchange(&worker, &failure);
                     // A pooled connection the worker closed as the request went out: one
@@ -158,7 +161,7 @@ impl Pipeline {
                     let outcome = worker.breaker.config().classify(status);
                     self.record_outcome(&worker, outcome);
                     if RetryConfig::retries_status(status) && req.payload.replayable() {
-                        Failed::Status(answer, load)
+                        Failed::Status(Box::new((answer, load)))
                     } else {
                         return Ok(respond::relay(answer, load, done));
                     }
@@ -231,7 +234,10 @@ impl Pipeline {
 /// The client's answer when no further attempt follows.
 fn last_word(failed: Failed, done: respond::Release) -> Result<Response<RespBody>, GatewayError> {
     match failed {
-        Failed::Status(answer, load) => Ok(respond::relay(answer, load, done)),
+        Failed::Status(kept) => {
+            let (answer, load) = *kept;
+            Ok(respond::relay(answer, load, done))
+        }
         Failed::Exchange(err) => Err(err),
     }
 }

@@ -78,18 +78,22 @@ impl Default for RuntimeSettings {
     }
 }
 
-/// The IO engine actually in use.
+/// The IO driver the data-plane threads run: what `--io-engine` ([`IoEngine`], which may
+/// say `auto`) resolved to on this machine. Named for tokio's IO driver, which is what the
+/// two differ in, and so as not to read as an inference engine (the workers' engines).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Engine {
+pub enum IoDriver {
+    /// tokio-uring's runtime on an io_uring instance.
     Uring,
+    /// A current-thread tokio runtime on epoll.
     Epoll,
 }
 
-impl Engine {
+impl IoDriver {
     pub fn as_str(self) -> &'static str {
         match self {
-            Engine::Uring => "io_uring",
-            Engine::Epoll => "epoll",
+            IoDriver::Uring => "io_uring",
+            IoDriver::Epoll => "epoll",
         }
     }
 }
@@ -99,29 +103,29 @@ fn probe_uring() -> Result<(), io::Error> {
     io_uring::IoUring::new(8).map(|_| ())
 }
 
-/// Resolves `--io-engine` to an engine, with the reason for the log line.
+/// Resolves `--io-engine` to an IO driver, with the reason for the log line.
 ///
 /// `auto` prefers the engine measured faster for this workload where both work. Today that
 /// is epoll: a proxied request costs less CPU on it than on the io_uring adapter (see
 /// docs/performance.md), so `auto` only reports whether io_uring would have been available
 /// and `--io-engine uring` stays an explicit choice.
-pub fn choose_engine(requested: IoEngine) -> Result<(Engine, String), String> {
+pub fn choose_io_driver(requested: IoEngine) -> Result<(IoDriver, String), String> {
     match requested {
-        IoEngine::Epoll => Ok((Engine::Epoll, "requested with --io-engine epoll".into())),
+        IoEngine::Epoll => Ok((IoDriver::Epoll, "requested with --io-engine epoll".into())),
         IoEngine::Uring => match probe_uring() {
-            Ok(()) => Ok((Engine::Uring, "requested with --io-engine uring".into())),
+            Ok(()) => Ok((IoDriver::Uring, "requested with --io-engine uring".into())),
             Err(e) => Err(format!(
                 "--io-engine uring: io_uring is not available here ({e}); use --io-engine epoll or auto"
             )),
         },
         IoEngine::Auto => Ok(match probe_uring() {
             Ok(()) => (
-                Engine::Epoll,
+                IoDriver::Epoll,
                 "io_uring is available, but epoll costs less CPU per proxied request in this \
                  build (--io-engine uring forces io_uring)"
                     .into(),
             ),
-            Err(e) => (Engine::Epoll, format!("io_uring is not available ({e})")),
+            Err(e) => (IoDriver::Epoll, format!("io_uring is not available ({e})")),
         }),
     }
 }
@@ -301,7 +305,7 @@ struct Serving<H> {
 
 /// Runs one data-plane thread until shutdown has drained its connections.
 fn run_thread<S: ThreadSetup>(
-    engine: Engine,
+    driver: IoDriver,
     index: usize,
     listener: TcpListener,
     setup: Arc<S>,
@@ -316,8 +320,8 @@ fn run_thread<S: ThreadSetup>(
             grace: settings.1,
         })
     };
-    match engine {
-        Engine::Epoll => {
+    match driver {
+        IoDriver::Epoll => {
             let parker = setup.clone();
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -329,7 +333,7 @@ fn run_thread<S: ThreadSetup>(
                 run_epoll(listener, serving(&setup), OpenConns::new(limit), shutdown).await
             })
         }
-        Engine::Uring => tokio_uring::start(async move {
+        IoDriver::Uring => tokio_uring::start(async move {
             tokio::task::spawn_local(setup.companion(index));
             run_uring(listener, serving(&setup), OpenConns::new(limit), shutdown).await
         }),
@@ -349,7 +353,7 @@ impl DataPlane {
     /// `runtime.worker_threads`, each serving with its own handler from `setup`.
     pub fn start<S: ThreadSetup>(
         setup: Arc<S>,
-        engine: Engine,
+        driver: IoDriver,
         server: &ServerSettings,
         runtime: &RuntimeSettings,
         shutdown: watch::Receiver<bool>,
@@ -367,7 +371,7 @@ impl DataPlane {
             let settings = (server.clone(), runtime.shutdown_grace_period);
             let handle = std::thread::Builder::new()
                 .name(format!("tollgate-data-{i}"))
-                .spawn(move || run_thread(engine, i, listener, setup, settings, limit, shutdown))?;
+                .spawn(move || run_thread(driver, i, listener, setup, settings, limit, shutdown))?;
             handles.push(handle);
         }
         Ok(DataPlane {

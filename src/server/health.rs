@@ -10,7 +10,7 @@ use tokio::net::TcpListener;
 
 use super::side_listener;
 use crate::http::body::RespBody;
-use crate::http::error;
+use crate::http::{error, reply};
 
 /// Binds the probe listener. Fails (and so does startup) when the address is taken.
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
@@ -36,9 +36,9 @@ fn answer(
 ) -> Response<RespBody> {
     let probe = matches!(req.uri().path(), "/health" | "/liveness" | "/readiness");
     match (probe, req.method() == Method::GET) {
-        (false, _) => error::empty(StatusCode::NOT_FOUND),
-        (true, false) => error::empty(StatusCode::METHOD_NOT_ALLOWED),
+        (false, _) => error::not_found(),
+        (true, false) => error::method_not_allowed("GET"),
         (true, true) if req.uri().path() == "/readiness" => readiness(),
-        (true, true) => error::empty(StatusCode::OK),
+        (true, true) => reply::empty(StatusCode::OK),
     }
 }

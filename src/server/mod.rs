@@ -6,11 +6,11 @@ pub mod health;
 pub mod limit;
 pub mod listener;
 pub mod side_listener;
-mod sniff;
+mod smuggling_guard;
 mod timeouts;
 pub mod tokio_io;
 
-pub use sniff::{Sniffer, CONFLICT_REPLY};
+pub use smuggling_guard::{SmugglingGuard, CONFLICT_REPLY};
 
 use std::convert::Infallible;
 use std::future::Future;
