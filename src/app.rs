@@ -12,7 +12,7 @@ use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use crate::admin::{self, Admin};
-use crate::auth::gate::Authenticator;
+use crate::auth::gate::{Authenticator, Denied};
 use crate::control::calls::CallClient;
 use crate::fleet::Registry;
 use crate::http::body::RespBody;
@@ -89,17 +89,18 @@ impl ThreadSetup for Gateway {
     }
 }
 
-/// Serves one request, recorded in the HTTP-layer metrics under its route template
-/// (requests matching no route are not recorded, as spec 3 says).
+/// Serves one request: the route is matched once, here, and the answer is recorded in
+/// the HTTP-layer metrics under the route's template (requests matching no route are not
+/// recorded, as spec 3 says).
 pub async fn handle(ctx: &ThreadCtx, req: Request<Incoming>) -> Response<RespBody> {
-    let metrics = &ctx.gateway.metrics;
-    let route = match match_route(req.method(), req.uri().path()) {
+    let matched = match_route(req.method(), req.uri().path());
+    let route = match matched {
         RouteMatch::Found(route) if !is_rl(route) => route,
-        _ => return respond(ctx, req).await,
+        _ => return respond(ctx, req, matched).await,
     };
     let started = Instant::now();
-    let in_flight = metrics.http_started(req.method(), route);
-    let resp = respond(ctx, req).await;
+    let in_flight = ctx.gateway.metrics.http_started(req.method(), route);
+    let resp = respond(ctx, req, matched).await;
     in_flight.finished(
         resp.status().as_u16(),
         ErrorCode::of(&resp),
@@ -108,46 +109,84 @@ pub async fn handle(ctx: &ThreadCtx, req: Request<Incoming>) -> Response<RespBod
     resp
 }
 
-/// Answers one request. Never fails: every error becomes a response here.
-async fn respond(ctx: &ThreadCtx, mut req: Request<Incoming>) -> Response<RespBody> {
+/// Answers one request: the head rules, the route (or its 404/405), the route group's
+/// authentication, then the route's owner. Never fails: every error becomes a response.
+async fn respond(
+    ctx: &ThreadCtx,
+    mut req: Request<Incoming>,
+    matched: RouteMatch,
+) -> Response<RespBody> {
     if let Err(err) = head_rules::check(req.version(), req.headers()) {
         return error_response(&err);
     }
-    let route = match match_route(req.method(), req.uri().path()) {
-        // The RL control plane is mounted only with `--enable-rl`, which this build does
-        // not offer yet: its paths do not exist (404), whatever the method.
-        RouteMatch::Found(route) if is_rl(route) => return error::not_found(),
-        RouteMatch::Found(route) => route,
-        RouteMatch::NotFound => return error::not_found(),
-        RouteMatch::MethodNotAllowed if req.uri().path().starts_with("/v1/rl/") => {
-            return error::not_found()
-        }
-        RouteMatch::MethodNotAllowed => {
+    let route = match routed(matched, req.uri().path()) {
+        Ok(route) => route,
+        Err(NoRoute::NotFound) => return error::not_found(),
+        Err(NoRoute::MethodNotAllowed) => {
             let allow = allowed_methods(req.uri().path()).unwrap_or_default();
             return error::method_not_allowed(&allow);
         }
     };
-    let gateway = &ctx.gateway;
-    let auth = &gateway.auth;
+    if let Err(denied) = authenticate(&ctx.gateway.auth, route, &mut req).await {
+        return denied.into_response();
+    }
+    dispatch(ctx, route, req)
+        .await
+        .unwrap_or_else(|err| error_response(&err))
+}
+
+/// Why a request has no route to serve it.
+enum NoRoute {
+    /// 404: no such path (or an RL path, not mounted in this build).
+    NotFound,
+    /// 405: a known path, another method.
+    MethodNotAllowed,
+}
+
+/// The matched route, if it is served here.
+fn routed(matched: RouteMatch, path: &str) -> Result<Route, NoRoute> {
+    match matched {
+        // The RL control plane is mounted only with `--enable-rl`, which this build does
+        // not offer yet: its paths do not exist (404), whatever the method.
+        RouteMatch::Found(route) if is_rl(route) => Err(NoRoute::NotFound),
+        RouteMatch::Found(route) => Ok(route),
+        RouteMatch::NotFound => Err(NoRoute::NotFound),
+        RouteMatch::MethodNotAllowed if path.starts_with("/v1/rl/") => Err(NoRoute::NotFound),
+        RouteMatch::MethodNotAllowed => Err(NoRoute::MethodNotAllowed),
+    }
+}
+
+/// The guard of the route's group (`auth::gate` decides); a data-plane tenant identity is
+/// attached to the request.
+async fn authenticate(
+    auth: &Authenticator,
+    route: Route,
+    req: &mut Request<Incoming>,
+) -> Result<(), Denied> {
     match route.group() {
-        RouteGroup::Public => {}
-        RouteGroup::DataPlane => match auth.data_plane(req.headers()) {
-            Ok(Some(tenant)) => {
+        RouteGroup::Public => Ok(()),
+        RouteGroup::DataPlane => {
+            if let Some(tenant) = auth.data_plane(req.headers())? {
                 req.extensions_mut().insert(tenant);
             }
-            Ok(None) => {}
-            Err(denied) => return denied.into_response(),
-        },
+            Ok(())
+        }
         RouteGroup::ControlPlane => {
-            if let Err(denied) = auth
-                .control_plane(req.method(), req.uri().path(), req.headers())
+            auth.control_plane(req.method(), req.uri().path(), req.headers())
                 .await
-            {
-                return denied.into_response();
-            }
         }
     }
-    let result = match route {
+}
+
+/// Gives the route to its owner: health answers here, administration to `admin`,
+/// inference to the pipeline; routes not built yet answer 501.
+async fn dispatch(
+    ctx: &ThreadCtx,
+    route: Route,
+    req: Request<Incoming>,
+) -> Result<Response<RespBody>, GatewayError> {
+    let gateway = &ctx.gateway;
+    match route {
         Route::Health | Route::Liveness => Ok(reply::empty(StatusCode::OK)),
         Route::Readiness => Ok(readiness(&gateway.registry)),
         // WASM routes need `--enable-wasm` (not in this build yet): 500 with an empty body.
@@ -180,13 +219,10 @@ async fn respond(ctx: &ThreadCtx, mut req: Request<Incoming>) -> Response<RespBo
         r => Err(GatewayError::NotImplemented {
             route: r.template(),
         }),
-    };
-    result.unwrap_or_else(|err| error_response(&err))
+    }
 }
 
-/// An inference request: forwarded, after admission (perhaps after a wait in the queue),
-/// which the proxy takes once it has read what it must of the body; the admission ticket
-/// rides on the response until its last byte.
+/// An inference request: through the pipeline's phases (`pipeline::Pipeline::serve`).
 async fn forward(
     ctx: &ThreadCtx,
     route: Route,
