@@ -12,8 +12,8 @@
 //! 3. **send** ([`send`]) — the attempt loop: [`select`] a worker, carry the attempt over
 //!    the worker's [`transport`], classify the outcome for its breaker, retry elsewhere
 //!    while nothing has been relayed;
-//! 4. **respond** ([`respond`]) — the answer for the client: hop-by-hop headers out, the
-//!    release guard (worker load, ticket, body charge) and any tap on the body;
+//! 4. **respond** — the winning answer becomes the client's response: the release guard
+//!    (the worker's load, the admission ticket) and any tap ride on its body;
 //! 5. **record** — the router metrics, once the answer is known.
 //!
 //! Each data-plane thread owns its own upstream pools ([`transport::http`]), so pooled
@@ -24,7 +24,6 @@ pub mod body_path;
 pub mod headers;
 pub mod peek;
 mod prepare;
-mod respond;
 pub mod select;
 mod send;
 pub mod transport;
@@ -37,15 +36,18 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 
 use crate::admission::{Admission, Ticket};
-use crate::fleet::{Registry, Worker};
+use crate::fleet::{LoadGuard, Registry, Worker};
 use crate::http::body::RespBody;
 use crate::http::error::GatewayError;
+use crate::http::guard::Guard;
 use crate::metrics::{Metrics, RouteLabels};
 use crate::resilience::RetryConfig;
 use crate::routing::Policy;
 
 pub use headers::ContentType;
 pub use transport::http::UpstreamClient;
+
+use transport::Answer;
 
 /// The data path's part of the Limits and timeouts flag group.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -152,6 +154,15 @@ impl Pipeline {
                 .await?;
         }
         Ok(ticket)
+    }
+
+    /// Phase 4: the answer of the attempt that won, on its way to the client. Whatever
+    /// must be released at its last byte rides on the body as one guard, so a long stream
+    /// holds the worker's load and the admission token exactly as long as it runs, and a
+    /// client that goes away releases them at once. (Taps that store responses or count
+    /// usage attach here.)
+    fn respond(answer: Answer, load: LoadGuard, ticket: Ticket) -> Response<RespBody> {
+        answer.map(|body| body.holding(Guard::new((load, ticket))))
     }
 
     /// Phase 5: the router metrics of the finished request.

@@ -2,7 +2,8 @@
 //! the request to that worker's [`transport`](super::transport), and classifies what came
 //! back for the worker's circuit breaker; a failed attempt is retried on another worker
 //! (with backoff) while the body can be replayed and no response byte has reached the
-//! client. The loop knows nothing of how a transport talks to its worker.
+//! client. The loop knows nothing of how a transport talks to its worker. The answer that
+//! wins goes to phase 4 ([`Pipeline::respond`]).
 
 use std::time::Instant;
 
@@ -10,7 +11,6 @@ use http::Response;
 use uuid::Uuid;
 
 use super::prepare::Prepared;
-use super::respond;
 use super::select::{self, NoPick};
 use super::transport::{self, Answer, Attempt, SendError};
 use super::{Pipeline, Seen, UpstreamClient};
@@ -53,7 +53,6 @@ impl Pipeline {
             None
         };
         let transports = transport::Transports { http: client };
-        let done = respond::Release { ticket };
 
         let mut tried: Vec<Uuid> = Vec::new();
         let mut attempt: u32 = 0;
@@ -84,7 +83,7 @@ impl Pipeline {
                     });
                 }
                 // Every breaker opened while retrying: the last answer is the better word.
-                (Err(_), Some(failed)) => return last_word(failed, done),
+                (Err(_), Some(failed)) => return last_word(failed, ticket),
                 (Err(NoPick::None), None) => return Err(self.no_worker_for(model)),
             };
             // A worker no transport of this build reaches fails before anything is sent,
@@ -163,7 +162,7 @@ impl Pipeline {
                     if RetryConfig::retries_status(status) && req.payload.replayable() {
                         Failed::Status(Box::new((answer, load)))
                     } else {
-                        return Ok(respond::relay(answer, load, done));
+                        return Ok(Pipeline::respond(answer, load, ticket));
                     }
                 }
             };
@@ -177,7 +176,7 @@ impl Pipeline {
                     tracing::debug!(worker = %worker.url, attempts = attempt, "retries exhausted");
                     self.metrics.retries_exhausted(&worker, endpoint);
                 }
-                return last_word(failed, done);
+                return last_word(failed, ticket);
             }
             self.metrics
                 .retry(&worker, endpoint, attempt, backoff.as_secs_f64());
@@ -232,11 +231,11 @@ impl Pipeline {
 }
 
 /// The client's answer when no further attempt follows.
-fn last_word(failed: Failed, done: respond::Release) -> Result<Response<RespBody>, GatewayError> {
+fn last_word(failed: Failed, ticket: Ticket) -> Result<Response<RespBody>, GatewayError> {
     match failed {
         Failed::Status(kept) => {
             let (answer, load) = *kept;
-            Ok(respond::relay(answer, load, done))
+            Ok(Pipeline::respond(answer, load, ticket))
         }
         Failed::Exchange(err) => Err(err),
     }
