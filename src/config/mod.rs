@@ -29,7 +29,6 @@ pub use crate::pipeline::PipelineSettings;
 pub use crate::resilience::{BreakerDefaults, ResilienceSettings, RetryConfig};
 pub use crate::routing::{PolicyName, RoutingSettings};
 pub use crate::runtime::{IoEngine, RuntimeSettings};
-pub use crate::secret::{redact_userinfo, Secret};
 pub use crate::server::ServerSettings;
 
 /// What the command line asks the binary to do.

@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::flags::{Group, Kind, FLAGS};
 use super::*;
 use crate::auth::Role;
+use crate::secret::Secret;
 
 fn parse(args: &[&str]) -> Result<Command, ConfigError> {
     parse_args(args.iter().map(OsString::from))
