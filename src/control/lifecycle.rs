@@ -235,8 +235,7 @@ async fn dp_size(
     DpSize::choose(spec.dp_size, stated)
 }
 
-/// Full registration: checks, startup probing, detection, and under `--dp-aware` the
-/// engine's data-parallel size.
+/// Full registration: the checks the spec must pass, then [`discover`].
 async fn register(
     control: &Control,
     client: &CallClient,
@@ -247,46 +246,65 @@ async fn register(
     if spec.runtime_type == RuntimeType::Unspecified && is_external_provider(&spec.url) {
         spec.runtime_type = RuntimeType::External;
     }
-    let bearer = crate::fleet::bearer(spec.api_key.as_ref());
-    let probe_worker = Worker::new(id, spec.clone(), Discovered::default(), &control.defaults);
-    let mut dp = None;
-    let discovered = match &spec.url.transport {
-        Transport::Http { .. } => {
-            let want = Want::from_settings(spec.http_pool.http2, control.upstream_http2);
-            let timeout = probe_worker.health.timeout;
-            let http2 = if probe_worker.health.disabled {
-                protocol::settle_once(client, &spec.url, bearer.as_ref(), timeout, want).await?
-            } else {
-                wait_until_answering(control, client, &spec, bearer.as_ref(), timeout, want).await?
-            };
-            let discovered = detect(
-                client.pool(http2),
-                &spec.url,
-                bearer.as_ref(),
-                spec.effective_runtime(),
-                timeout,
-            )
-            .await;
-            if control.dp_aware {
-                dp = dp_size(client.pool(http2), &spec, bearer.as_ref(), timeout).await?;
-            }
-            Discovered {
-                http2,
-                ..discovered
-            }
-        }
-        // Spec 1: a ZMQ worker has no server to pin ranks through.
-        Transport::Zmq { .. } if control.dp_aware && spec.dp_size.is_some_and(|n| n > 1) => {
-            return Err("a ZMQ worker cannot have dp_size above 1 on a --dp-aware gateway".into());
-        }
-        // Stored so operators see them; no traffic until their transports exist.
-        Transport::Grpc { .. } | Transport::Zmq { .. } => Discovered::default(),
-    };
+    // Spec 1: a ZMQ worker has no server to pin ranks through.
+    if matches!(spec.url.transport, Transport::Zmq { .. })
+        && control.dp_aware
+        && spec.dp_size.is_some_and(|n| n > 1)
+    {
+        return Err("a ZMQ worker cannot have dp_size above 1 on a --dp-aware gateway".into());
+    }
+    let (discovered, dp) = discover(control, client, id, &spec).await?;
     Ok(Registered {
         spec,
         discovered,
         dp,
     })
+}
+
+/// Finds out what a worker is, the one way for command-line workers and `POST`/`PUT
+/// /workers` alike (both arrive here as registration jobs): over HTTP, waits until it
+/// answers and settles the protocol, detects its runtime and models, and under
+/// `--dp-aware` reads its data-parallel size. gRPC and ZMQ workers are stored as given, so
+/// operators see them; they get no traffic until their transports exist.
+async fn discover(
+    control: &Control,
+    client: &CallClient,
+    id: Uuid,
+    spec: &WorkerSpec,
+) -> Result<(Discovered, Option<DpSize>), String> {
+    if !matches!(spec.url.transport, Transport::Http { .. }) {
+        return Ok((Discovered::default(), None));
+    }
+    let bearer = crate::fleet::bearer(spec.api_key.as_ref());
+    // The spec's health settings resolved against the gateway's defaults.
+    let probe_worker = Worker::new(id, spec.clone(), Discovered::default(), &control.defaults);
+    let want = Want::from_settings(spec.http_pool.http2, control.upstream_http2);
+    let timeout = probe_worker.health.timeout;
+    let http2 = if probe_worker.health.disabled {
+        protocol::settle_once(client, &spec.url, bearer.as_ref(), timeout, want).await?
+    } else {
+        wait_until_answering(control, client, spec, bearer.as_ref(), timeout, want).await?
+    };
+    let discovered = detect(
+        client.pool(http2),
+        &spec.url,
+        bearer.as_ref(),
+        spec.effective_runtime(),
+        timeout,
+    )
+    .await;
+    let dp = if control.dp_aware {
+        dp_size(client.pool(http2), spec, bearer.as_ref(), timeout).await?
+    } else {
+        None
+    };
+    Ok((
+        Discovered {
+            http2,
+            ..discovered
+        },
+        dp,
+    ))
 }
 
 /// Startup probing: `/health` every `--worker-startup-check-interval` until it answers or

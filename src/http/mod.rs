@@ -2,6 +2,7 @@
 //! bodies, the gateway's own answers (`reply` for successes, `error` for errors).
 
 pub mod body;
+pub mod client;
 pub mod error;
 pub mod guard;
 pub mod head_rules;

@@ -13,11 +13,11 @@ use http::uri::{self, Authority, Scheme, Uri};
 use http::{Request, Version};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::{Answer, Attempt, SendError, Transport};
 use crate::fleet::{PoolTuning, Worker};
 use crate::http::body::RespBody;
+use crate::http::client::{self, ClientOptions};
 use crate::http::error::GatewayError;
 use crate::http::upload::{client_fault, LimitedBody};
 use crate::pipeline::headers;
@@ -112,16 +112,12 @@ impl Tuning {
 }
 
 fn pool(tuning: Tuning, http2_only: bool) -> UpstreamPool {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    connector.set_connect_timeout(Some(tuning.connect_timeout));
-    Client::builder(TokioExecutor::new())
-        .http2_only(http2_only)
-        .pool_max_idle_per_host(tuning.max_idle_per_host)
-        .pool_idle_timeout(tuning.idle_timeout)
-        .pool_timer(TokioTimer::new())
-        .timer(TokioTimer::new())
-        .build(connector)
+    client::build(ClientOptions::data_path(
+        http2_only,
+        tuning.max_idle_per_host,
+        tuning.idle_timeout,
+        tuning.connect_timeout,
+    ))
 }
 
 impl Transport for UpstreamClient {
