@@ -16,10 +16,11 @@ use super::detect::{detect, is_external_provider, server_dp_size};
 use super::jobs::{Job, SubmitError, QUEUE_CAPACITY};
 use super::protocol::{self, Unsettled, Want};
 use super::provider;
+use super::spec_body::check_for_registration;
 use super::Control;
 use super::ControlSettings;
 use crate::fleet::dp::DpSize;
-use crate::fleet::spec::{check_for_registration, WorkerSpec};
+use crate::fleet::spec::WorkerSpec;
 use crate::fleet::WorkerDefaults;
 use crate::fleet::{Discovered, RuntimeType, Status, Transport, Worker, WorkerType};
 

@@ -11,6 +11,7 @@ pub mod load;
 pub mod prom_text;
 pub mod protocol;
 pub mod provider;
+pub mod spec_body;
 
 use std::sync::Arc;
 use std::time::Duration;
