@@ -24,7 +24,7 @@ fn authenticator(config: &Config) -> Authenticator {
         .enable_all()
         .build()
         .expect("runtime");
-    runtime.block_on(Authenticator::new(config))
+    runtime.block_on(Authenticator::new(&config.auth))
 }
 
 fn bearer(token: &str) -> HeaderMap {

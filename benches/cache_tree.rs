@@ -26,9 +26,9 @@ use std::time::{Duration, Instant};
 
 use mimalloc::MiMalloc;
 use tollgate::config::PolicyName;
+use tollgate::fleet::{Status, Worker};
 use tollgate::routing::cache_tree::{CacheTree, TenantId};
 use tollgate::routing::{build_with_params, PolicyParams, RequestFacts};
-use tollgate::workers::{Status, Worker};
 
 /// Counts live heap bytes on top of mimalloc.
 struct Counting;

@@ -12,7 +12,7 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use serde_json::{json, Value};
 use simd_json::prelude::*;
-use tollgate::proxy::peek::{peek, Wants};
+use tollgate::pipeline::peek::{peek, Wants};
 
 /// A chat request body of at least `size` bytes.
 fn chat_body(size: usize) -> Vec<u8> {

@@ -12,11 +12,11 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use http::Method;
 use tollgate::admission::{Admission, AdmissionConfig};
 use tollgate::config::PolicyName;
+use tollgate::fleet::{Registry, Worker};
 use tollgate::http::route::Route;
 use tollgate::metrics::{Metrics, RouteLabels, Sources, DURATION_BUCKETS};
-use tollgate::proxy::body_path::{BodyPath, BufferReason};
+use tollgate::pipeline::body_path::{BodyPath, BufferReason};
 use tollgate::routing::{self, PolicyParams, Selection};
-use tollgate::workers::{Registry, Worker};
 
 fn metrics() -> Metrics {
     let registry = Registry::new();
@@ -34,7 +34,8 @@ fn metrics() -> Metrics {
 fn one_request(m: &Metrics, worker: &Worker) {
     let started = Instant::now();
     let in_flight = m.http_started(&Method::POST, Route::ChatCompletions);
-    m.body_path(BodyPath::Buffered(BufferReason::Retryable));
+    let path = BodyPath::Buffered(BufferReason::Retryable);
+    m.body_path(path.index(), path.path(), path.reason());
     let how = Selection {
         index: Some(0),
         branch: None,

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use tollgate::config::PolicyName;
+use tollgate::fleet::{LoadGuard, Status, Worker};
 use tollgate::routing::{build_with_params, PolicyParams, RequestFacts};
-use tollgate::workers::{LoadGuard, Status, Worker};
 
 /// Distinct prompts cycled through; bounds what cache_aware's tree grows to.
 const PROMPTS: usize = 4096;

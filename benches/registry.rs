@@ -9,8 +9,8 @@ use std::thread;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use tollgate::config::PolicyName;
+use tollgate::fleet::{Registry, Status, Worker};
 use tollgate::routing::{self, RequestFacts};
-use tollgate::workers::{Registry, Status, Worker};
 
 fn ready_worker(port: u32) -> Arc<Worker> {
     let url = format!(

@@ -1,4 +1,6 @@
-//! The gateway's shared state and the request dispatcher: which owner serves a route.
+//! The wiring layer's request side: the state every data-plane thread shares, each thread's
+//! handler, and the dispatcher that gives each route to its owner (health, administration,
+//! the data-path pipeline).
 
 use std::sync::Arc;
 
@@ -9,148 +11,200 @@ use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
-use crate::admin;
-use crate::admission::Admission;
-use crate::auth::gate::Authenticator;
-use crate::config::Config;
+use crate::admin::{self, Admin};
+use crate::auth::gate::{Authenticator, Denied};
+use crate::control::calls::CallClient;
+use crate::fleet::Registry;
 use crate::http::body::RespBody;
-use crate::http::error::{self, error_response, GatewayError};
+use crate::http::error::{
+    self, admin_error, error_response, AdminErrorBody, ErrorCode, GatewayError,
+};
 use crate::http::head_rules;
-use crate::http::route::{match_route, path_param, Route, RouteGroup, RouteMatch};
+use crate::http::reply;
+use crate::http::route::{allowed_methods, match_route, path_param, Route, RouteGroup, RouteMatch};
 use crate::http::upload::{read_whole, ReadError};
 use crate::metrics::Metrics;
-use crate::proxy::{ContentType, Forward, UpstreamClient};
-use crate::resilience::RetryConfig;
-use crate::routing::Policy;
-use crate::workers::calls::CallClient;
-use crate::workers::jobs::Jobs;
-use crate::workers::Registry;
+use crate::pipeline::{ContentType, Pipeline, UpstreamClient};
+use crate::runtime::ThreadSetup;
+use crate::server::Handler;
 
-/// Everything the data plane shares across threads. Built once at startup.
+/// What every data-plane thread shares. Built once at startup by [`crate::startup`]; each
+/// owner below gets only its own handle.
 pub struct Gateway {
-    pub config: Config,
-    pub registry: Registry,
-    pub policy: Arc<dyn Policy>,
-    /// Retry settings in force (none under `--disable-retries`).
-    pub retry: RetryConfig,
+    /// The data path: forwarding of inference requests.
+    pub pipeline: Arc<Pipeline>,
+    /// Administration and information routes.
+    pub admin: Arc<Admin>,
     pub auth: Authenticator,
-    /// Queued worker changes and their status.
-    pub jobs: Jobs,
-    /// Every metric family.
+    /// The fleet, for `/readiness`.
+    pub registry: Arc<Registry>,
+    /// Every metric family (the HTTP layer's are recorded here).
     pub metrics: Arc<Metrics>,
-    /// Admission control of inference requests.
-    pub admission: Arc<Admission>,
 }
 
-/// One data-plane thread's view: the shared gateway plus what the thread owns alone.
+/// One data-plane thread's handler: the shared gateway plus what the thread owns alone.
 pub struct ThreadCtx {
-    pub gateway: Arc<Gateway>,
-    pub client: UpstreamClient,
+    gateway: Arc<Gateway>,
+    client: UpstreamClient,
     /// The gateway's own calls to workers (fan-out, forwarded information routes).
-    pub calls: CallClient,
+    calls: CallClient,
 }
 
 impl ThreadCtx {
     pub fn new(gateway: Arc<Gateway>) -> ThreadCtx {
-        let client = UpstreamClient::new(&gateway.config);
+        let client = UpstreamClient::new(&gateway.pipeline.settings);
         ThreadCtx {
             gateway,
             client,
             calls: CallClient::new(),
         }
     }
+}
 
-    fn forward(&self, route: Route) -> Forward<'_> {
-        Forward {
-            config: &self.gateway.config,
-            registry: &self.gateway.registry,
-            policy: self.gateway.policy.as_ref(),
-            admission: &self.gateway.admission,
-            client: &self.client,
-            retry: self.gateway.retry,
-            metrics: &self.gateway.metrics,
-            endpoint: route.endpoint().as_str(),
+impl Handler for ThreadCtx {
+    fn handle(
+        &self,
+        req: Request<Incoming>,
+    ) -> impl std::future::Future<Output = Response<RespBody>> + Send {
+        handle(self, req)
+    }
+}
+
+/// Each data-plane thread gets its own [`ThreadCtx`] and runs the event-loop canary.
+impl ThreadSetup for Gateway {
+    type Handler = ThreadCtx;
+
+    fn handler(self: Arc<Self>) -> ThreadCtx {
+        ThreadCtx::new(self)
+    }
+
+    fn companion(&self, index: usize) -> impl std::future::Future<Output = ()> + 'static {
+        self.metrics.runtime.clone().canary(Some(index))
+    }
+
+    fn parked(&self, index: usize) {
+        if let Some(stats) = self.metrics.runtime.thread(index) {
+            stats.parked();
         }
     }
 }
 
-/// Serves one request, recorded in the HTTP-layer metrics under its route template
-/// (requests matching no route are not recorded, as spec 3 says).
+/// Serves one request: the route is matched once, here, and the answer is recorded in
+/// the HTTP-layer metrics under the route's template (requests matching no route are not
+/// recorded, as spec 3 says).
 pub async fn handle(ctx: &ThreadCtx, req: Request<Incoming>) -> Response<RespBody> {
-    let metrics = &ctx.gateway.metrics;
-    let route = match match_route(req.method(), req.uri().path()) {
+    let matched = match_route(req.method(), req.uri().path());
+    let route = match matched {
         RouteMatch::Found(route) if !is_rl(route) => route,
-        _ => return respond(ctx, req).await,
+        _ => return respond(ctx, req, matched).await,
     };
     let started = Instant::now();
-    let in_flight = metrics.http_started(req.method(), route);
-    let resp = respond(ctx, req).await;
-    let code = resp
-        .headers()
-        .get(error::ERROR_CODE_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .map_or("", error::known_code);
+    let in_flight = ctx.gateway.metrics.http_started(req.method(), route);
+    let resp = respond(ctx, req, matched).await;
     in_flight.finished(
         resp.status().as_u16(),
-        code,
+        ErrorCode::of(&resp),
         started.elapsed().as_secs_f64(),
     );
     resp
 }
 
-/// Answers one request. Never fails: every error becomes a response here.
-async fn respond(ctx: &ThreadCtx, mut req: Request<Incoming>) -> Response<RespBody> {
+/// Answers one request: the head rules, the route (or its 404/405), the route group's
+/// authentication, then the route's owner. Never fails: every error becomes a response.
+async fn respond(
+    ctx: &ThreadCtx,
+    mut req: Request<Incoming>,
+    matched: RouteMatch,
+) -> Response<RespBody> {
     if let Err(err) = head_rules::check(req.version(), req.headers()) {
         return error_response(&err);
     }
-    let route = match match_route(req.method(), req.uri().path()) {
+    let route = match routed(matched, req.uri().path()) {
+        Ok(route) => route,
+        Err(NoRoute::NotFound) => return error::not_found(),
+        Err(NoRoute::MethodNotAllowed) => {
+            let allow = allowed_methods(req.uri().path()).unwrap_or_default();
+            return error::method_not_allowed(&allow);
+        }
+    };
+    if let Err(denied) = authenticate(&ctx.gateway.auth, route, &mut req).await {
+        return denied.into_response();
+    }
+    dispatch(ctx, route, req)
+        .await
+        .unwrap_or_else(|err| error_response(&err))
+}
+
+/// Why a request has no route to serve it.
+enum NoRoute {
+    /// 404: no such path (or an RL path, not mounted in this build).
+    NotFound,
+    /// 405: a known path, another method.
+    MethodNotAllowed,
+}
+
+/// The matched route, if it is served here.
+fn routed(matched: RouteMatch, path: &str) -> Result<Route, NoRoute> {
+    match matched {
         // The RL control plane is mounted only with `--enable-rl`, which this build does
         // not offer yet: its paths do not exist (404), whatever the method.
-        RouteMatch::Found(route) if is_rl(route) => return error::empty(StatusCode::NOT_FOUND),
-        RouteMatch::Found(route) => route,
-        RouteMatch::NotFound => return error::empty(StatusCode::NOT_FOUND),
-        RouteMatch::MethodNotAllowed if req.uri().path().starts_with("/v1/rl/") => {
-            return error::empty(StatusCode::NOT_FOUND)
-        }
-        RouteMatch::MethodNotAllowed => return error::empty(StatusCode::METHOD_NOT_ALLOWED),
-    };
-    let auth = &ctx.gateway.auth;
+        RouteMatch::Found(route) if is_rl(route) => Err(NoRoute::NotFound),
+        RouteMatch::Found(route) => Ok(route),
+        RouteMatch::NotFound => Err(NoRoute::NotFound),
+        RouteMatch::MethodNotAllowed if path.starts_with("/v1/rl/") => Err(NoRoute::NotFound),
+        RouteMatch::MethodNotAllowed => Err(NoRoute::MethodNotAllowed),
+    }
+}
+
+/// The guard of the route's group (`auth::gate` decides); a data-plane tenant identity is
+/// attached to the request.
+async fn authenticate(
+    auth: &Authenticator,
+    route: Route,
+    req: &mut Request<Incoming>,
+) -> Result<(), Denied> {
     match route.group() {
-        RouteGroup::Public => {}
-        RouteGroup::DataPlane => match auth.data_plane(req.headers()) {
-            Ok(Some(tenant)) => {
+        RouteGroup::Public => Ok(()),
+        RouteGroup::DataPlane => {
+            if let Some(tenant) = auth.data_plane(req.headers())? {
                 req.extensions_mut().insert(tenant);
             }
-            Ok(None) => {}
-            Err(denied) => return denied.into_response(),
-        },
+            Ok(())
+        }
         RouteGroup::ControlPlane => {
-            if let Err(denied) = auth
-                .control_plane(req.method(), req.uri().path(), req.headers())
+            auth.control_plane(req.method(), req.uri().path(), req.headers())
                 .await
-            {
-                return denied.into_response();
-            }
         }
     }
-    let result = match route {
-        Route::Health | Route::Liveness => Ok(error::empty(StatusCode::OK)),
-        Route::Readiness => Ok(readiness(&ctx.gateway)),
+}
+
+/// Gives the route to its owner: health answers here, administration to `admin`,
+/// inference to the pipeline; routes not built yet answer 501.
+async fn dispatch(
+    ctx: &ThreadCtx,
+    route: Route,
+    req: Request<Incoming>,
+) -> Result<Response<RespBody>, GatewayError> {
+    let gateway = &ctx.gateway;
+    match route {
+        Route::Health | Route::Liveness => Ok(reply::empty(StatusCode::OK)),
+        Route::Readiness => Ok(readiness(&gateway.registry)),
         // WASM routes need `--enable-wasm` (not in this build yet): 500 with an empty body.
-        Route::WasmList | Route::WasmAdd | Route::WasmDelete => {
-            Ok(error::empty(StatusCode::INTERNAL_SERVER_ERROR))
-        }
-        Route::Models => Ok(admin::models(&ctx.gateway)),
+        Route::WasmList | Route::WasmAdd | Route::WasmDelete => Ok(admin_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            AdminErrorBody::Empty,
+        )),
+        Route::Models => Ok(admin::models(&gateway.admin)),
         Route::GetModelInfo | Route::GetServerInfo | Route::HealthGenerate => {
-            Ok(admin::forward_info(&ctx.gateway, &ctx.calls, route.template()).await)
+            Ok(admin::forward_info(&gateway.admin, &ctx.calls, route.template()).await)
         }
-        Route::FlushCache => Ok(admin::flush_cache(&ctx.gateway, &ctx.calls).await),
-        Route::EngineMetrics => Ok(admin::engine_metrics(&ctx.gateway, &ctx.calls).await),
-        Route::Loads | Route::GetLoads => Ok(admin::loads(&ctx.gateway, req.uri().query())),
+        Route::FlushCache => Ok(admin::flush_cache(&gateway.admin, &ctx.calls).await),
+        Route::EngineMetrics => Ok(admin::engine_metrics(&gateway.admin, &ctx.calls).await),
+        Route::Loads | Route::GetLoads => Ok(admin::loads(&gateway.admin, req.uri().query())),
         Route::StartProfile | Route::StopProfile => {
             let start = route == Route::StartProfile;
             match read_admin_body(req.into_body()).await {
-                Ok(body) => Ok(admin::profile(&ctx.gateway, &ctx.calls, start, body).await),
+                Ok(body) => Ok(admin::profile(&gateway.admin, &ctx.calls, start, body).await),
                 Err(err) => Ok(body_error(err)),
             }
         }
@@ -159,26 +213,26 @@ async fn respond(ctx: &ThreadCtx, mut req: Request<Incoming>) -> Response<RespBo
         | Route::WorkerGet
         | Route::WorkerPatch
         | Route::WorkerReplace
-        | Route::WorkerDelete => Ok(workers_route(&ctx.gateway, route, req).await),
+        | Route::WorkerDelete => Ok(workers_route(&gateway.admin, route, req).await),
         Route::AudioTranscriptions => forward(ctx, route, req, ContentType::FromClient).await,
         r if is_forwarded(r) => forward(ctx, r, req, ContentType::Json).await,
         r => Err(GatewayError::NotImplemented {
             route: r.template(),
         }),
-    };
-    result.unwrap_or_else(|err| error_response(&err))
+    }
 }
 
-/// An inference request: forwarded, after admission (perhaps after a wait in the queue),
-/// which the proxy takes once it has read what it must of the body; the admission ticket
-/// rides on the response until its last byte.
+/// An inference request: through the pipeline's phases (`pipeline::Pipeline::serve`).
 async fn forward(
     ctx: &ThreadCtx,
     route: Route,
     req: Request<Incoming>,
     content_type: ContentType,
 ) -> Result<Response<RespBody>, GatewayError> {
-    ctx.forward(route).send(req, content_type).await
+    ctx.gateway
+        .pipeline
+        .serve(&ctx.client, route.endpoint().as_str(), req, content_type)
+        .await
 }
 
 /// Largest body of an administration request.
@@ -188,13 +242,7 @@ const ADMIN_BODY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The answer to an administration body that could not be read.
 fn body_error(err: ReadError) -> Response<RespBody> {
-    match err {
-        ReadError::TooLarge => error_response(&GatewayError::PayloadTooLarge {
-            limit: MAX_ADMIN_BODY,
-        }),
-        ReadError::Broken => error::empty(StatusCode::BAD_REQUEST),
-        ReadError::TooSlow => error::empty(StatusCode::REQUEST_TIMEOUT),
-    }
+    error_response(&GatewayError::from_read(err, MAX_ADMIN_BODY))
 }
 
 /// Reads a whole administration body (bounded in size and time).
@@ -203,27 +251,23 @@ async fn read_admin_body(body: Incoming) -> Result<Bytes, ReadError> {
 }
 
 /// `/workers` and `/workers/{worker_id}`.
-async fn workers_route(
-    gateway: &Gateway,
-    route: Route,
-    req: Request<Incoming>,
-) -> Response<RespBody> {
+async fn workers_route(admin: &Admin, route: Route, req: Request<Incoming>) -> Response<RespBody> {
     let (parts, body) = req.into_parts();
     let path = parts.uri.path();
     let id = path_param(path, 1);
     match route {
-        Route::WorkersList => admin::workers::list(gateway, parts.uri.query()),
-        Route::WorkerGet => admin::workers::get(gateway, id),
-        Route::WorkerDelete => admin::workers::delete(gateway, id),
+        Route::WorkersList => admin::workers::list(admin, parts.uri.query()),
+        Route::WorkerGet => admin::workers::get(admin, id),
+        Route::WorkerDelete => admin::workers::delete(admin, id),
         _ => {
             let body = match read_admin_body(body).await {
                 Ok(body) => body,
                 Err(err) => return body_error(err),
             };
             match route {
-                Route::WorkersCreate => admin::workers::create(gateway, &parts.headers, &body),
-                Route::WorkerPatch => admin::workers::patch(gateway, id, &parts.headers, &body),
-                _ => admin::workers::replace(gateway, id, &parts.headers, &body),
+                Route::WorkersCreate => admin::workers::create(admin, &parts.headers, &body),
+                Route::WorkerPatch => admin::workers::patch(admin, id, &parts.headers, &body),
+                _ => admin::workers::replace(admin, id, &parts.headers, &body),
             }
         }
     }
@@ -262,8 +306,8 @@ fn is_forwarded(route: Route) -> bool {
 }
 
 /// `/readiness`: 200 while at least one worker can take traffic, else 503.
-pub(crate) fn readiness(gateway: &Gateway) -> Response<RespBody> {
-    let snap = gateway.registry.snapshot();
+pub fn readiness(registry: &Registry) -> Response<RespBody> {
+    let snap = registry.snapshot();
     let ready = snap.ready_count();
     let total = snap.all().len();
     let (status, word) = if ready > 0 {
@@ -272,5 +316,5 @@ pub(crate) fn readiness(gateway: &Gateway) -> Response<RespBody> {
         (StatusCode::SERVICE_UNAVAILABLE, "not_ready")
     };
     let body = format!(r#"{{"status":"{word}","ready_workers":{ready},"total_workers":{total}}}"#);
-    error::json(status, Bytes::from(body))
+    reply::json(status, Bytes::from(body))
 }

@@ -1,8 +1,9 @@
 //! Log output: human-readable or JSON, to stderr or a daily-rotated file in `--log-dir`;
 //! [`Throttle`] for records that can repeat in a flood.
 
+use std::fmt;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -10,16 +11,71 @@ use std::time::{Duration, Instant};
 use tracing_appender::non_blocking::WorkerGuard;
 use tracing_subscriber::filter::EnvFilter;
 
-use crate::config::Config;
+/// Minimum level of log records that are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LogLevel {
+    Trace,
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
+
+impl LogLevel {
+    pub const ALL: &'static [LogLevel] = &[
+        LogLevel::Trace,
+        LogLevel::Debug,
+        LogLevel::Info,
+        LogLevel::Warn,
+        LogLevel::Error,
+    ];
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            LogLevel::Trace => "trace",
+            LogLevel::Debug => "debug",
+            LogLevel::Info => "info",
+            LogLevel::Warn => "warn",
+            LogLevel::Error => "error",
+        }
+    }
+}
+
+impl fmt::Display for LogLevel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where and how log records are written (the Logging flag group).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogSettings {
+    /// `--log-level`.
+    pub level: LogLevel,
+    /// `--log-json`: one JSON object per log record.
+    pub json: bool,
+    /// `--log-dir`: also write logs to files in this directory.
+    pub dir: Option<PathBuf>,
+}
+
+impl Default for LogSettings {
+    fn default() -> LogSettings {
+        LogSettings {
+            level: LogLevel::Info,
+            json: false,
+            dir: None,
+        }
+    }
+}
 
 /// Keeps the background log writer alive; drop it last so buffered lines are flushed.
 pub struct LogGuard(#[allow(dead_code)] Option<WorkerGuard>);
 
 /// Installs the global subscriber. `RUST_LOG`, when set, refines `--log-level`.
-pub fn init(config: &Config) -> io::Result<LogGuard> {
+pub fn init(settings: &LogSettings) -> io::Result<LogGuard> {
     let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(config.log_level.as_str()));
-    let (writer, guard) = match &config.log_dir {
+        .unwrap_or_else(|_| EnvFilter::new(settings.level.as_str()));
+    let (writer, guard) = match &settings.dir {
         Some(dir) => {
             std::fs::create_dir_all(dir)?;
             let appender = tracing_appender::rolling::daily(Path::new(dir), "tollgate.log");
@@ -38,7 +94,7 @@ pub fn init(config: &Config) -> io::Result<LogGuard> {
         .with_env_filter(filter)
         .with_writer(writer)
         .with_ansi(false);
-    let installed = if config.log_json {
+    let installed = if settings.json {
         builder.json().flatten_event(true).try_init()
     } else {
         builder.try_init()

@@ -20,7 +20,7 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
         };
-    let _log = match tollgate::logging::init(&config) {
+    let _log = match tollgate::logging::init(&config.log) {
         Ok(guard) => guard,
         Err(err) => {
             eprintln!("tollgate: cannot set up logging: {err}");

@@ -5,19 +5,20 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
+use crate::admin::Admin;
 use crate::admission::Admission;
-use crate::app::Gateway;
+use crate::app::{readiness, Gateway};
 use crate::auth::gate::Authenticator;
 use crate::config::Config;
+use crate::control::jobs::Jobs;
+use crate::control::{lifecycle, load, Control, LoadDemand};
+use crate::fleet::Registry;
 use crate::metrics::inflight::InflightAges;
 use crate::metrics::{exporter, Metrics, Sources};
-use crate::resilience;
-use crate::routing::{self, PolicyParams};
-use crate::runtime::{choose_engine, DataPlane};
+use crate::pipeline::{FleetModes, Pipeline};
+use crate::routing::{self, Policy};
+use crate::runtime::{choose_io_driver, DataPlane};
 use crate::server::health;
-use crate::workers::jobs::Jobs;
-use crate::workers::Registry;
-use crate::workers::{lifecycle, load};
 
 /// Resolves once SIGTERM or SIGINT arrives.
 async fn shutdown_signal() {
@@ -38,36 +39,39 @@ async fn shutdown_signal() {
 
 /// The policy's periodic upkeep (prefix-tree trims, expiry of sticky keys), on the control
 /// runtime so no data-plane thread ever pays for it.
-async fn maintain_policy(gateway: Arc<Gateway>) {
-    let mut ticks = tokio::time::interval(gateway.config.eviction_interval);
+async fn maintain_policy(policy: Arc<dyn Policy>, every: std::time::Duration) {
+    let mut ticks = tokio::time::interval(every);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticks.tick().await;
     loop {
         ticks.tick().await;
         // A trim of large trees takes a while: off the runtime that runs health probes.
-        let gateway = gateway.clone();
-        let _ = tokio::task::spawn_blocking(move || gateway.policy.maintain()).await;
+        let policy = policy.clone();
+        let _ = tokio::task::spawn_blocking(move || policy.maintain()).await;
     }
 }
 
 /// Runs the gateway until a shutdown signal has been handled and connections drained.
+///
+/// This is the one place that sees the whole [`Config`]: it builds each module's state from
+/// that module's settings and hands every owner only the handles it uses.
 pub fn run(config: Config) -> Result<(), String> {
-    let (engine, reason) = choose_engine(config.io_engine)?;
-    let policy = routing::build_with_params(config.policy, &PolicyParams::from_config(&config));
-    let registry = Registry::with_aliases(config.model_aliases.clone());
-    let threads = config.runtime_worker_threads;
-    let addr = SocketAddr::new(config.host, config.port);
-    let control = tokio::runtime::Builder::new_current_thread()
+    let (driver, reason) = choose_io_driver(config.runtime.io_engine)?;
+    let routing_settings = &config.routing;
+    let policy = routing::build_with_params(routing_settings.policy, &routing_settings.params);
+    let registry = Arc::new(Registry::with_aliases(config.fleet.model_aliases.clone()));
+    let threads = config.runtime.worker_threads;
+    let control_rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .thread_name("tollgate-control")
         .build()
         .map_err(|e| format!("cannot start the control runtime: {e}"))?;
-    let auth = control.block_on(Authenticator::new(&config));
+    let auth = control_rt.block_on(Authenticator::new(&config.auth));
     let (jobs, job_queue) = Jobs::new();
-    let retry = resilience::retry_config(&config);
+    let jobs = Arc::new(jobs);
     let admission = Arc::new(Admission::new(&config.admission));
     let metrics = Arc::new(Metrics::new(
-        &config.prometheus_duration_buckets,
+        &config.metrics.duration_buckets,
         Sources {
             fleet: registry.fleet(),
             policy: policy.clone(),
@@ -75,39 +79,94 @@ pub fn run(config: Config) -> Result<(), String> {
         },
     ));
     metrics.runtime.set_workers(threads);
-    let metrics_addr = SocketAddr::new(config.prometheus_host, config.prometheus_port);
-    let metrics_listener = control.block_on(exporter::bind(metrics_addr))?;
-    control.spawn(exporter::serve(metrics_listener, metrics.clone()));
-    control.spawn(metrics.runtime.clone().canary(None));
-    control.spawn(InflightAges::sampler(metrics.inflight_ages.clone()));
-    let gateway = Arc::new(Gateway {
-        config,
-        registry,
-        policy,
-        retry,
-        auth,
-        jobs,
-        metrics,
+    let metrics_addr = SocketAddr::new(config.metrics.host, config.metrics.port);
+    let metrics_listener = control_rt.block_on(exporter::bind(metrics_addr))?;
+    control_rt.spawn(exporter::serve(metrics_listener, metrics.clone()));
+    control_rt.spawn(metrics.runtime.clone().canary(None));
+    control_rt.spawn(InflightAges::sampler(metrics.inflight_ages.clone()));
+
+    let pipeline = Arc::new(Pipeline {
+        settings: config.pipeline.clone(),
+        modes: FleetModes {
+            enable_igw: config.fleet.enable_igw,
+            dp_aware: config.fleet.dp_aware,
+            pd_disaggregation: config.fleet.pd_disaggregation,
+            routing_key_headers: routing_settings.routing_key_headers.clone(),
+            overload_retry_after: config.control.load_monitor_interval,
+        },
+        registry: registry.clone(),
+        policy: policy.clone(),
         admission,
+        retry: config.resilience.retry_in_force(),
+        metrics: metrics.clone(),
     });
-    let health_addr = gateway
-        .config
+    let admin = Arc::new(Admin {
+        registry: registry.clone(),
+        jobs: jobs.clone(),
+        call_timeout: config.pipeline.request_timeout,
+        pd_disaggregation: config.fleet.pd_disaggregation,
+        dp_aware: config.fleet.dp_aware,
+        gateway_key_set: config.auth.api_key.is_some(),
+    });
+    let control = Arc::new(Control {
+        registry: registry.clone(),
+        jobs,
+        policy: policy.clone(),
+        metrics: metrics.clone(),
+        settings: config.control.clone(),
+        defaults: config.worker_defaults(),
+        dp_aware: config.fleet.dp_aware,
+        upstream_http2: config.fleet.upstream_http2,
+        startup_api_key: config.auth.api_key.clone(),
+        load_demand: LoadDemand {
+            disabled: config.control.disable_load_monitoring,
+            overload_on: config.fleet.overload.on(),
+            regular: routing_settings.policy,
+            prefill: routing_settings
+                .prefill_policy
+                .unwrap_or(routing_settings.policy),
+            decode: routing_settings
+                .decode_policy
+                .unwrap_or(routing_settings.policy),
+        },
+    });
+    let gateway = Arc::new(Gateway {
+        pipeline,
+        admin,
+        auth,
+        registry: registry.clone(),
+        metrics,
+    });
+
+    let health_addr = config
+        .server
         .health_check_port
-        .map(|port| SocketAddr::new(gateway.config.host, port));
+        .map(|port| SocketAddr::new(config.server.host, port));
     if let Some(addr) = health_addr {
-        let listener = control.block_on(health::bind(addr))?;
-        control.spawn(health::serve(listener, gateway.clone()));
+        let listener = control_rt.block_on(health::bind(addr))?;
+        let registry = registry.clone();
+        control_rt.spawn(health::serve(listener, move || readiness(&registry)));
     }
-    lifecycle::register_startup(&gateway)?;
-    control.spawn(lifecycle::run_jobs(gateway.clone(), job_queue));
-    control.spawn(maintain_policy(gateway.clone()));
-    control.spawn(load::monitor(gateway.clone()));
+    lifecycle::register_startup(&control)?;
+    control_rt.spawn(lifecycle::run_jobs(control.clone(), job_queue));
+    control_rt.spawn(maintain_policy(
+        policy,
+        routing_settings.params.eviction_interval,
+    ));
+    control_rt.spawn(load::monitor(control));
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let plane = DataPlane::start(gateway, engine, addr, threads, shutdown_rx)
-        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let addr = SocketAddr::new(config.server.host, config.server.port);
+    let plane = DataPlane::start(
+        gateway,
+        driver,
+        &config.server,
+        &config.runtime,
+        shutdown_rx,
+    )
+    .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     tracing::info!(
         addr = %plane.local_addr,
-        engine = engine.as_str(),
+        engine = driver.as_str(),
         reason = %reason,
         threads,
         max_connections = plane.max_connections,
@@ -115,7 +174,7 @@ pub fn run(config: Config) -> Result<(), String> {
         health_checks = health_addr.map(|a| a.to_string()),
         "tollgate listening"
     );
-    control.block_on(shutdown_signal());
+    control_rt.block_on(shutdown_signal());
     let _ = shutdown_tx.send(true);
     plane.join();
     tracing::info!("shutdown complete");

@@ -38,7 +38,16 @@ async fn send_unique_long_models(url: &str, first: u8) {
 /// `reads_model`: the policy reads the body's model, so the router series carry it.
 async fn unique_long_models(policy: &str, reads_model: bool) {
     let m = mock(&["--model", "bounded-model"]);
-    let gw = gateway(&["--worker-urls", &m.url(), "--policy", policy]);
+    // One data-plane thread: one allocator heap, so the first round warms exactly the heap
+    // the second round uses (with two, a round can land on the colder one and grow it).
+    let gw = gateway(&[
+        "--worker-urls",
+        &m.url(),
+        "--policy",
+        policy,
+        "--runtime-worker-threads",
+        "1",
+    ]);
     let url = format!("{}/v1/chat/completions", gw.url());
     let warm = post_json(&url, &support::chat(false, Value::Null)).await;
     assert_eq!(warm.status, 200, "{}", warm.text());

@@ -298,6 +298,12 @@ async fn the_health_check_port_answers_probes_outside_the_http_metrics() {
     assert_eq!(get(&format!("{base}/health")).await.status, 200);
     assert_eq!(get(&format!("{base}/liveness")).await.status, 200);
     assert_eq!(get(&format!("{base}/v1/models")).await.status, 404);
+    let refused = post_json(&format!("{base}/health"), &Value::Null).await;
+    assert_eq!(refused.status, 405);
+    assert_eq!(
+        refused.headers.get("allow").and_then(|v| v.to_str().ok()),
+        Some("GET")
+    );
 
     let text = scrape(&gw).await;
     assert_eq!(

@@ -249,6 +249,19 @@ async fn custom_duration_buckets_and_other_paths() {
     ))
     .await;
     assert_eq!(other.status, 404);
+    let refused = send(
+        &client(false),
+        "POST",
+        &format!("http://{}/metrics", gw.metrics.expect("metrics address")),
+        &[],
+        Bytes::new(),
+    )
+    .await;
+    assert_eq!(refused.status, 405);
+    assert_eq!(
+        refused.headers.get("allow").and_then(|v| v.to_str().ok()),
+        Some("GET, HEAD")
+    );
 }
 
 #[test]

@@ -355,18 +355,22 @@ async fn unknown_paths_are_bare_404() {
 async fn wrong_method_is_405() {
     let upstream = mock(&[]);
     let gw = gateway(&["--worker-urls", &upstream.url()]);
+    // RFC 9110 §15.5.6: a 405 lists the methods the path accepts in `Allow`.
     let cases = [
-        ("GET", "/v1/chat/completions"),
-        ("PUT", "/v1/embeddings"),
-        ("DELETE", "/generate"),
-        ("POST", "/health"),
-        ("POST", "/readiness"),
-        ("DELETE", "/liveness"),
-        ("PATCH", "/v1/messages"),
+        ("GET", "/v1/chat/completions", "POST"),
+        ("PUT", "/v1/embeddings", "POST"),
+        ("DELETE", "/generate", "POST"),
+        ("POST", "/health", "GET, HEAD"),
+        ("POST", "/readiness", "GET, HEAD"),
+        ("DELETE", "/liveness", "GET, HEAD"),
+        ("PATCH", "/v1/messages", "POST"),
+        ("POST", "/workers/w1", "GET, HEAD, PUT, PATCH, DELETE"),
+        ("GET", "/wasm/m1", "DELETE"),
+        ("PUT", "/v1/conversations/c1", "GET, HEAD, POST, DELETE"),
     ];
     for h2 in [false, true] {
         let c = client(h2);
-        for (method, path) in cases {
+        for (method, path, allow) in cases {
             let reply = send(
                 &c,
                 method,
@@ -376,6 +380,11 @@ async fn wrong_method_is_405() {
             )
             .await;
             assert_eq!(reply.status, 405, "{method} {path} (h2: {h2})");
+            assert_eq!(
+                reply.headers.get("allow").and_then(|v| v.to_str().ok()),
+                Some(allow),
+                "{method} {path} (h2: {h2})"
+            );
         }
     }
     assert!(mock_requests(&upstream).await.is_empty());

@@ -18,6 +18,9 @@ fi
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
+step "import layers (.ci/import-layers.py: src/ modules import only downward)"
+python3 .ci/import-layers.py
+
 step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --all-targets -- -D warnings
 

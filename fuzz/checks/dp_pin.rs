@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use serde::de::IgnoredAny;
 use serde_json::{Map, Value};
-use tollgate::workers::dp::{pin_rank, RANK_FIELD};
+use tollgate::fleet::dp::{pin_rank, RANK_FIELD};
 
 /// One input through the checks above (the fuzz target's body).
 pub fn check(data: &[u8]) {

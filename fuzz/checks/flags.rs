@@ -17,10 +17,10 @@ pub fn check(data: &[u8]) {
     };
     match parse_args(args) {
         Ok(Command::Run(config)) => {
-            assert!(config.runtime_worker_threads >= 1);
-            assert!(config.max_payload_size >= 1);
-            assert!(config.prometheus_port > 0);
-            if let Some(key) = &config.api_key {
+            assert!(config.runtime.worker_threads >= 1);
+            assert!(config.pipeline.max_payload_size >= 1);
+            assert!(config.metrics.port > 0);
+            if let Some(key) = &config.auth.api_key {
                 assert_eq!(format!("{key:?}"), "<redacted>");
             }
             let _ = format!("{config:?}");

@@ -8,7 +8,7 @@ use std::borrow::Cow;
 
 use serde::de::IgnoredAny;
 use serde_json::{Map, Value};
-use tollgate::proxy::peek::{peek, Peeked, Wants, MAX_TEXT_BYTES};
+use tollgate::pipeline::peek::{peek, Peeked, Wants, MAX_TEXT_BYTES};
 
 /// One input through the checks above (the fuzz target's body).
 pub fn check(data: &[u8]) {

@@ -6,8 +6,8 @@
 //! Input layout: the first byte splits the rest into two pages (two engines), so merging
 //! across engines is exercised as well as within one.
 
-use tollgate::workers::load::from_metrics;
-use tollgate::workers::prom_text::{parse_line, Line, Merged};
+use tollgate::control::load::from_metrics;
+use tollgate::control::prom_text::{parse_line, Line, Merged};
 
 const ADDRS: [&str; 2] = ["http://10.0.0.1:8000", "http://a\"b\\c\nd"];
 

@@ -3,7 +3,7 @@
 //! same echo (so what `GET /workers` shows could be re-submitted as a spec). The first
 //! input byte picks the Content-Type; the rest is the body.
 
-use tollgate::workers::spec::{check_for_registration, parse_patch, parse_spec, SpecError};
+use tollgate::control::spec_body::{check_for_registration, parse_patch, parse_spec, SpecError};
 
 const CONTENT_TYPES: [Option<&[u8]>; 5] = [
     Some(b"application/json"),

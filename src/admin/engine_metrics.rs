@@ -12,13 +12,14 @@ use std::time::Duration;
 use http::header::{HeaderValue, CONTENT_TYPE};
 use http::{Method, Response, StatusCode};
 
-use crate::app::Gateway;
+use super::Admin;
+use crate::control::calls::{call, CallClient};
+use crate::control::load::bounded_parallel;
+use crate::control::prom_text::Merged;
+use crate::fleet::Worker;
 use crate::http::body::RespBody;
-use crate::http::error;
-use crate::workers::calls::{call, CallClient};
-use crate::workers::load::bounded_parallel;
-use crate::workers::prom_text::Merged;
-use crate::workers::Worker;
+use crate::http::error::{admin_error, AdminErrorBody};
+use crate::http::reply;
 
 /// Timeout of one scrape (never longer than `--request-timeout-secs`). Engines render the
 /// page from memory; one that needs longer is left out rather than holding the answer.
@@ -35,9 +36,9 @@ const EXPOSITION: &str = "text/plain; version=0.0.4";
 
 /// `GET /engine_metrics`. No worker registered: 500 `No available workers`; no scrape
 /// succeeded: 500 `All backend requests failed`.
-pub async fn engine_metrics(gateway: &Gateway, client: &CallClient) -> Response<RespBody> {
+pub async fn engine_metrics(admin: &Admin, client: &CallClient) -> Response<RespBody> {
     let (targets, registered) = {
-        let snapshot = gateway.registry.snapshot();
+        let snapshot = admin.registry.snapshot();
         let mut seen = HashSet::new();
         let targets: Vec<(String, std::sync::Arc<Worker>)> = snapshot
             .all()
@@ -51,9 +52,12 @@ pub async fn engine_metrics(gateway: &Gateway, client: &CallClient) -> Response<
         (targets, !snapshot.all().is_empty())
     };
     if !registered {
-        return error::plain(StatusCode::INTERNAL_SERVER_ERROR, "No available workers");
+        return admin_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            AdminErrorBody::text("No available workers"),
+        );
     }
-    let timeout = SCRAPE_TIMEOUT.min(gateway.config.request_timeout);
+    let timeout = SCRAPE_TIMEOUT.min(admin.call_timeout);
     let pages = bounded_parallel(targets, MAX_PARALLEL_SCRAPES, |(base, worker)| {
         let client = client.clone();
         async move {
@@ -82,12 +86,12 @@ pub async fn engine_metrics(gateway: &Gateway, client: &CallClient) -> Response<
         merged.add(&String::from_utf8_lossy(&body), LABEL, &base);
     }
     if answered == 0 {
-        return error::plain(
+        return admin_error(
             StatusCode::INTERNAL_SERVER_ERROR,
-            "All backend requests failed",
+            AdminErrorBody::text("All backend requests failed"),
         );
     }
-    let mut resp = error::plain(StatusCode::OK, merged.finish());
+    let mut resp = reply::plain(StatusCode::OK, merged.finish());
     resp.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static(EXPOSITION));
     resp

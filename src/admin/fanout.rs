@@ -21,11 +21,12 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use tokio::task::JoinSet;
 
-use super::{admin_error, json_response, Failure};
-use crate::app::Gateway;
+use super::Admin;
+use super::{json_response, Failure};
+use crate::control::calls::{call, CallClient, CallReply};
+use crate::fleet::{parse_worker_url, ConnectionMode, RuntimeType, Worker};
 use crate::http::body::RespBody;
-use crate::workers::calls::{call, CallClient, CallReply};
-use crate::workers::{parse_worker_url, ConnectionMode, RuntimeType, Worker};
+use crate::http::error::{admin_error, AdminErrorBody};
 
 /// Per-worker timeout of a cache flush (spec 1, "Limits").
 pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(45);
@@ -176,8 +177,8 @@ struct FlushBody {
 /// drop its KV prefix cache, in parallel, [`FLUSH_TIMEOUT`] each; gRPC workers are
 /// reported as failed, ZMQ workers skipped. 200 when every called worker succeeded (or
 /// none was called), else 206 with `successful` and `failed`.
-pub async fn flush_cache(gateway: &Gateway, client: &CallClient) -> Response<RespBody> {
-    let workers = engine_fronts(gateway);
+pub async fn flush_cache(admin: &Admin, client: &CallClient) -> Response<RespBody> {
+    let workers = engine_fronts(admin);
     let (mut http, mut grpc, mut zmq) = (0, 0, 0);
     let plans: Vec<(String, Plan)> = workers
         .into_iter()
@@ -322,8 +323,8 @@ fn parse_profile_body(body: &[u8]) -> Result<ProfileRequest, String> {
 }
 
 /// The registered workers, one per engine (see [`Worker::fronts_engine`]).
-fn engine_fronts(gateway: &Gateway) -> Vec<Arc<Worker>> {
-    let snapshot = gateway.registry.snapshot();
+fn engine_fronts(admin: &Admin) -> Vec<Arc<Worker>> {
+    let snapshot = admin.registry.snapshot();
     snapshot
         .all()
         .iter()
@@ -353,32 +354,44 @@ fn find_worker(workers: &[Arc<Worker>], url: &str) -> Option<Arc<Worker>> {
 /// `{error, code: WORKER_NOT_FOUND}` when no worker matches, 400 `{error, code:
 /// BAD_REQUEST}` for a body that is not a JSON object or a `url` that is not a string.
 pub async fn profile(
-    gateway: &Gateway,
+    admin: &Admin,
     client: &CallClient,
     start: bool,
     body: Bytes,
 ) -> Response<RespBody> {
     let request = match parse_profile_body(&body) {
         Ok(request) => request,
-        Err(message) => return admin_error(StatusCode::BAD_REQUEST, "BAD_REQUEST", &message),
+        Err(message) => {
+            return admin_error(
+                StatusCode::BAD_REQUEST,
+                AdminErrorBody::Coded {
+                    code: "BAD_REQUEST",
+                    message: &message,
+                },
+            )
+        }
     };
-    let workers = engine_fronts(gateway);
+    let workers = engine_fronts(admin);
     let targets = match &request.url {
         Some(url) => match find_worker(&workers, url) {
             Some(worker) => vec![worker],
             None => {
                 return admin_error(
                     StatusCode::NOT_FOUND,
-                    "WORKER_NOT_FOUND",
-                    &format!("No worker with URL {url}"),
+                    AdminErrorBody::Coded {
+                        code: "WORKER_NOT_FOUND",
+                        message: &format!("No worker with URL {url}"),
+                    },
                 )
             }
         },
         None if workers.is_empty() => {
             return admin_error(
                 StatusCode::NOT_FOUND,
-                "WORKER_NOT_FOUND",
-                "No workers registered",
+                AdminErrorBody::Coded {
+                    code: "WORKER_NOT_FOUND",
+                    message: "No workers registered",
+                },
             )
         }
         None => workers,
@@ -402,7 +415,7 @@ pub async fn profile(
             (worker.url.clone(), plan)
         })
         .collect();
-    let timeout = PROFILE_TIMEOUT.min(gateway.config.request_timeout);
+    let timeout = PROFILE_TIMEOUT.min(admin.call_timeout);
     let summary = execute(client, plans, path, request.forward, timeout).await;
     let ok = summary.failed.is_empty();
     let (status, word, message, failed) = if ok {

@@ -9,11 +9,11 @@ use http::{Method, Response, StatusCode};
 use serde::Serialize;
 
 use super::json_response;
-use crate::app::Gateway;
+use super::Admin;
+use crate::control::calls::{call, CallClient, CallError};
+use crate::fleet::{ConnectionMode, RuntimeType, WorkerType};
 use crate::http::body::RespBody;
-use crate::http::error::{self, error_response, GatewayError};
-use crate::workers::calls::{call, CallClient, CallError};
-use crate::workers::{ConnectionMode, RuntimeType, WorkerType};
+use crate::http::error::{admin_error, error_response, AdminErrorBody, GatewayError};
 
 /// Timeout of one forwarded information call (never longer than `--request-timeout-secs`).
 /// `/health_generate` runs a short generation on the engine, so this leaves room for a
@@ -41,8 +41,8 @@ struct ModelList<'a> {
 /// provider workers are not self-hosted and are left out; `--model-alias` names and model
 /// card aliases are routing names, not models, and are not listed. With no model: 503
 /// plain text `No models available`.
-pub fn models(gateway: &Gateway) -> Response<RespBody> {
-    let snapshot = gateway.registry.snapshot();
+pub fn models(admin: &Admin) -> Response<RespBody> {
+    let snapshot = admin.registry.snapshot();
     let mut seen = HashSet::new();
     let data: Vec<ModelCard<'_>> = snapshot
         .all()
@@ -58,7 +58,10 @@ pub fn models(gateway: &Gateway) -> Response<RespBody> {
         })
         .collect();
     if data.is_empty() {
-        return error::plain(StatusCode::SERVICE_UNAVAILABLE, "No models available");
+        return admin_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            AdminErrorBody::text("No models available"),
+        );
     }
     json_response(
         StatusCode::OK,
@@ -89,19 +92,15 @@ fn route_name(path: &str) -> &'static str {
 /// gRPC or ZMQ deployment), else 503 `no_available_workers`. A call that fails without a
 /// reply answers 502 (`worker_connect_failed`, `worker_connection_error`) or 504
 /// (`worker_timeout`) in the gateway envelope.
-pub async fn forward_info(
-    gateway: &Gateway,
-    client: &CallClient,
-    path: &str,
-) -> Response<RespBody> {
-    let pd = gateway.config.pd_disaggregation;
+pub async fn forward_info(admin: &Admin, client: &CallClient, path: &str) -> Response<RespBody> {
+    let pd = admin.pd_disaggregation;
     let serving = if pd {
         WorkerType::Prefill
     } else {
         WorkerType::Regular
     };
     let (target, has_workers, has_http) = {
-        let snapshot = gateway.registry.snapshot();
+        let snapshot = admin.registry.snapshot();
         let all = snapshot.all();
         let is_http = |mode: ConnectionMode| mode == ConnectionMode::Http;
         let target = all
@@ -121,7 +120,7 @@ pub async fn forward_info(
         };
         return error_response(&err);
     };
-    let timeout = INFO_TIMEOUT.min(gateway.config.request_timeout);
+    let timeout = INFO_TIMEOUT.min(admin.call_timeout);
     match call(client, &worker, Method::GET, path, None, timeout).await {
         Ok(reply) if pd && !reply.status.is_success() => {
             error_response(&GatewayError::WorkerStatus {

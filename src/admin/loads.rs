@@ -11,10 +11,11 @@ use serde::Serialize;
 
 use super::json_response;
 use super::workers::model_query;
-use crate::app::Gateway;
+use super::Admin;
+use crate::control::load::rfc3339;
+use crate::fleet::engine_load::RankLoad;
+use crate::fleet::Worker;
 use crate::http::body::RespBody;
-use crate::workers::load::{rfc3339, RankLoad};
-use crate::workers::Worker;
 
 /// One entry of `loads`: the worker, then its rank's figures.
 #[derive(Serialize)]
@@ -48,14 +49,14 @@ struct LoadsBody<'a> {
 }
 
 /// `GET /loads[?model=<model_id>]` and `GET /get_loads`.
-pub fn loads(gateway: &Gateway, query: Option<&str>) -> Response<RespBody> {
+pub fn loads(admin: &Admin, query: Option<&str>) -> Response<RespBody> {
     let model = model_query(query);
-    let snapshot = gateway.registry.snapshot();
+    let snapshot = admin.registry.snapshot();
     let reports: Vec<(&Worker, _)> = snapshot
         .all()
         .iter()
         .filter(|w| w.is_ready())
-        .filter(|w| model.as_deref().map_or(true, |m| serves(gateway, w, m)))
+        .filter(|w| model.as_deref().map_or(true, |m| serves(admin, w, m)))
         .filter_map(|w| Some((w.as_ref(), w.engine_load()?)))
         .collect();
     let loads: Vec<Entry<'_>> = reports
@@ -79,11 +80,11 @@ pub fn loads(gateway: &Gateway, query: Option<&str>) -> Response<RespBody> {
 }
 
 /// Whether `worker` serves `model`, by id, card alias or `--model-alias` name.
-fn serves(gateway: &Gateway, worker: &Worker, model: &str) -> bool {
+fn serves(admin: &Admin, worker: &Worker, model: &str) -> bool {
     worker.serves(model)
-        || gateway
-            .config
-            .model_aliases
+        || admin
+            .registry
+            .aliases()
             .iter()
             .any(|(alias, canonical)| alias == model && worker.serves(canonical))
 }

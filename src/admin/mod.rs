@@ -10,7 +10,7 @@
 //! - [`loads`]: `GET /loads`, `GET /get_loads` (the load monitor's cached reports).
 //!
 //! Every handler returns a complete response and never panics; every worker call goes
-//! through [`crate::workers::calls`], which bounds it as a whole and presents the worker key.
+//! through [`crate::control::calls`], which bounds it as a whole and presents the worker key.
 //! Authentication happens before these handlers run.
 
 pub mod engine_metrics;
@@ -24,12 +24,35 @@ pub use fanout::{flush_cache, profile};
 pub use info::{forward_info, models};
 pub use loads::loads;
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use bytes::Bytes;
 use http::{Response, StatusCode};
 use serde::Serialize;
 
+use crate::control::jobs::Jobs;
+use crate::fleet::Registry;
+
 use crate::http::body::RespBody;
-use crate::http::error;
+use crate::http::error::{admin_error, AdminErrorBody};
+use crate::http::reply;
+
+/// What the administration handlers use: the fleet they read, the job board they submit
+/// to, and the few settings that shape their answers.
+pub struct Admin {
+    pub registry: Arc<Registry>,
+    pub jobs: Arc<Jobs>,
+    /// `--request-timeout-secs`: the cap of every call to workers a handler makes.
+    pub call_timeout: Duration,
+    /// `--pd-disaggregation`: information routes ask a prefill worker.
+    pub pd_disaggregation: bool,
+    /// `--dp-aware`: registrations ask the engine for its data-parallel size.
+    pub dp_aware: bool,
+    /// `--api-key` is set: a worker registered without a key is logged, since it does not
+    /// inherit the gateway's.
+    pub gateway_key_set: bool,
+}
 
 /// One worker's failure in a fan-out summary.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -44,25 +67,7 @@ pub struct Failure {
 /// should it ever, the answer is a bare 500 rather than a panic.
 fn json_response<T: Serialize>(status: StatusCode, value: &T) -> Response<RespBody> {
     match serde_json::to_vec(value) {
-        Ok(body) => error::json(status, Bytes::from(body)),
-        Err(_) => error::empty(StatusCode::INTERNAL_SERVER_ERROR),
+        Ok(body) => reply::json(status, Bytes::from(body)),
+        Err(_) => admin_error(StatusCode::INTERNAL_SERVER_ERROR, AdminErrorBody::Empty),
     }
-}
-
-/// The `{error, code}` body the administration endpoints use for their own refusals.
-#[derive(Serialize)]
-struct AdminError<'a> {
-    error: &'a str,
-    code: &'a str,
-}
-
-/// An `{error, code}` response.
-fn admin_error(status: StatusCode, code: &str, message: &str) -> Response<RespBody> {
-    json_response(
-        status,
-        &AdminError {
-            error: message,
-            code,
-        },
-    )
 }

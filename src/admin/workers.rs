@@ -8,24 +8,26 @@ use http::{HeaderMap, Response, StatusCode};
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
-use crate::app::Gateway;
+use super::Admin;
+use crate::control::jobs::{Job, SubmitError};
+use crate::control::provider;
+use crate::control::spec_body::{parse_patch, parse_spec, SpecError};
+use crate::fleet::spec::WorkerSpec;
+use crate::fleet::{parse_worker_url, Status, Transport, Worker, WorkerType};
 use crate::http::body::RespBody;
-use crate::http::error;
-use crate::workers::jobs::{Job, SubmitError};
-use crate::workers::provider;
-use crate::workers::spec::{parse_patch, parse_spec, SpecError, WorkerSpec};
-use crate::workers::{parse_worker_url, Status, Transport, Worker, WorkerType};
+use crate::http::error::{admin_error, AdminErrorBody};
+use crate::http::reply;
 
 /// A worker-endpoint error: `{error: <message>, code: <CODE>}`.
-fn worker_error(status: StatusCode, code: &str, message: impl Into<String>) -> Response<RespBody> {
-    let body = json!({ "error": message.into(), "code": code });
-    error::json(status, Bytes::from(body.to_string()))
+fn worker_error(status: StatusCode, code: &str, message: impl AsRef<str>) -> Response<RespBody> {
+    let message = message.as_ref();
+    admin_error(status, AdminErrorBody::Coded { code, message })
 }
 
 fn spec_error(err: &SpecError) -> Response<RespBody> {
     match err.code() {
         Some(code) => worker_error(err.status(), code, err.to_string()),
-        None => error::plain(err.status(), err.to_string()),
+        None => admin_error(err.status(), AdminErrorBody::text(err.to_string())),
     }
 }
 
@@ -54,7 +56,7 @@ fn not_compiled(refused: &provider::NotCompiled) -> Response<RespBody> {
 
 fn accepted(id: Uuid, message: &str) -> Response<RespBody> {
     let body = json!({ "status": "accepted", "worker_id": id, "message": message });
-    error::json(StatusCode::ACCEPTED, Bytes::from(body.to_string()))
+    reply::json(StatusCode::ACCEPTED, Bytes::from(body.to_string()))
 }
 
 /// `{worker_id}` as a UUID.
@@ -83,7 +85,7 @@ fn content_type(headers: &HeaderMap) -> Option<&[u8]> {
 }
 
 /// `POST /workers`.
-pub fn create(gateway: &Gateway, headers: &HeaderMap, body: &[u8]) -> Response<RespBody> {
+pub fn create(admin: &Admin, headers: &HeaderMap, body: &[u8]) -> Response<RespBody> {
     let spec = match parse_spec(content_type(headers), body) {
         Ok(spec) => spec,
         Err(err) => return spec_error(&err),
@@ -92,7 +94,7 @@ pub fn create(gateway: &Gateway, headers: &HeaderMap, body: &[u8]) -> Response<R
         return not_compiled(&refused);
     }
     let url = spec.url.normalized.clone();
-    if let Some(existing) = gateway.registry.snapshot().by_url(&url) {
+    if let Some(existing) = admin.registry.snapshot().by_url(&url) {
         return worker_error(
             StatusCode::CONFLICT,
             "WORKER_ALREADY_EXISTS",
@@ -102,7 +104,7 @@ pub fn create(gateway: &Gateway, headers: &HeaderMap, body: &[u8]) -> Response<R
             ),
         );
     }
-    if spec.api_key.is_none() && gateway.config.api_key.is_some() {
+    if spec.api_key.is_none() && admin.gateway_key_set {
         tracing::warn!(worker = %url, "worker added without api_key while --api-key is set; it gets no key");
     }
     let id = Uuid::new_v4();
@@ -110,7 +112,7 @@ pub fn create(gateway: &Gateway, headers: &HeaderMap, body: &[u8]) -> Response<R
         id,
         spec: Box::new(spec),
     };
-    if let Err(err) = gateway.jobs.submit(&url, job) {
+    if let Err(err) = admin.jobs.submit(&url, job) {
         return submit_error(err);
     }
     let location = format!("/workers/{id}");
@@ -121,7 +123,7 @@ pub fn create(gateway: &Gateway, headers: &HeaderMap, body: &[u8]) -> Response<R
         "location": location,
         "message": "Worker registration queued",
     });
-    let mut resp = error::json(StatusCode::ACCEPTED, Bytes::from(body.to_string()));
+    let mut resp = reply::json(StatusCode::ACCEPTED, Bytes::from(body.to_string()));
     if let Ok(value) = HeaderValue::try_from(location) {
         resp.headers_mut().insert(LOCATION, value);
     }
@@ -129,9 +131,9 @@ pub fn create(gateway: &Gateway, headers: &HeaderMap, body: &[u8]) -> Response<R
 }
 
 /// `GET /workers[?model=]`.
-pub fn list(gateway: &Gateway, query: Option<&str>) -> Response<RespBody> {
+pub fn list(admin: &Admin, query: Option<&str>) -> Response<RespBody> {
     let model = model_query(query);
-    let snapshot = gateway.registry.snapshot();
+    let snapshot = admin.registry.snapshot();
     let mut workers = Vec::new();
     let (mut prefill, mut decode, mut regular) = (0, 0, 0);
     for worker in snapshot.all() {
@@ -144,26 +146,26 @@ pub fn list(gateway: &Gateway, query: Option<&str>) -> Response<RespBody> {
             WorkerType::Regular => regular += 1,
             WorkerType::Encode => {}
         }
-        workers.push(worker_object(gateway, worker));
+        workers.push(worker_object(admin, worker));
     }
     let body = json!({
         "total": workers.len(),
         "workers": workers,
         "stats": {"prefill_count": prefill, "decode_count": decode, "regular_count": regular},
     });
-    error::json(StatusCode::OK, Bytes::from(body.to_string()))
+    reply::json(StatusCode::OK, Bytes::from(body.to_string()))
 }
 
 /// `GET /workers/{worker_id}`.
-pub fn get(gateway: &Gateway, raw_id: Option<&str>) -> Response<RespBody> {
+pub fn get(admin: &Admin, raw_id: Option<&str>) -> Response<RespBody> {
     let Some(id) = worker_id(raw_id) else {
         return bad_id();
     };
-    if let Some(worker) = gateway.registry.snapshot().by_id(&id) {
-        let body = worker_object(gateway, worker);
-        return error::json(StatusCode::OK, Bytes::from(body.to_string()));
+    if let Some(worker) = admin.registry.snapshot().by_id(&id) {
+        let body = worker_object(admin, worker);
+        return reply::json(StatusCode::OK, Bytes::from(body.to_string()));
     }
-    match gateway.jobs.registering(&id) {
+    match admin.jobs.registering(&id) {
         // Registration still runs: a placeholder with the id, URL, status and job; the
         // other fields hold the spec defaults.
         Some(url) => {
@@ -180,10 +182,10 @@ pub fn get(gateway: &Gateway, raw_id: Option<&str>) -> Response<RespBody> {
             object.insert("status".into(), json!(Status::Pending.as_str()));
             object.insert("load".into(), json!(0));
             object.insert("http2".into(), json!(false));
-            if let Some(job) = gateway.jobs.status(&id) {
+            if let Some(job) = admin.jobs.status(&id) {
                 object.insert("job_status".into(), job.to_json());
             }
-            error::json(
+            reply::json(
                 StatusCode::OK,
                 Bytes::from(Value::Object(object).to_string()),
             )
@@ -194,7 +196,7 @@ pub fn get(gateway: &Gateway, raw_id: Option<&str>) -> Response<RespBody> {
 
 /// `PATCH /workers/{worker_id}`.
 pub fn patch(
-    gateway: &Gateway,
+    admin: &Admin,
     raw_id: Option<&str>,
     headers: &HeaderMap,
     body: &[u8],
@@ -206,10 +208,10 @@ pub fn patch(
         Ok(patch) => patch,
         Err(err) => return spec_error(&err),
     };
-    let Some(worker) = gateway.registry.snapshot().by_id(&id).cloned() else {
+    let Some(worker) = admin.registry.snapshot().by_id(&id).cloned() else {
         return not_found(&id);
     };
-    match gateway.jobs.submit(&worker.url, Job::Patch { id, patch }) {
+    match admin.jobs.submit(&worker.url, Job::Patch { id, patch }) {
         Ok(()) => accepted(id, "Worker update queued"),
         Err(err) => submit_error(err),
     }
@@ -217,7 +219,7 @@ pub fn patch(
 
 /// `PUT /workers/{worker_id}`.
 pub fn replace(
-    gateway: &Gateway,
+    admin: &Admin,
     raw_id: Option<&str>,
     headers: &HeaderMap,
     body: &[u8],
@@ -227,7 +229,7 @@ pub fn replace(
     };
     // Spec 1: a replacement reruns registration under one id, which cannot stand for the
     // several rank targets a data-parallel engine registers as.
-    if gateway.config.dp_aware {
+    if admin.dp_aware {
         return worker_error(
             StatusCode::BAD_REQUEST,
             "BAD_REQUEST",
@@ -242,7 +244,7 @@ pub fn replace(
     if let Err(refused) = provider::check_compiled(&spec) {
         return not_compiled(&refused);
     }
-    let Some(worker) = gateway.registry.snapshot().by_id(&id).cloned() else {
+    let Some(worker) = admin.registry.snapshot().by_id(&id).cloned() else {
         return not_found(&id);
     };
     if spec.url.normalized != worker.url {
@@ -256,21 +258,21 @@ pub fn replace(
         id,
         spec: Box::new(spec),
     };
-    match gateway.jobs.submit(&worker.url, job) {
+    match admin.jobs.submit(&worker.url, job) {
         Ok(()) => accepted(id, "Worker replacement queued"),
         Err(err) => submit_error(err),
     }
 }
 
 /// `DELETE /workers/{worker_id}`.
-pub fn delete(gateway: &Gateway, raw_id: Option<&str>) -> Response<RespBody> {
+pub fn delete(admin: &Admin, raw_id: Option<&str>) -> Response<RespBody> {
     let Some(id) = worker_id(raw_id) else {
         return bad_id();
     };
-    let Some(worker) = gateway.registry.snapshot().by_id(&id).cloned() else {
+    let Some(worker) = admin.registry.snapshot().by_id(&id).cloned() else {
         return not_found(&id);
     };
-    match gateway.jobs.submit(&worker.url, Job::Remove { id }) {
+    match admin.jobs.submit(&worker.url, Job::Remove { id }) {
         Ok(()) => accepted(id, "Worker removal queued"),
         Err(err) => submit_error(err),
     }
@@ -286,7 +288,7 @@ fn connection_mode(url: &str) -> &'static str {
 }
 
 /// The worker object: the echoed spec plus what the gateway knows. Never the key.
-fn worker_object(gateway: &Gateway, worker: &Worker) -> Value {
+fn worker_object(admin: &Admin, worker: &Worker) -> Value {
     let mut object: Map<String, Value> = worker.spec.echo_json();
     object.insert("id".into(), json!(worker.id));
     object.insert("url".into(), json!(worker.url));
@@ -319,7 +321,7 @@ fn worker_object(gateway: &Gateway, worker: &Worker) -> Value {
     if let Some(report) = worker.engine_load() {
         object.insert("engine_load".into(), json!(*report));
     }
-    if let Some(job) = gateway.jobs.status(&worker.id) {
+    if let Some(job) = admin.jobs.status(&worker.id) {
         object.insert("job_status".into(), job.to_json());
     }
     Value::Object(object)

@@ -16,6 +16,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::http::upload::HoldBudget;
+
 /// The shared account.
 #[derive(Debug)]
 pub struct BodyBudget {
@@ -74,6 +76,12 @@ impl Charge {
     /// Bytes this charge holds.
     pub fn bytes(&self) -> u64 {
         self.bytes
+    }
+}
+
+impl HoldBudget for Charge {
+    fn grow(&mut self, bytes: u64) -> bool {
+        Charge::grow(self, bytes)
     }
 }
 

@@ -30,7 +30,6 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::http::error::GatewayError;
-use crate::metrics::Metrics;
 use body_budget::BodyBudget;
 use media::{MediaBudget, MediaRefusal};
 use rate::Rate;
@@ -78,6 +77,17 @@ impl AdmissionConfig {
 pub struct AdmissionGauges {
     pub inflight: Gauge,
     pub queue_depth: Gauge,
+}
+
+/// What admission reports as it decides, for the metrics layer (which implements it): the
+/// rate limiter's verdicts and the refusals by reason. A trait, so admission does not
+/// depend on the metrics module that reads its gauges.
+pub trait AdmissionEvents {
+    /// The rate limiter let a request through (`true`) or turned it away.
+    fn rate_limit(&self, allowed: bool);
+    /// A request was refused: `full`, `timeout`, `multimodal_too_large`,
+    /// `multimodal_inflight`.
+    fn admission_rejected(&self, reason: &'static str);
 }
 
 /// The gateway's admission state, shared by every data-plane thread.
@@ -160,7 +170,7 @@ impl Admission {
     }
 
     /// Admits one inference request, waiting in the queue if it must.
-    pub async fn admit(&self, metrics: &Metrics) -> Result<Ticket, GatewayError> {
+    pub async fn admit(&self, events: &impl AdmissionEvents) -> Result<Ticket, GatewayError> {
         if !self.limits {
             return Ok(Ticket::default());
         }
@@ -171,13 +181,13 @@ impl Admission {
         let slot = match &self.slots {
             Some(slots) if started => match slots.clone().try_acquire_owned() {
                 Ok(slot) => Some(slot),
-                Err(_) => return self.queue(metrics, now, true, false).await,
+                Err(_) => return self.queue(events, now, true, false).await,
             },
-            Some(_) => return self.queue(metrics, now, false, false).await,
+            Some(_) => return self.queue(events, now, false, false).await,
             None if started => None,
-            None => return self.queue(metrics, now, false, true).await,
+            None => return self.queue(events, now, false, true).await,
         };
-        metrics.rate_limit(true);
+        events.rate_limit(true);
         Ok(Ticket::holding(slot, &self.gauges))
     }
 
@@ -185,25 +195,25 @@ impl Admission {
     /// the token (unless the limiter has no token count, `no_slots`).
     async fn queue(
         &self,
-        metrics: &Metrics,
+        events: &impl AdmissionEvents,
         now: Instant,
         rated: bool,
         no_slots: bool,
     ) -> Result<Ticket, GatewayError> {
         if self.queue_size == 0 {
-            metrics.rate_limit(false);
+            events.rate_limit(false);
             return Err(GatewayError::AdmissionQueueFull);
         }
         if self.queued.fetch_add(1, Ordering::AcqRel) >= self.queue_size {
             self.queued.fetch_sub(1, Ordering::AcqRel);
-            metrics.admission_rejected("full");
+            events.admission_rejected("full");
             return Err(GatewayError::AdmissionQueueFull);
         }
         self.gauges.queue_depth.inc();
         let _seat = Seat { admission: self };
         let deadline = now + self.queue_timeout;
         let timed_out = || {
-            metrics.admission_rejected("timeout");
+            events.admission_rejected("timeout");
             GatewayError::AdmissionQueueTimeout
         };
         if !rated {
@@ -232,7 +242,7 @@ impl Admission {
         &self,
         ticket: &mut Ticket,
         body: &[u8],
-        metrics: &Metrics,
+        events: &impl AdmissionEvents,
     ) -> Result<(), GatewayError> {
         let Some(budget) = &self.media else {
             return Ok(());
@@ -247,13 +257,13 @@ impl Admission {
                 Ok(())
             }
             Err(MediaRefusal::TooLarge) => {
-                metrics.admission_rejected("multimodal_too_large");
+                events.admission_rejected("multimodal_too_large");
                 Err(GatewayError::MultimodalTooLarge {
                     limit: budget.limit(),
                 })
             }
             Err(MediaRefusal::Full) => {
-                metrics.admission_rejected("multimodal_inflight");
+                events.admission_rejected("multimodal_inflight");
                 Err(GatewayError::MultimodalBudgetFull)
             }
         }

@@ -9,10 +9,10 @@ use http::{HeaderMap, Method, Response, StatusCode};
 use super::audit::{AuditEvent, AuthMethod, Outcome};
 use super::jwt::{JwtSettings, JwtVerifier};
 use super::keys::{bearer_token, ControlPlaneKeys, DataPlaneAccess, DataPlaneKeys};
+use super::AuthSettings;
 use super::{audit, Role};
-use crate::config::Config;
 use crate::http::body::RespBody;
-use crate::http::error;
+use crate::http::error::{admin_error, AdminErrorBody};
 
 /// Body of a control-plane 401 without a usable `Authorization` header.
 pub const MISSING_CREDENTIAL: &str = "Missing or invalid Authorization header";
@@ -36,14 +36,16 @@ pub enum Denied {
 impl Denied {
     pub fn into_response(self) -> Response<RespBody> {
         match self {
-            Denied::Unauthorized => error::empty(StatusCode::UNAUTHORIZED),
+            Denied::Unauthorized => admin_error(StatusCode::UNAUTHORIZED, AdminErrorBody::Empty),
             Denied::Unauthenticated(text) => {
-                let mut resp = error::plain(StatusCode::UNAUTHORIZED, text);
+                let mut resp = admin_error(StatusCode::UNAUTHORIZED, AdminErrorBody::text(text));
                 resp.headers_mut()
                     .insert(WWW_AUTHENTICATE, HeaderValue::from_static(REALM));
                 resp
             }
-            Denied::Forbidden => error::plain(StatusCode::FORBIDDEN, ADMIN_REQUIRED),
+            Denied::Forbidden => {
+                admin_error(StatusCode::FORBIDDEN, AdminErrorBody::text(ADMIN_REQUIRED))
+            }
         }
     }
 }
@@ -65,7 +67,7 @@ impl Authenticator {
     /// Builds the checks from the configuration. JWT needs the IdP's discovery document at
     /// startup; if that fails, the error is logged and the control plane falls back to the
     /// shared-key rule (rule 3), unless control-plane keys are configured.
-    pub async fn new(config: &Config) -> Authenticator {
+    pub async fn new(config: &AuthSettings) -> Authenticator {
         let jwt = match (&config.jwt_issuer, &config.jwt_audience) {
             (Some(issuer), Some(audience)) => {
                 let settings = JwtSettings {

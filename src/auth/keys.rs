@@ -12,7 +12,7 @@ use std::sync::Arc;
 use ring::digest::{digest, SHA256};
 
 use super::Role;
-use crate::config::Secret;
+use crate::secret::Secret;
 
 /// SHA-256 of a key.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]

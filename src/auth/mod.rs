@@ -17,6 +17,48 @@ pub mod oidc;
 
 use std::fmt;
 
+use crate::secret::Secret;
+use keys::{ControlPlaneKey, TenantKey};
+
+/// The Authentication flag group.
+#[derive(Clone, Debug)]
+pub struct AuthSettings {
+    /// `--api-key`: data-plane shared key, and the key of workers from `--worker-urls`.
+    pub api_key: Option<Secret>,
+    /// `--tenant-api-key`: data-plane keys that resolve to a tenant identity.
+    pub tenant_api_keys: Vec<TenantKey>,
+    /// `--control-plane-api-keys` (or `CONTROL_PLANE_API_KEYS`): control-plane keys.
+    pub control_plane_api_keys: Vec<ControlPlaneKey>,
+    /// `--jwt-issuer` (or `JWT_ISSUER`): OIDC issuer of control-plane JWTs.
+    pub jwt_issuer: Option<String>,
+    /// `--jwt-audience` (or `JWT_AUDIENCE`): expected `aud` of control-plane JWTs.
+    pub jwt_audience: Option<String>,
+    /// `--jwt-jwks-uri` (or `JWT_JWKS_URI`): key set URI; discovered from the issuer if unset.
+    pub jwt_jwks_uri: Option<String>,
+    /// `--jwt-role-claim`: the claim that holds roles.
+    pub jwt_role_claim: String,
+    /// `--jwt-role-mapping`: IdP role to gateway role, first match wins.
+    pub jwt_role_mapping: Vec<(String, Role)>,
+    /// `--disable-audit-logging`: no control-plane audit records.
+    pub disable_audit_logging: bool,
+}
+
+impl Default for AuthSettings {
+    fn default() -> AuthSettings {
+        AuthSettings {
+            api_key: None,
+            tenant_api_keys: Vec::new(),
+            control_plane_api_keys: Vec::new(),
+            jwt_issuer: None,
+            jwt_audience: None,
+            jwt_jwks_uri: None,
+            jwt_role_claim: "roles".to_owned(),
+            jwt_role_mapping: Vec::new(),
+            disable_audit_logging: false,
+        }
+    }
+}
+
 /// A principal's role on the control plane.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {

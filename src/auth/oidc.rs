@@ -14,12 +14,10 @@ use bytes::Bytes;
 use http::header::ACCEPT;
 use http::{Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Empty, Limited};
-use hyper_rustls::HttpsConnectorBuilder;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
-use crate::config::redact_userinfo;
+use crate::http::client::{self, ClientOptions};
+use crate::secret::redact_userinfo;
 
 /// Connect, TLS handshake, request and the whole body must fit in this.
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -282,12 +280,7 @@ async fn fetch_body(uri: &Uri, url: &str) -> Result<Bytes, OidcError> {
         url: url.to_owned(),
         reason: err.to_string(),
     };
-    let connector = HttpsConnectorBuilder::new()
-        .with_webpki_roots()
-        .https_or_http()
-        .enable_http1()
-        .build();
-    let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build(connector);
+    let client = client::build::<_, Empty<Bytes>>(ClientOptions::oidc());
     let request = Request::get(uri.clone())
         .header(ACCEPT, "application/json")
         .body(Empty::new())

@@ -11,10 +11,11 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{redact_userinfo, Config, IoEngine, LogLevel, PolicyName, PrefillWorker, Secret};
+use super::{Config, IoEngine, LogLevel, PolicyName, PrefillWorker};
 use crate::auth::keys::{ControlPlaneKey, TenantKey};
 use crate::auth::Role;
-use crate::workers::parse_worker_url;
+use crate::fleet::parse_http_worker_url;
+use crate::secret::{redact_userinfo, Secret};
 
 /// Help sections, printed in declaration order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -196,7 +197,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Listener,
         "IP address the main listener binds",
         |c, v| {
-            c.host = ip_addr(v)?;
+            c.server.host = ip_addr(v)?;
             Ok(())
         },
     ),
@@ -207,7 +208,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Listener,
         "Port of the main listener (0 picks a free port)",
         |c, v| {
-            c.port = port(v, true)?;
+            c.server.port = port(v, true)?;
             Ok(())
         },
     ),
@@ -221,7 +222,7 @@ pub static FLAGS: &[Flag] = &[
          probed until they answer, routable once healthy; repeatable",
         |c, values| {
             for v in values {
-                c.worker_urls.push(worker_url(v)?);
+                c.control.worker_urls.push(worker_url(v)?);
             }
             Ok(())
         },
@@ -231,7 +232,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Workers,
         "Prefill/decode disaggregated fleet (--prefill, --decode); PD dispatch itself is \
          not in this build: inference routes answer 501",
-        |c| c.pd_disaggregation = true,
+        |c| c.fleet.pd_disaggregation = true,
     ),
     Flag::many(
         "prefill",
@@ -252,7 +253,7 @@ pub static FLAGS: &[Flag] = &[
                     ))
                 }
             };
-            c.prefill_workers.push(PrefillWorker {
+            c.control.prefill_workers.push(PrefillWorker {
                 url: worker_url(url)?,
                 bootstrap_port: port,
             });
@@ -267,7 +268,7 @@ pub static FLAGS: &[Flag] = &[
         "Decode workers registered at startup; repeatable; needs --pd-disaggregation",
         |c, values| {
             for v in values {
-                c.decode_workers.push(worker_url(v)?);
+                c.control.decode_workers.push(worker_url(v)?);
             }
             Ok(())
         },
@@ -277,7 +278,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Workers,
         "Speak HTTP/2 (h2c prior knowledge on http://) to workers that answer it and do not \
          set http_pool.http2; others get HTTP/1.1",
-        |c| c.upstream_http2 = true,
+        |c| c.fleet.upstream_http2 = true,
     ),
     Flag::one(
         "health-check-timeout-secs",
@@ -286,7 +287,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Workers,
         "Timeout of one health probe (also of registration probes)",
         |c, v| {
-            c.health_check_timeout = seconds(v, 1)?;
+            c.fleet.health.timeout = seconds(v, 1)?;
             Ok(())
         },
     ),
@@ -297,7 +298,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Workers,
         "Time between health probes of a worker",
         |c, v| {
-            c.health_check_interval = seconds(v, 1)?;
+            c.fleet.health.check_interval = seconds(v, 1)?;
             Ok(())
         },
     ),
@@ -308,7 +309,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Workers,
         "Consecutive successful probes that make a worker ready",
         |c, v| {
-            c.health_success_threshold = integer(v, 1, 1000)? as u32;
+            c.fleet.health.success_threshold = integer(v, 1, 1000)? as u32;
             Ok(())
         },
     ),
@@ -319,7 +320,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Workers,
         "Consecutive failed probes that take a worker out of rotation",
         |c, v| {
-            c.health_failure_threshold = integer(v, 1, 1000)? as u32;
+            c.fleet.health.failure_threshold = integer(v, 1, 1000)? as u32;
             Ok(())
         },
     ),
@@ -327,7 +328,7 @@ pub static FLAGS: &[Flag] = &[
         "disable-health-check",
         Group::Workers,
         "Never probe workers; they are routable as soon as they are registered",
-        |c| c.disable_health_check = true,
+        |c| c.fleet.health.disabled = true,
     ),
     Flag::one(
         "drain-settle-secs",
@@ -336,7 +337,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Workers,
         "How long a removed ready worker drains before it goes (0: at once)",
         |c, v| {
-            c.drain_settle = seconds(v, 0)?;
+            c.fleet.health.drain_settle = seconds(v, 0)?;
             Ok(())
         },
     ),
@@ -347,7 +348,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Workers,
         "Time between engine load polls of each ready worker (GET /loads, engine_load)",
         |c, v| {
-            c.load_monitor_interval = seconds(v, 1)?;
+            c.control.load_monitor_interval = seconds(v, 1)?;
             Ok(())
         },
     ),
@@ -355,7 +356,7 @@ pub static FLAGS: &[Flag] = &[
         "disable-load-monitoring",
         Group::Workers,
         "Poll engine load only for worker groups whose policy needs it (power_of_two)",
-        |c| c.disable_load_monitoring = true,
+        |c| c.control.disable_load_monitoring = true,
     ),
     Flag::one(
         "worker-startup-timeout-secs",
@@ -364,7 +365,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Workers,
         "How long registration keeps probing a worker that does not answer",
         |c, v| {
-            c.worker_startup_timeout = seconds(v, 1)?;
+            c.control.startup_timeout = seconds(v, 1)?;
             Ok(())
         },
     ),
@@ -375,7 +376,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Workers,
         "Time between registration probes of a worker that does not answer yet",
         |c, v| {
-            c.worker_startup_check_interval = seconds(v, 1)?;
+            c.control.startup_check_interval = seconds(v, 1)?;
             Ok(())
         },
     ),
@@ -388,7 +389,7 @@ pub static FLAGS: &[Flag] = &[
         "Another name for a served model; requests naming ALIAS go to MODEL's workers",
         |c, values| {
             for v in values {
-                c.model_aliases.push(model_alias(v)?);
+                c.fleet.model_aliases.push(model_alias(v)?);
             }
             Ok(())
         },
@@ -397,14 +398,14 @@ pub static FLAGS: &[Flag] = &[
         "enable-igw",
         Group::Routing,
         "Several models behind one gateway: each request goes to workers of its \"model\"",
-        |c| c.enable_igw = true,
+        |c| c.fleet.enable_igw = true,
     ),
     Flag::switch(
         "dp-aware",
         Group::Routing,
         "Route to each data-parallel rank of an engine as its own worker (dp_size from \
          /server_info; the gateway sets data_parallel_rank in the body)",
-        |c| c.dp_aware = true,
+        |c| c.fleet.dp_aware = true,
     ),
     Flag::one(
         "policy",
@@ -414,7 +415,7 @@ pub static FLAGS: &[Flag] = &[
         "Routing policy: random, round_robin, power_of_two, cache_aware, prefix_hash, \
          consistent_hashing, manual, bucket",
         |c, v| {
-            c.policy = choice(v, PolicyName::ALL, PolicyName::as_str)?;
+            c.routing.policy = choice(v, PolicyName::ALL, PolicyName::as_str)?;
             Ok(())
         },
     ),
@@ -425,7 +426,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Routing,
         "Policy among prefill workers (prefill/decode mode)",
         |c, v| {
-            c.prefill_policy = Some(choice(v, PolicyName::ALL, PolicyName::as_str)?);
+            c.routing.prefill_policy = Some(choice(v, PolicyName::ALL, PolicyName::as_str)?);
             Ok(())
         },
     ),
@@ -436,7 +437,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Routing,
         "Policy among decode workers (prefill/decode mode)",
         |c, v| {
-            c.decode_policy = Some(choice(v, PolicyName::ALL, PolicyName::as_str)?);
+            c.routing.decode_policy = Some(choice(v, PolicyName::ALL, PolicyName::as_str)?);
             Ok(())
         },
     ),
@@ -447,7 +448,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Routing,
         "cache_aware: smallest prefix match ratio (0-1) that routes to the matching worker",
         |c, v| {
-            c.cache_threshold = float(v, 0.0, 1.0)?;
+            c.routing.params.cache_threshold = float(v, 0.0, 1.0)? as f32;
             Ok(())
         },
     ),
@@ -458,7 +459,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Routing,
         "cache_aware: load difference (requests) above which the least loaded worker wins",
         |c, v| {
-            c.balance_abs_threshold = integer(v, 0, 1 << 32)? as usize;
+            c.routing.params.balance_abs_threshold = integer(v, 0, 1 << 32)? as usize;
             Ok(())
         },
     ),
@@ -469,7 +470,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Routing,
         "cache_aware: load ratio (max/min) that must also be passed to spill (>= 1)",
         |c, v| {
-            c.balance_rel_threshold = float(v, 1.0, 1e6)?;
+            c.routing.params.balance_rel_threshold = float(v, 1.0, 1e6)? as f32;
             Ok(())
         },
     ),
@@ -480,7 +481,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Routing,
         "cache_aware: seconds between trims of the prefix trees",
         |c, v| {
-            c.eviction_interval = seconds(v, 1)?;
+            c.routing.params.eviction_interval = seconds(v, 1)?;
             Ok(())
         },
     ),
@@ -491,7 +492,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Routing,
         "cache_aware: characters each worker may hold in a prefix tree after a trim",
         |c, v| {
-            c.max_tree_size = integer(v, 1, 1 << 40)? as usize;
+            c.routing.params.max_tree_size = integer(v, 1, 1 << 40)? as usize;
             Ok(())
         },
     ),
@@ -502,7 +503,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Routing,
         "prefix_hash: leading tokens of the prompt that choose the worker",
         |c, v| {
-            c.prefix_token_count = integer(v, 1, 1 << 20)? as usize;
+            c.routing.params.prefix_token_count = integer(v, 1, 1 << 20)? as usize;
             Ok(())
         },
     ),
@@ -514,7 +515,7 @@ pub static FLAGS: &[Flag] = &[
         "Headers whose value is the sticky routing key (manual, consistent_hashing), first \
          present wins",
         |c, values| {
-            c.routing_key_headers = values
+            c.routing.routing_key_headers = values
                 .iter()
                 .map(|v| header_name(v))
                 .collect::<Result<_, _>>()?;
@@ -530,7 +531,7 @@ pub static FLAGS: &[Flag] = &[
         "Retries after the first attempt (408/429/5xx answers and failed exchanges, before \
          any response byte reaches the client)",
         |c, v| {
-            c.retry.max_retries = integer(v, 0, 100)? as u32;
+            c.resilience.retry.max_retries = integer(v, 0, 100)? as u32;
             Ok(())
         },
     ),
@@ -541,7 +542,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Resilience,
         "Delay before the first retry",
         |c, v| {
-            c.retry.initial_backoff = Duration::from_millis(integer(v, 0, MAX_SECS * 1000)?);
+            c.resilience.retry.initial_backoff = Duration::from_millis(integer(v, 0, MAX_SECS * 1000)?);
             Ok(())
         },
     ),
@@ -552,7 +553,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Resilience,
         "Longest delay between retries",
         |c, v| {
-            c.retry.max_backoff = Duration::from_millis(integer(v, 0, MAX_SECS * 1000)?);
+            c.resilience.retry.max_backoff = Duration::from_millis(integer(v, 0, MAX_SECS * 1000)?);
             Ok(())
         },
     ),
@@ -563,7 +564,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Resilience,
         "Growth of the delay from one retry to the next (>= 1)",
         |c, v| {
-            c.retry.multiplier = float(v, 1.0, 100.0)?;
+            c.resilience.retry.multiplier = float(v, 1.0, 100.0)?;
             Ok(())
         },
     ),
@@ -574,7 +575,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Resilience,
         "Fraction of each delay added or removed at random (0-1)",
         |c, v| {
-            c.retry.jitter = float(v, 0.0, 1.0)?;
+            c.resilience.retry.jitter = float(v, 0.0, 1.0)?;
             Ok(())
         },
     ),
@@ -582,7 +583,7 @@ pub static FLAGS: &[Flag] = &[
         "disable-retries",
         Group::Resilience,
         "Send every request once; bodies stream through unbuffered",
-        |c| c.disable_retries = true,
+        |c| c.resilience.disable_retries = true,
     ),
     Flag::one(
         "max-buffered-request-bytes",
@@ -592,7 +593,7 @@ pub static FLAGS: &[Flag] = &[
         "Largest request body kept for replay on retry; larger bodies stream and are not \
          retried",
         |c, v| {
-            c.max_buffered_request_bytes = byte_size(v)?;
+            c.pipeline.max_buffered_request_bytes = byte_size(v)?;
             Ok(())
         },
     ),
@@ -616,7 +617,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Resilience,
         "Consecutive counted failures that open a worker's circuit breaker",
         |c, v| {
-            c.breaker.failure_threshold = integer(v, 1, u64::from(u32::MAX))? as u32;
+            c.resilience.breaker.failure_threshold = integer(v, 1, u64::from(u32::MAX))? as u32;
             Ok(())
         },
     ),
@@ -627,7 +628,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Resilience,
         "Successes in half-open state that close the breaker",
         |c, v| {
-            c.breaker.success_threshold = integer(v, 1, u64::from(u32::MAX))? as u32;
+            c.resilience.breaker.success_threshold = integer(v, 1, u64::from(u32::MAX))? as u32;
             Ok(())
         },
     ),
@@ -638,7 +639,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Resilience,
         "Time an open breaker waits before letting trial requests through (half-open)",
         |c, v| {
-            c.breaker.open_for = seconds(v, 1)?;
+            c.resilience.breaker.open_for = seconds(v, 1)?;
             Ok(())
         },
     ),
@@ -649,7 +650,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Resilience,
         "Accepted for compatibility and unused: the breaker counts consecutive failures",
         |c, v| {
-            c.breaker.window = seconds(v, 1)?;
+            c.resilience.breaker.window = seconds(v, 1)?;
             Ok(())
         },
     ),
@@ -657,7 +658,7 @@ pub static FLAGS: &[Flag] = &[
         "disable-circuit-breaker",
         Group::Resilience,
         "Workers' circuit breakers never open",
-        |c| c.breaker.disabled = true,
+        |c| c.resilience.breaker.disabled = true,
     ),
     // Admission control and overload protection
     Flag::one(
@@ -724,7 +725,7 @@ pub static FLAGS: &[Flag] = &[
         "worker-overload-protection",
         Group::Admission,
         "Take workers out of routing while their engine reports overload (KV usage 0.9 unless set)",
-        |c| c.overload.protection = true,
+        |c| c.fleet.overload.protection = true,
     ),
     Flag::one(
         "worker-overload-waiting-requests",
@@ -733,7 +734,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Admission,
         "Waiting requests (summed over DP ranks) at or above which a worker is overloaded; turns protection on",
         |c, v| {
-            c.overload.waiting_requests = Some(integer(v, 1, u64::from(u32::MAX))?);
+            c.fleet.overload.waiting_requests = Some(integer(v, 1, u64::from(u32::MAX))?);
             Ok(())
         },
     ),
@@ -748,7 +749,7 @@ pub static FLAGS: &[Flag] = &[
             if usage <= 0.0 {
                 return Err(Invalid::new(v, "expected a number in (0, 1]"));
             }
-            c.overload.token_usage = Some(usage);
+            c.fleet.overload.token_usage = Some(usage);
             Ok(())
         },
     ),
@@ -760,7 +761,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Runtime,
         "Data-plane threads, each with its own runtime and listener socket",
         |c, v| {
-            c.runtime_worker_threads = integer(v, 1, MAX_THREADS)? as usize;
+            c.runtime.worker_threads = integer(v, 1, MAX_THREADS)? as usize;
             Ok(())
         },
     ),
@@ -771,7 +772,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Runtime,
         "I/O engine: auto (epoll, the faster here; logs whether io_uring is available), uring, epoll",
         |c, v| {
-            c.io_engine = choice(v, IoEngine::ALL, IoEngine::as_str)?;
+            c.runtime.io_engine = choice(v, IoEngine::ALL, IoEngine::as_str)?;
             Ok(())
         },
     ),
@@ -783,7 +784,7 @@ pub static FLAGS: &[Flag] = &[
         Group::LimitsAndTimeouts,
         "Default timeout of a request to a worker",
         |c, v| {
-            c.request_timeout = seconds(v, 1)?;
+            c.pipeline.request_timeout = seconds(v, 1)?;
             Ok(())
         },
     ),
@@ -794,7 +795,7 @@ pub static FLAGS: &[Flag] = &[
         Group::LimitsAndTimeouts,
         "Largest accepted request body; plain bytes or a K/M/G, KiB/MiB/GiB suffix",
         |c, v| {
-            c.max_payload_size = byte_size(v)?;
+            c.pipeline.max_payload_size = byte_size(v)?;
             Ok(())
         },
     ),
@@ -807,7 +808,7 @@ pub static FLAGS: &[Flag] = &[
          streamed to a worker (408 request_timeout); a body the gateway reads holds no \
          admission token meanwhile. Raise it for large uploads over slow links",
         |c, v| {
-            c.request_body_timeout = seconds(v, 1)?;
+            c.pipeline.request_body_timeout = seconds(v, 1)?;
             Ok(())
         },
     ),
@@ -819,7 +820,7 @@ pub static FLAGS: &[Flag] = &[
         "Longest silence inside a request body, read or streamed to a worker (408 \
          request_timeout)",
         |c, v| {
-            c.request_body_idle_timeout = seconds(v, 1)?;
+            c.pipeline.request_body_idle_timeout = seconds(v, 1)?;
             Ok(())
         },
     ),
@@ -830,7 +831,7 @@ pub static FLAGS: &[Flag] = &[
         Group::LimitsAndTimeouts,
         "Time in-flight requests get to finish on shutdown",
         |c, v| {
-            c.shutdown_grace_period = seconds(v, 0)?;
+            c.runtime.shutdown_grace_period = seconds(v, 0)?;
             Ok(())
         },
     ),
@@ -842,7 +843,7 @@ pub static FLAGS: &[Flag] = &[
         "Idle time after which upstream connections are closed (0 keeps them forever)",
         |c, v| {
             let idle = seconds(v, 0)?;
-            c.upstream_pool_idle_timeout = (!idle.is_zero()).then_some(idle);
+            c.pipeline.upstream_pool_idle_timeout = (!idle.is_zero()).then_some(idle);
             Ok(())
         },
     ),
@@ -853,7 +854,7 @@ pub static FLAGS: &[Flag] = &[
         Group::LimitsAndTimeouts,
         "Time a client has to send its request head, counted from accept for the first request and from its first byte for later ones, else the connection is closed",
         |c, v| {
-            c.header_read_timeout = seconds(v, 1)?;
+            c.server.header_read_timeout = seconds(v, 1)?;
             Ok(())
         },
     ),
@@ -864,7 +865,7 @@ pub static FLAGS: &[Flag] = &[
         Group::LimitsAndTimeouts,
         "Idle keep-alive client connections are closed after this long without a request; the header read timeout starts only once a request's first byte arrives",
         |c, v| {
-            c.keep_alive_timeout = seconds(v, 1)?;
+            c.server.keep_alive_timeout = seconds(v, 1)?;
             Ok(())
         },
     ),
@@ -875,7 +876,7 @@ pub static FLAGS: &[Flag] = &[
         Group::LimitsAndTimeouts,
         "Client connections open at once over all threads; a connection beyond it is answered 503 (Retry-After: 1, Connection: close) and closed. At startup the soft open-file limit is raised to the hard one; the default leaves half of the descriptors, and 128 more, for upstream connections and the metrics and health listeners",
         |c, v| {
-            c.max_connections = Some(integer(v, 1, u64::from(u32::MAX))? as usize);
+            c.server.max_connections = Some(integer(v, 1, u64::from(u32::MAX))? as usize);
             Ok(())
         },
     ),
@@ -887,7 +888,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Logging,
         "Minimum log level: trace, debug, info, warn, error",
         |c, v| {
-            c.log_level = choice(v, LogLevel::ALL, LogLevel::as_str)?;
+            c.log.level = choice(v, LogLevel::ALL, LogLevel::as_str)?;
             Ok(())
         },
     ),
@@ -895,7 +896,7 @@ pub static FLAGS: &[Flag] = &[
         "log-json",
         Group::Logging,
         "Write log records as JSON objects",
-        |c| c.log_json = true,
+        |c| c.log.json = true,
     ),
     Flag::one(
         "log-dir",
@@ -907,7 +908,7 @@ pub static FLAGS: &[Flag] = &[
             if v.is_empty() {
                 return Err(Invalid::new(v, "expected a directory path"));
             }
-            c.log_dir = Some(PathBuf::from(v));
+            c.log.dir = Some(PathBuf::from(v));
             Ok(())
         },
     ),
@@ -922,7 +923,7 @@ pub static FLAGS: &[Flag] = &[
             if v.is_empty() {
                 return Err(Invalid::new(v, "expected a non-empty key"));
             }
-            c.api_key = Some(Secret::new(v));
+            c.auth.api_key = Some(Secret::new(v));
             Ok(())
         },
     )
@@ -935,7 +936,7 @@ pub static FLAGS: &[Flag] = &[
         "Data-plane key of one tenant (identity auth:<TENANT>); repeatable",
         |c, v| {
             let key = TenantKey::parse(v).map_err(|e| Invalid::new(v, e))?;
-            c.tenant_api_keys.push(key);
+            c.auth.tenant_api_keys.push(key);
             Ok(())
         },
     )
@@ -949,7 +950,7 @@ pub static FLAGS: &[Flag] = &[
         |c, values| {
             for v in values {
                 let key = ControlPlaneKey::parse(v).map_err(|e| Invalid::new(v, e))?;
-                c.control_plane_api_keys.push(key);
+                c.auth.control_plane_api_keys.push(key);
             }
             Ok(())
         },
@@ -962,7 +963,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Authentication,
         "OIDC issuer of control-plane JWTs; needs --jwt-audience",
         |c, v| {
-            c.jwt_issuer = Some(http_url(v)?);
+            c.auth.jwt_issuer = Some(http_url(v)?);
             Ok(())
         },
     ),
@@ -976,7 +977,7 @@ pub static FLAGS: &[Flag] = &[
             if v.is_empty() {
                 return Err(Invalid::new(v, "expected a non-empty audience"));
             }
-            c.jwt_audience = Some(v.to_owned());
+            c.auth.jwt_audience = Some(v.to_owned());
             Ok(())
         },
     ),
@@ -987,7 +988,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Authentication,
         "Key set of the issuer; otherwise read from its OIDC discovery document",
         |c, v| {
-            c.jwt_jwks_uri = Some(http_url(v)?);
+            c.auth.jwt_jwks_uri = Some(http_url(v)?);
             Ok(())
         },
     ),
@@ -1001,7 +1002,7 @@ pub static FLAGS: &[Flag] = &[
             if v.is_empty() {
                 return Err(Invalid::new(v, "expected a claim name"));
             }
-            c.jwt_role_claim = v.to_owned();
+            c.auth.jwt_role_claim = v.to_owned();
             Ok(())
         },
     ),
@@ -1013,7 +1014,7 @@ pub static FLAGS: &[Flag] = &[
         "Maps an IdP role to admin or user; first mapped value wins; repeatable",
         |c, values| {
             for v in values {
-                c.jwt_role_mapping.push(role_mapping(v)?);
+                c.auth.jwt_role_mapping.push(role_mapping(v)?);
             }
             Ok(())
         },
@@ -1022,7 +1023,7 @@ pub static FLAGS: &[Flag] = &[
         "disable-audit-logging",
         Group::Authentication,
         "No control-plane audit records (target smg::audit)",
-        |c| c.disable_audit_logging = true,
+        |c| c.auth.disable_audit_logging = true,
     ),
     // Metrics
     Flag::one(
@@ -1032,7 +1033,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Metrics,
         "IP address the metrics listener (GET /metrics) binds",
         |c, v| {
-            c.prometheus_host = ip_addr(v)?;
+            c.metrics.host = ip_addr(v)?;
             Ok(())
         },
     ),
@@ -1043,7 +1044,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Metrics,
         "Port of the metrics listener (must be > 0)",
         |c, v| {
-            c.prometheus_port = port(v, false)?;
+            c.metrics.port = port(v, false)?;
             Ok(())
         },
     ),
@@ -1054,7 +1055,7 @@ pub static FLAGS: &[Flag] = &[
         Group::Metrics,
         "Port of an extra listener on --host that answers only GET /health, /liveness and /readiness, like the main listener, without recording them in the gw_http_* metrics",
         |c, v| {
-            c.health_check_port = Some(port(v, false)?);
+            c.server.health_check_port = Some(port(v, false)?);
             Ok(())
         },
     ),
@@ -1073,7 +1074,7 @@ pub static FLAGS: &[Flag] = &[
                 }
                 buckets.push(bound);
             }
-            c.prometheus_duration_buckets = buckets;
+            c.metrics.duration_buckets = buckets;
             Ok(())
         },
     ),
@@ -1232,11 +1233,7 @@ pub fn byte_size(v: &str) -> Result<u64, Invalid> {
 pub fn worker_url(v: &str) -> Result<String, Invalid> {
     // Userinfo may hold credentials: never echo it back.
     let shown = redact_userinfo(v);
-    let lower = v.trim_start().to_ascii_lowercase();
-    if !lower.starts_with("http://") && !lower.starts_with("https://") {
-        return Err(Invalid::new(&shown, "expected an http:// or https:// URL"));
-    }
-    match parse_worker_url(v) {
+    match parse_http_worker_url(v) {
         Ok(url) => Ok(url.normalized),
         Err(err) => Err(Invalid::new(&shown, err.to_string())),
     }

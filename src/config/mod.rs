@@ -10,22 +10,26 @@
 
 pub mod flags;
 
-use std::borrow::Cow;
 use std::ffi::OsString;
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr};
-use std::path::PathBuf;
-use std::time::Duration;
 
 use lexopt::Arg;
 
 use flags::{Flag, Invalid, Kind};
 
 pub use crate::admission::AdmissionConfig;
-use crate::auth::keys::{ControlPlaneKey, TenantKey};
-use crate::auth::Role;
-use crate::resilience::RetryConfig;
-pub use crate::workers::overload::OverloadDefaults;
+use crate::auth::keys::ControlPlaneKey;
+pub use crate::auth::AuthSettings;
+pub use crate::control::{ControlSettings, PrefillWorker};
+pub use crate::fleet::overload::OverloadDefaults;
+pub use crate::fleet::{FleetSettings, WorkerDefaults};
+pub use crate::logging::{LogLevel, LogSettings};
+pub use crate::metrics::MetricsSettings;
+pub use crate::pipeline::PipelineSettings;
+pub use crate::resilience::{BreakerDefaults, ResilienceSettings, RetryConfig};
+pub use crate::routing::{PolicyName, RoutingSettings};
+pub use crate::runtime::{IoEngine, RuntimeSettings};
+pub use crate::server::ServerSettings;
 
 /// What the command line asks the binary to do.
 #[derive(Debug)]
@@ -38,400 +42,44 @@ pub enum Command {
     Version(String),
 }
 
-/// Which I/O engine the per-core runtimes use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum IoEngine {
-    /// Probe io_uring once at startup; fall back to epoll when it is unavailable.
-    Auto,
-    /// Require io_uring.
-    Uring,
-    /// Plain tokio (epoll).
-    Epoll,
-}
-
-impl IoEngine {
-    pub const ALL: &'static [IoEngine] = &[IoEngine::Auto, IoEngine::Uring, IoEngine::Epoll];
-
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            IoEngine::Auto => "auto",
-            IoEngine::Uring => "uring",
-            IoEngine::Epoll => "epoll",
-        }
-    }
-}
-
-impl fmt::Display for IoEngine {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Routing policy names, spelled as the spec and the `policy` metric label spell them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum PolicyName {
-    Random,
-    RoundRobin,
-    PowerOfTwo,
-    CacheAware,
-    PrefixHash,
-    ConsistentHashing,
-    Manual,
-    Bucket,
-}
-
-impl PolicyName {
-    pub const ALL: &'static [PolicyName] = &[
-        PolicyName::Random,
-        PolicyName::RoundRobin,
-        PolicyName::PowerOfTwo,
-        PolicyName::CacheAware,
-        PolicyName::PrefixHash,
-        PolicyName::ConsistentHashing,
-        PolicyName::Manual,
-        PolicyName::Bucket,
-    ];
-
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            PolicyName::Random => "random",
-            PolicyName::RoundRobin => "round_robin",
-            PolicyName::PowerOfTwo => "power_of_two",
-            PolicyName::CacheAware => "cache_aware",
-            PolicyName::PrefixHash => "prefix_hash",
-            PolicyName::ConsistentHashing => "consistent_hashing",
-            PolicyName::Manual => "manual",
-            PolicyName::Bucket => "bucket",
-        }
-    }
-}
-
-impl fmt::Display for PolicyName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Minimum level of log records that are written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum LogLevel {
-    Trace,
-    Debug,
-    Info,
-    Warn,
-    Error,
-}
-
-impl LogLevel {
-    pub const ALL: &'static [LogLevel] = &[
-        LogLevel::Trace,
-        LogLevel::Debug,
-        LogLevel::Info,
-        LogLevel::Warn,
-        LogLevel::Error,
-    ];
-
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            LogLevel::Trace => "trace",
-            LogLevel::Debug => "debug",
-            LogLevel::Info => "info",
-            LogLevel::Warn => "warn",
-            LogLevel::Error => "error",
-        }
-    }
-}
-
-impl fmt::Display for LogLevel {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A credential from the command line. `Debug` and `Display` print `<redacted>`; the value is
-/// only reachable through [`Secret::expose`], so it cannot end up in a log line by accident.
+/// The validated configuration of one gateway process: each module's settings, composed.
 ///
-/// Deliberately not `PartialEq`: compare credentials in constant time where they are checked.
-#[derive(Clone)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Secret(value.into())
-    }
-
-    /// The secret value. Call only where the value is actually used (hashing, headers).
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
-
-impl fmt::Display for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
-
-/// `scheme://user:pass@host/...` → `scheme://<redacted>@host/...`: what a message may show
-/// of a URL that could carry credentials (a refused flag value, a refused IdP URL).
-pub fn redact_userinfo(url: &str) -> Cow<'_, str> {
-    let Some(scheme_end) = url.find("://") else {
-        return Cow::Borrowed(url);
-    };
-    let after = &url[scheme_end + 3..];
-    let authority_len = after.find(['/', '?', '#']).unwrap_or(after.len());
-    match after[..authority_len].rfind('@') {
-        Some(at) => Cow::Owned(format!(
-            "{}<redacted>{}",
-            &url[..scheme_end + 3],
-            &after[at..]
-        )),
-        None => Cow::Borrowed(url),
-    }
-}
-
-/// The gateway-wide circuit-breaker settings; a worker's `resilience` block overrides them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BreakerDefaults {
-    pub failure_threshold: u32,
-    pub success_threshold: u32,
-    pub open_for: Duration,
-    /// Accepted and unused: the breaker counts consecutive failures, not a window.
-    pub window: Duration,
-    pub disabled: bool,
-}
-
-impl Default for BreakerDefaults {
-    fn default() -> BreakerDefaults {
-        BreakerDefaults {
-            failure_threshold: 10,
-            success_threshold: 3,
-            open_for: Duration::from_secs(60),
-            window: Duration::from_secs(120),
-            disabled: false,
-        }
-    }
-}
-
-/// One `--prefill` occurrence: the worker's URL and, optionally, its KV bootstrap port.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PrefillWorker {
-    pub url: String,
-    pub bootstrap_port: Option<u16>,
-}
-
-/// The validated configuration of one gateway process.
-#[derive(Clone, Debug)]
+/// A module owns its settings type and its defaults; this struct only gathers them, and
+/// the wiring (`crate::app`, `crate::startup`) hands each module its own part, never the
+/// whole `Config`.
+#[derive(Clone, Debug, Default)]
 pub struct Config {
-    /// `--host`: address of the main listener.
-    pub host: IpAddr,
-    /// `--port`: port of the main listener; 0 asks the OS for a free port.
-    pub port: u16,
-    /// `--worker-urls`: workers registered at startup (`http://` or `https://`, with a host).
-    pub worker_urls: Vec<String>,
-    /// `--pd-disaggregation`: the fleet is prefill and decode workers.
-    pub pd_disaggregation: bool,
-    /// `--prefill URL [BOOTSTRAP_PORT]`: prefill workers registered at startup.
-    pub prefill_workers: Vec<PrefillWorker>,
-    /// `--decode URL`: decode workers registered at startup.
-    pub decode_workers: Vec<String>,
-    /// `--upstream-http2`: prefer HTTP/2 (h2c) towards workers that do not set `http2`.
-    pub upstream_http2: bool,
-    /// `--health-check-timeout-secs`: probe timeout, registration probes included.
-    pub health_check_timeout: Duration,
-    /// `--health-check-interval-secs`: time between probes of a worker.
-    pub health_check_interval: Duration,
-    /// `--health-success-threshold`: consecutive successes that make a worker ready.
-    pub health_success_threshold: u32,
-    /// `--health-failure-threshold`: consecutive failures that take it out of rotation.
-    pub health_failure_threshold: u32,
-    /// `--disable-health-check`: workers are routable on registration and never probed.
-    pub disable_health_check: bool,
-    /// `--drain-settle-secs`: how long a removed ready worker drains.
-    pub drain_settle: Duration,
-    /// `--load-monitor-interval`: time between engine load polls of a worker.
-    pub load_monitor_interval: Duration,
-    /// `--disable-load-monitoring`: poll engine load only for groups that need it.
-    pub disable_load_monitoring: bool,
-    /// `--worker-startup-timeout-secs`: how long registration waits for a worker to answer.
-    pub worker_startup_timeout: Duration,
-    /// `--worker-startup-check-interval`: time between registration probes.
-    pub worker_startup_check_interval: Duration,
-    /// `--model-alias alias=canonical`: extra names of served models.
-    pub model_aliases: Vec<(String, String)>,
-    /// `--enable-igw`: several models behind one gateway; requests go to workers of their
-    /// `model`.
-    pub enable_igw: bool,
-    /// `--dp-aware`: each data-parallel rank of an engine is registered as its own routing
-    /// target, and requests to a rank carry `data_parallel_rank` in their body.
-    pub dp_aware: bool,
-    /// `--policy`: routing policy.
-    pub policy: PolicyName,
-    /// `--prefill-policy`, `--decode-policy`: per-role policies; `None` follows `--policy`.
-    pub prefill_policy: Option<PolicyName>,
-    pub decode_policy: Option<PolicyName>,
-    /// `--cache-threshold`: cache_aware smallest match ratio that routes by prefix.
-    pub cache_threshold: f64,
-    /// `--balance-abs-threshold`: cache_aware load difference that triggers a spill.
-    pub balance_abs_threshold: usize,
-    /// `--balance-rel-threshold`: cache_aware load ratio that must also be passed.
-    pub balance_rel_threshold: f64,
-    /// `--eviction-interval`: time between prefix-tree trims.
-    pub eviction_interval: Duration,
-    /// `--max-tree-size`: characters per worker kept after a trim.
-    pub max_tree_size: usize,
-    /// `--prefix-token-count`: prompt tokens hashed by prefix_hash.
-    pub prefix_token_count: usize,
-    /// `--routing-key-headers`: lowercase header names carrying the routing key.
-    pub routing_key_headers: Vec<String>,
-    /// `--retry-*`: retry count and backoff.
-    pub retry: RetryConfig,
-    /// `--disable-retries`: every request is sent once.
-    pub disable_retries: bool,
-    /// `--max-buffered-request-bytes`: largest body kept for replay.
-    pub max_buffered_request_bytes: u64,
-    /// `--cb-*`, `--disable-circuit-breaker`: gateway defaults of workers' breakers.
-    pub breaker: BreakerDefaults,
-    /// `--max-concurrent-requests`, `--queue-*`, `--rate-limit-tokens-per-second`,
-    /// `--multimodal-max-inflight-bytes`: admission control.
+    /// Listener flag group and the edge timeouts and limits of client connections.
+    pub server: ServerSettings,
+    /// Data-plane threads, IO engine, shutdown grace.
+    pub runtime: RuntimeSettings,
+    /// Log output.
+    pub log: LogSettings,
+    /// Data-plane keys, control-plane keys and JWT, audit.
+    pub auth: AuthSettings,
+    /// The metrics listener and histogram buckets.
+    pub metrics: MetricsSettings,
+    /// Routing policies and their parameters.
+    pub routing: RoutingSettings,
+    /// Retries and circuit-breaker defaults.
+    pub resilience: ResilienceSettings,
+    /// Admission control.
     pub admission: AdmissionConfig,
-    /// `--worker-overload-*`: overload protection defaults of workers.
-    pub overload: OverloadDefaults,
-    /// `--runtime-worker-threads`: data-plane threads, one runtime each (>= 1).
-    pub runtime_worker_threads: usize,
-    /// `--io-engine`: io_uring, epoll, or probe.
-    pub io_engine: IoEngine,
-    /// `--request-timeout-secs`: default timeout of a request to a worker.
-    pub request_timeout: Duration,
-    /// `--max-payload-size`: largest accepted request body, in bytes (>= 1).
-    pub max_payload_size: u64,
-    /// `--request-body-timeout-secs`: time a client has to send the part of its body the
-    /// gateway reads before dispatch.
-    pub request_body_timeout: Duration,
-    /// `--request-body-idle-timeout-secs`: longest silence inside a request body, read or
-    /// streamed.
-    pub request_body_idle_timeout: Duration,
-    /// `--shutdown-grace-period-secs`: how long in-flight requests may finish on shutdown.
-    pub shutdown_grace_period: Duration,
-    /// `--upstream-pool-idle-timeout-secs`: idle keep time of upstream connections;
-    /// `None` (flag value 0) keeps them forever.
-    pub upstream_pool_idle_timeout: Option<Duration>,
-    /// `--header-read-timeout-secs`: time a client has to send the request head.
-    pub header_read_timeout: Duration,
-    /// `--keep-alive-timeout-secs`: idle keep-alive client connections are closed after this.
-    pub keep_alive_timeout: Duration,
-    /// `--max-connections`: client connections open at once over all data-plane threads;
-    /// `None` derives it from the open-file limit at startup
-    /// ([`crate::server::limit::default_max_connections`]).
-    pub max_connections: Option<usize>,
-    /// `--health-check-port`: port of the probe-only listener on `--host`; `None`: off.
-    pub health_check_port: Option<u16>,
-    /// `--log-level`.
-    pub log_level: LogLevel,
-    /// `--log-json`: one JSON object per log record.
-    pub log_json: bool,
-    /// `--log-dir`: also write logs to files in this directory.
-    pub log_dir: Option<PathBuf>,
-    /// `--api-key`: data-plane shared key, and the key of workers from `--worker-urls`.
-    pub api_key: Option<Secret>,
-    /// `--tenant-api-key`: data-plane keys that resolve to a tenant identity.
-    pub tenant_api_keys: Vec<TenantKey>,
-    /// `--control-plane-api-keys` (or `CONTROL_PLANE_API_KEYS`): control-plane keys.
-    pub control_plane_api_keys: Vec<ControlPlaneKey>,
-    /// `--jwt-issuer` (or `JWT_ISSUER`): OIDC issuer of control-plane JWTs.
-    pub jwt_issuer: Option<String>,
-    /// `--jwt-audience` (or `JWT_AUDIENCE`): expected `aud` of control-plane JWTs.
-    pub jwt_audience: Option<String>,
-    /// `--jwt-jwks-uri` (or `JWT_JWKS_URI`): key set URI; discovered from the issuer if unset.
-    pub jwt_jwks_uri: Option<String>,
-    /// `--jwt-role-claim`: the claim that holds roles.
-    pub jwt_role_claim: String,
-    /// `--jwt-role-mapping`: IdP role to gateway role, first match wins.
-    pub jwt_role_mapping: Vec<(String, Role)>,
-    /// `--disable-audit-logging`: no control-plane audit records.
-    pub disable_audit_logging: bool,
-    /// `--prometheus-host`: address of the metrics listener.
-    pub prometheus_host: IpAddr,
-    /// `--prometheus-port`: port of the metrics listener (> 0).
-    pub prometheus_port: u16,
-    /// `--prometheus-duration-buckets`: latency histogram bounds, ascending.
-    pub prometheus_duration_buckets: Vec<f64>,
+    /// What shapes the fleet and the defaults workers inherit.
+    pub fleet: FleetSettings,
+    /// Startup workers, registration timing, the load monitor.
+    pub control: ControlSettings,
+    /// The data path's request limits, timeouts and upstream pools.
+    pub pipeline: PipelineSettings,
 }
 
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            host: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-            port: 30000,
-            worker_urls: Vec::new(),
-            pd_disaggregation: false,
-            prefill_workers: Vec::new(),
-            decode_workers: Vec::new(),
-            upstream_http2: false,
-            health_check_timeout: Duration::from_secs(5),
-            health_check_interval: Duration::from_secs(60),
-            health_success_threshold: 2,
-            health_failure_threshold: 3,
-            disable_health_check: false,
-            drain_settle: Duration::from_secs(5),
-            load_monitor_interval: Duration::from_secs(10),
-            disable_load_monitoring: false,
-            worker_startup_timeout: Duration::from_secs(1800),
-            worker_startup_check_interval: Duration::from_secs(30),
-            model_aliases: Vec::new(),
-            enable_igw: false,
-            dp_aware: false,
-            policy: PolicyName::RoundRobin,
-            prefill_policy: None,
-            decode_policy: None,
-            cache_threshold: 0.3,
-            balance_abs_threshold: 64,
-            balance_rel_threshold: 1.5,
-            eviction_interval: Duration::from_secs(120),
-            max_tree_size: 67_108_864,
-            prefix_token_count: 256,
-            routing_key_headers: vec!["x-gw-routing-key".to_owned()],
-            retry: RetryConfig::default(),
-            disable_retries: false,
-            max_buffered_request_bytes: 16 * 1024 * 1024,
-            breaker: BreakerDefaults::default(),
-            admission: AdmissionConfig::default(),
-            overload: OverloadDefaults::default(),
-            runtime_worker_threads: std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1),
-            io_engine: IoEngine::Auto,
-            request_timeout: Duration::from_secs(1800),
-            max_payload_size: 512 * 1024 * 1024,
-            request_body_timeout: Duration::from_secs(120),
-            request_body_idle_timeout: Duration::from_secs(30),
-            shutdown_grace_period: Duration::from_secs(180),
-            upstream_pool_idle_timeout: Some(Duration::from_secs(3)),
-            header_read_timeout: Duration::from_secs(30),
-            keep_alive_timeout: Duration::from_secs(75),
-            max_connections: None,
-            health_check_port: None,
-            log_level: LogLevel::Info,
-            log_json: false,
-            log_dir: None,
-            api_key: None,
-            tenant_api_keys: Vec::new(),
-            control_plane_api_keys: Vec::new(),
-            jwt_issuer: None,
-            jwt_audience: None,
-            jwt_jwks_uri: None,
-            jwt_role_claim: "roles".to_owned(),
-            jwt_role_mapping: Vec::new(),
-            disable_audit_logging: false,
-            prometheus_host: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-            prometheus_port: 29000,
-            prometheus_duration_buckets: crate::metrics::DURATION_BUCKETS.to_vec(),
+impl Config {
+    /// What workers inherit where their spec is silent, from the modules that own it.
+    pub fn worker_defaults(&self) -> WorkerDefaults {
+        WorkerDefaults {
+            health: self.fleet.health,
+            breaker: self.resilience.breaker,
+            overload: self.fleet.overload,
         }
     }
 }
@@ -614,16 +262,16 @@ fn apply_env<E: Fn(&str) -> Option<String>>(
             expected: expected.to_owned(),
         })
     };
-    if config.control_plane_api_keys.is_empty() {
+    if config.auth.control_plane_api_keys.is_empty() {
         if let Some(raw) = env("CONTROL_PLANE_API_KEYS").filter(|v| !v.is_empty()) {
             let key = ControlPlaneKey::parse(&raw)
                 .map_err(|expected| invalid("CONTROL_PLANE_API_KEYS", expected))?;
-            config.control_plane_api_keys.push(key);
+            config.auth.control_plane_api_keys.push(key);
         }
     }
     let urls = [
-        ("JWT_ISSUER", &mut config.jwt_issuer),
-        ("JWT_JWKS_URI", &mut config.jwt_jwks_uri),
+        ("JWT_ISSUER", &mut config.auth.jwt_issuer),
+        ("JWT_JWKS_URI", &mut config.auth.jwt_jwks_uri),
     ];
     for (var, slot) in urls {
         if slot.is_none() {
@@ -633,8 +281,8 @@ fn apply_env<E: Fn(&str) -> Option<String>>(
             }
         }
     }
-    if config.jwt_audience.is_none() {
-        config.jwt_audience = env("JWT_AUDIENCE").filter(|v| !v.is_empty());
+    if config.auth.jwt_audience.is_none() {
+        config.auth.jwt_audience = env("JWT_AUDIENCE").filter(|v| !v.is_empty());
     }
     Ok(())
 }
@@ -647,12 +295,12 @@ fn check_combinations(config: &Config) -> Result<(), ConfigError> {
             needs: needs.to_owned(),
         })
     };
-    match (&config.jwt_issuer, &config.jwt_audience) {
+    match (&config.auth.jwt_issuer, &config.auth.jwt_audience) {
         (Some(_), None) => return Err(requires("--jwt-issuer", "--jwt-audience")),
         (None, Some(_)) => return Err(requires("--jwt-audience", "--jwt-issuer")),
         _ => {}
     }
-    if config.jwt_jwks_uri.is_some() && config.jwt_issuer.is_none() {
+    if config.auth.jwt_jwks_uri.is_some() && config.auth.jwt_issuer.is_none() {
         return Err(requires("--jwt-jwks-uri", "--jwt-issuer"));
     }
     let conflict = |flag: &str, problem: &str| {
@@ -661,23 +309,28 @@ fn check_combinations(config: &Config) -> Result<(), ConfigError> {
             problem: problem.to_owned(),
         })
     };
-    if !config.pd_disaggregation {
-        if !config.prefill_workers.is_empty() {
+    if !config.fleet.pd_disaggregation {
+        if !config.control.prefill_workers.is_empty() {
             return Err(requires("--prefill", "--pd-disaggregation"));
         }
-        if !config.decode_workers.is_empty() {
+        if !config.control.decode_workers.is_empty() {
             return Err(requires("--decode", "--pd-disaggregation"));
         }
-    } else if !config.worker_urls.is_empty() && !config.enable_igw {
+    } else if !config.control.worker_urls.is_empty() && !config.fleet.enable_igw {
         return Err(conflict(
             "--worker-urls",
             "regular workers cannot be listed with --pd-disaggregation; use --prefill and --decode (or --enable-igw for a mixed fleet)",
         ));
     }
     let mut seen = std::collections::HashSet::new();
-    for tenant in &config.tenant_api_keys {
+    for tenant in &config.auth.tenant_api_keys {
         let key = tenant.key.expose();
-        if config.api_key.as_ref().is_some_and(|k| k.expose() == key) {
+        if config
+            .auth
+            .api_key
+            .as_ref()
+            .is_some_and(|k| k.expose() == key)
+        {
             return Err(conflict(
                 "--tenant-api-key",
                 "a tenant key equals --api-key; every key must identify one caller",
@@ -691,7 +344,7 @@ fn check_combinations(config: &Config) -> Result<(), ConfigError> {
         }
     }
     let mut ids = std::collections::HashSet::new();
-    for key in &config.control_plane_api_keys {
+    for key in &config.auth.control_plane_api_keys {
         if !ids.insert(key.id.as_str()) {
             return Err(conflict(
                 "--control-plane-api-keys",

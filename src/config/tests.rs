@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use super::flags::{Group, Kind, FLAGS};
 use super::*;
+use crate::auth::Role;
+use crate::secret::Secret;
 
 fn parse(args: &[&str]) -> Result<Command, ConfigError> {
     parse_args(args.iter().map(OsString::from))
@@ -32,28 +34,31 @@ fn error(args: &[&str]) -> String {
 #[test]
 fn defaults() {
     let c = run(&[]);
-    assert_eq!(c.host, "0.0.0.0".parse::<IpAddr>().unwrap());
-    assert_eq!(c.port, 30000);
-    assert!(c.worker_urls.is_empty());
-    assert_eq!(c.policy, PolicyName::RoundRobin);
+    assert_eq!(c.server.host, "0.0.0.0".parse::<IpAddr>().unwrap());
+    assert_eq!(c.server.port, 30000);
+    assert!(c.control.worker_urls.is_empty());
+    assert_eq!(c.routing.policy, PolicyName::RoundRobin);
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    assert_eq!(c.runtime_worker_threads, cpus);
-    assert!(c.runtime_worker_threads >= 1);
-    assert_eq!(c.io_engine, IoEngine::Auto);
-    assert_eq!(c.request_timeout, Duration::from_secs(1800));
-    assert_eq!(c.max_payload_size, 536_870_912);
-    assert_eq!(c.shutdown_grace_period, Duration::from_secs(180));
-    assert_eq!(c.upstream_pool_idle_timeout, Some(Duration::from_secs(3)));
-    assert_eq!(c.header_read_timeout, Duration::from_secs(30));
-    assert_eq!(c.keep_alive_timeout, Duration::from_secs(75));
-    assert_eq!(c.max_connections, None);
-    assert_eq!(c.health_check_port, None);
-    assert_eq!(c.log_level, LogLevel::Info);
-    assert!(!c.log_json);
-    assert_eq!(c.log_dir, None);
-    assert!(c.api_key.is_none());
-    assert_eq!(c.prometheus_host, "0.0.0.0".parse::<IpAddr>().unwrap());
-    assert_eq!(c.prometheus_port, 29000);
+    assert_eq!(c.runtime.worker_threads, cpus);
+    assert!(c.runtime.worker_threads >= 1);
+    assert_eq!(c.runtime.io_engine, IoEngine::Auto);
+    assert_eq!(c.pipeline.request_timeout, Duration::from_secs(1800));
+    assert_eq!(c.pipeline.max_payload_size, 536_870_912);
+    assert_eq!(c.runtime.shutdown_grace_period, Duration::from_secs(180));
+    assert_eq!(
+        c.pipeline.upstream_pool_idle_timeout,
+        Some(Duration::from_secs(3))
+    );
+    assert_eq!(c.server.header_read_timeout, Duration::from_secs(30));
+    assert_eq!(c.server.keep_alive_timeout, Duration::from_secs(75));
+    assert_eq!(c.server.max_connections, None);
+    assert_eq!(c.server.health_check_port, None);
+    assert_eq!(c.log.level, LogLevel::Info);
+    assert!(!c.log.json);
+    assert_eq!(c.log.dir, None);
+    assert!(c.auth.api_key.is_none());
+    assert_eq!(c.metrics.host, "0.0.0.0".parse::<IpAddr>().unwrap());
+    assert_eq!(c.metrics.port, 29000);
     assert_eq!(format!("{c:?}"), format!("{:?}", Config::default()));
 }
 
@@ -101,26 +106,29 @@ fn every_flag_parsed() {
         "--prometheus-port",
         "9100",
     ]);
-    assert_eq!(c.host, "127.0.0.1".parse::<IpAddr>().unwrap());
-    assert_eq!(c.port, 8080);
-    assert_eq!(c.worker_urls, ["http://w1:8000", "https://w2.example.com"]);
-    assert_eq!(c.policy, PolicyName::CacheAware);
-    assert_eq!(c.runtime_worker_threads, 3);
-    assert_eq!(c.io_engine, IoEngine::Epoll);
-    assert_eq!(c.request_timeout, Duration::from_secs(60));
-    assert_eq!(c.max_payload_size, 4 * 1024 * 1024);
-    assert_eq!(c.shutdown_grace_period, Duration::ZERO);
-    assert_eq!(c.upstream_pool_idle_timeout, None);
-    assert_eq!(c.header_read_timeout, Duration::from_secs(5));
-    assert_eq!(c.keep_alive_timeout, Duration::from_secs(9));
-    assert_eq!(c.max_connections, Some(5000));
-    assert_eq!(c.health_check_port, Some(8081));
-    assert_eq!(c.log_level, LogLevel::Debug);
-    assert!(c.log_json);
-    assert_eq!(c.log_dir, Some(PathBuf::from("/var/log/tollgate")));
-    assert_eq!(c.api_key.as_ref().map(Secret::expose), Some("sk-test"));
-    assert_eq!(c.prometheus_host, "::1".parse::<IpAddr>().unwrap());
-    assert_eq!(c.prometheus_port, 9100);
+    assert_eq!(c.server.host, "127.0.0.1".parse::<IpAddr>().unwrap());
+    assert_eq!(c.server.port, 8080);
+    assert_eq!(
+        c.control.worker_urls,
+        ["http://w1:8000", "https://w2.example.com"]
+    );
+    assert_eq!(c.routing.policy, PolicyName::CacheAware);
+    assert_eq!(c.runtime.worker_threads, 3);
+    assert_eq!(c.runtime.io_engine, IoEngine::Epoll);
+    assert_eq!(c.pipeline.request_timeout, Duration::from_secs(60));
+    assert_eq!(c.pipeline.max_payload_size, 4 * 1024 * 1024);
+    assert_eq!(c.runtime.shutdown_grace_period, Duration::ZERO);
+    assert_eq!(c.pipeline.upstream_pool_idle_timeout, None);
+    assert_eq!(c.server.header_read_timeout, Duration::from_secs(5));
+    assert_eq!(c.server.keep_alive_timeout, Duration::from_secs(9));
+    assert_eq!(c.server.max_connections, Some(5000));
+    assert_eq!(c.server.health_check_port, Some(8081));
+    assert_eq!(c.log.level, LogLevel::Debug);
+    assert!(c.log.json);
+    assert_eq!(c.log.dir, Some(PathBuf::from("/var/log/tollgate")));
+    assert_eq!(c.auth.api_key.as_ref().map(Secret::expose), Some("sk-test"));
+    assert_eq!(c.metrics.host, "::1".parse::<IpAddr>().unwrap());
+    assert_eq!(c.metrics.port, 9100);
 }
 
 #[test]
@@ -131,11 +139,11 @@ fn equals_syntax() {
         "--worker-urls=http://a:1",
         "--api-key=-starts-with-dash",
     ]);
-    assert_eq!(c.port, 0);
-    assert_eq!(c.policy, PolicyName::Random);
-    assert_eq!(c.worker_urls, ["http://a:1"]);
+    assert_eq!(c.server.port, 0);
+    assert_eq!(c.routing.policy, PolicyName::Random);
+    assert_eq!(c.control.worker_urls, ["http://a:1"]);
     assert_eq!(
-        c.api_key.as_ref().map(Secret::expose),
+        c.auth.api_key.as_ref().map(Secret::expose),
         Some("-starts-with-dash")
     );
 }
@@ -143,13 +151,16 @@ fn equals_syntax() {
 #[test]
 fn choices() {
     for policy in PolicyName::ALL {
-        assert_eq!(run(&["--policy", policy.as_str()]).policy, *policy);
+        assert_eq!(run(&["--policy", policy.as_str()]).routing.policy, *policy);
     }
     for level in LogLevel::ALL {
-        assert_eq!(run(&["--log-level", level.as_str()]).log_level, *level);
+        assert_eq!(run(&["--log-level", level.as_str()]).log.level, *level);
     }
     for engine in IoEngine::ALL {
-        assert_eq!(run(&["--io-engine", engine.as_str()]).io_engine, *engine);
+        assert_eq!(
+            run(&["--io-engine", engine.as_str()]).runtime.io_engine,
+            *engine
+        );
     }
     let names: Vec<&str> = PolicyName::ALL.iter().map(PolicyName::as_str).collect();
     assert_eq!(
@@ -182,7 +193,7 @@ fn byte_sizes() {
         ("7B", 7),
     ] {
         assert_eq!(
-            run(&["--max-payload-size", text]).max_payload_size,
+            run(&["--max-payload-size", text]).pipeline.max_payload_size,
             bytes,
             "{text}"
         );
@@ -198,8 +209,8 @@ fn multi_values_and_repeats() {
         "--policy",
         "random",
     ]);
-    assert_eq!(c.worker_urls, ["http://a", "http://b"]);
-    assert_eq!(c.policy, PolicyName::Random);
+    assert_eq!(c.control.worker_urls, ["http://a", "http://b"]);
+    assert_eq!(c.routing.policy, PolicyName::Random);
 
     let c = run(&[
         "--worker-urls",
@@ -210,7 +221,7 @@ fn multi_values_and_repeats() {
         "https://b",
         "http://c",
     ]);
-    assert_eq!(c.worker_urls, ["http://a", "https://b", "http://c"]);
+    assert_eq!(c.control.worker_urls, ["http://a", "https://b", "http://c"]);
 
     // `=` limits the flag to one value; the next word is then a positional argument.
     let err = error(&["--worker-urls=http://a", "http://b"]);
@@ -228,8 +239,8 @@ fn last_single_value_wins() {
         "--log-level",
         "error",
     ]);
-    assert_eq!(c.port, 2);
-    assert_eq!(c.log_level, LogLevel::Error);
+    assert_eq!(c.server.port, 2);
+    assert_eq!(c.log.level, LogLevel::Error);
 }
 
 #[test]
@@ -511,6 +522,7 @@ fn secrets_are_redacted() {
     assert!(!debug.contains("sk-very-secret"), "{debug}");
     assert!(debug.contains("<redacted>"));
     let key = c
+        .auth
         .api_key
         .as_ref()
         .map(|k| (format!("{k}"), format!("{k:?}")));
@@ -543,12 +555,16 @@ fn run_env(args: &[&str], env: &[(&str, &str)]) -> Result<Config, String> {
 #[test]
 fn auth_defaults() {
     let c = run(&[]);
-    assert!(c.tenant_api_keys.is_empty());
-    assert!(c.control_plane_api_keys.is_empty());
-    assert!(c.jwt_issuer.is_none() && c.jwt_audience.is_none() && c.jwt_jwks_uri.is_none());
-    assert_eq!(c.jwt_role_claim, "roles");
-    assert!(c.jwt_role_mapping.is_empty());
-    assert!(!c.disable_audit_logging);
+    assert!(c.auth.tenant_api_keys.is_empty());
+    assert!(c.auth.control_plane_api_keys.is_empty());
+    assert!(
+        c.auth.jwt_issuer.is_none()
+            && c.auth.jwt_audience.is_none()
+            && c.auth.jwt_jwks_uri.is_none()
+    );
+    assert_eq!(c.auth.jwt_role_claim, "roles");
+    assert!(c.auth.jwt_role_mapping.is_empty());
+    assert!(!c.auth.disable_audit_logging);
 }
 
 #[test]
@@ -576,37 +592,39 @@ fn auth_flags() {
         "--disable-audit-logging",
     ]);
     let tenants: Vec<_> = c
+        .auth
         .tenant_api_keys
         .iter()
         .map(|t| t.tenant_id.as_str())
         .collect();
     assert_eq!(tenants, ["acme", "beta"]);
-    assert_eq!(c.tenant_api_keys[1].key.expose(), "k:2");
+    assert_eq!(c.auth.tenant_api_keys[1].key.expose(), "k:2");
     let ids: Vec<_> = c
+        .auth
         .control_plane_api_keys
         .iter()
         .map(|k| k.id.as_str())
         .collect();
     assert_eq!(ids, ["a", "b", "c"]);
-    assert_eq!(c.control_plane_api_keys[2].role, Role::Admin);
+    assert_eq!(c.auth.control_plane_api_keys[2].role, Role::Admin);
     assert_eq!(
-        c.jwt_issuer.as_deref(),
+        c.auth.jwt_issuer.as_deref(),
         Some("https://idp.example.com/realms/x")
     );
-    assert_eq!(c.jwt_audience.as_deref(), Some("tollgate"));
+    assert_eq!(c.auth.jwt_audience.as_deref(), Some("tollgate"));
     assert_eq!(
-        c.jwt_jwks_uri.as_deref(),
+        c.auth.jwt_jwks_uri.as_deref(),
         Some("https://idp.example.com/keys")
     );
-    assert_eq!(c.jwt_role_claim, "gw_roles");
+    assert_eq!(c.auth.jwt_role_claim, "gw_roles");
     assert_eq!(
-        c.jwt_role_mapping,
+        c.auth.jwt_role_mapping,
         [
             ("platform-admins".to_owned(), Role::Admin),
             ("viewers".to_owned(), Role::User)
         ]
     );
-    assert!(c.disable_audit_logging);
+    assert!(c.auth.disable_audit_logging);
 }
 
 #[test]
@@ -665,12 +683,15 @@ fn environment_fills_unset_auth_flags() {
         ("JWT_JWKS_URI", "https://idp.example.com/jwks"),
     ];
     let c = run_env(&[], &env).unwrap();
-    assert_eq!(c.control_plane_api_keys.len(), 1);
-    assert_eq!(c.control_plane_api_keys[0].id, "envkey");
-    assert_eq!(c.jwt_issuer.as_deref(), Some("https://idp.example.com"));
-    assert_eq!(c.jwt_audience.as_deref(), Some("aud-env"));
+    assert_eq!(c.auth.control_plane_api_keys.len(), 1);
+    assert_eq!(c.auth.control_plane_api_keys[0].id, "envkey");
     assert_eq!(
-        c.jwt_jwks_uri.as_deref(),
+        c.auth.jwt_issuer.as_deref(),
+        Some("https://idp.example.com")
+    );
+    assert_eq!(c.auth.jwt_audience.as_deref(), Some("aud-env"));
+    assert_eq!(
+        c.auth.jwt_jwks_uri.as_deref(),
         Some("https://idp.example.com/jwks")
     );
 
@@ -685,8 +706,8 @@ fn environment_fills_unset_auth_flags() {
         &env,
     )
     .unwrap();
-    assert_eq!(c.control_plane_api_keys[0].id, "flag");
-    assert_eq!(c.jwt_audience.as_deref(), Some("aud-flag"));
+    assert_eq!(c.auth.control_plane_api_keys[0].id, "flag");
+    assert_eq!(c.auth.jwt_audience.as_deref(), Some("aud-flag"));
 
     let e = run_env(&[], &[("CONTROL_PLANE_API_KEYS", "broken-secret")]).unwrap_err();
     assert!(
@@ -714,9 +735,10 @@ fn prefill_and_decode_workers_with_bootstrap_ports() {
         "http://d2:8000",
         "--upstream-http2",
     ]);
-    assert!(c.pd_disaggregation);
-    assert!(c.upstream_http2);
+    assert!(c.fleet.pd_disaggregation);
+    assert!(c.fleet.upstream_http2);
     let prefill: Vec<(&str, Option<u16>)> = c
+        .control
         .prefill_workers
         .iter()
         .map(|p| (p.url.as_str(), p.bootstrap_port))
@@ -729,7 +751,10 @@ fn prefill_and_decode_workers_with_bootstrap_ports() {
             ("http://p3:8000", None)
         ]
     );
-    assert_eq!(c.decode_workers, ["http://d1:8000", "http://d2:8000"]);
+    assert_eq!(
+        c.control.decode_workers,
+        ["http://d1:8000", "http://d2:8000"]
+    );
 }
 
 #[test]
@@ -767,17 +792,23 @@ fn prefill_and_decode_flags_are_checked() {
         "--decode",
         "http://d:1",
     ]);
-    assert_eq!(c.worker_urls, ["http://w:1"]);
+    assert_eq!(c.control.worker_urls, ["http://w:1"]);
 }
 
 #[test]
 fn routing_and_resilience_flags() {
     let c = run(&[]);
-    assert_eq!(c.routing_key_headers, ["x-gw-routing-key"]);
-    assert_eq!((c.cache_threshold, c.balance_abs_threshold), (0.3, 64));
-    assert_eq!(c.retry.max_retries, 5);
-    assert_eq!(c.max_buffered_request_bytes, 16 * 1024 * 1024);
-    assert_eq!(c.breaker.failure_threshold, 10);
+    assert_eq!(c.routing.routing_key_headers, ["x-gw-routing-key"]);
+    assert_eq!(
+        (
+            c.routing.params.cache_threshold,
+            c.routing.params.balance_abs_threshold
+        ),
+        (0.3, 64)
+    );
+    assert_eq!(c.resilience.retry.max_retries, 5);
+    assert_eq!(c.pipeline.max_buffered_request_bytes, 16 * 1024 * 1024);
+    assert_eq!(c.resilience.breaker.failure_threshold, 10);
     let c = run(&[
         "--policy",
         "cache_aware",
@@ -813,20 +844,32 @@ fn routing_and_resilience_flags() {
         "5",
         "--disable-circuit-breaker",
     ]);
-    assert_eq!(c.prefill_policy, Some(PolicyName::Bucket));
-    assert_eq!(c.decode_policy, None);
-    assert_eq!(c.cache_threshold, 0.5);
-    assert_eq!(c.balance_abs_threshold, 8);
-    assert_eq!(c.eviction_interval, Duration::from_secs(30));
-    assert_eq!((c.max_tree_size, c.prefix_token_count), (1000, 64));
-    assert_eq!(c.routing_key_headers, ["x-session-id", "x-user"]);
-    assert_eq!((c.retry.max_retries, c.retry.multiplier), (2, 2.5));
-    assert!(c.disable_retries);
-    assert_eq!(crate::resilience::retry_config(&c).max_retries, 0);
-    assert_eq!(c.max_buffered_request_bytes, 1024 * 1024);
-    assert_eq!(c.breaker.failure_threshold, 4);
-    assert_eq!(c.breaker.open_for, Duration::from_secs(5));
-    assert!(c.breaker.disabled);
+    assert_eq!(c.routing.prefill_policy, Some(PolicyName::Bucket));
+    assert_eq!(c.routing.decode_policy, None);
+    assert_eq!(c.routing.params.cache_threshold, 0.5);
+    assert_eq!(c.routing.params.balance_abs_threshold, 8);
+    assert_eq!(c.routing.params.eviction_interval, Duration::from_secs(30));
+    assert_eq!(
+        (
+            c.routing.params.max_tree_size,
+            c.routing.params.prefix_token_count
+        ),
+        (1000, 64)
+    );
+    assert_eq!(c.routing.routing_key_headers, ["x-session-id", "x-user"]);
+    assert_eq!(
+        (
+            c.resilience.retry.max_retries,
+            c.resilience.retry.multiplier
+        ),
+        (2, 2.5)
+    );
+    assert!(c.resilience.disable_retries);
+    assert_eq!(c.resilience.retry_in_force().max_retries, 0);
+    assert_eq!(c.pipeline.max_buffered_request_bytes, 1024 * 1024);
+    assert_eq!(c.resilience.breaker.failure_threshold, 4);
+    assert_eq!(c.resilience.breaker.open_for, Duration::from_secs(5));
+    assert!(c.resilience.breaker.disabled);
 
     for (args, flag) in [
         (&["--cache-threshold", "1.5"][..], "--cache-threshold"),
@@ -857,7 +900,7 @@ fn admission_and_overload_flags() {
     assert_eq!(c.admission.queue_size, 100);
     assert_eq!(c.admission.queue_timeout, Duration::from_secs(60));
     assert!(!c.admission.limits());
-    assert!(!c.overload.on());
+    assert!(!c.fleet.overload.on());
     let c = run(&[
         "--max-concurrent-requests",
         "8",
@@ -880,9 +923,9 @@ fn admission_and_overload_flags() {
     assert_eq!(c.admission.queue_timeout, Duration::from_secs(5));
     assert_eq!(c.admission.rate_per_second, Some(2.5));
     assert_eq!(c.admission.multimodal_max_inflight_bytes, Some(64 << 20));
-    assert!(c.overload.protection);
-    assert_eq!(c.overload.waiting_requests, Some(12));
-    assert_eq!(c.overload.token_usage, Some(0.75));
+    assert!(c.fleet.overload.protection);
+    assert_eq!(c.fleet.overload.waiting_requests, Some(12));
+    assert_eq!(c.fleet.overload.token_usage, Some(0.75));
     // 0 concurrent requests means no limit.
     assert_eq!(
         run(&["--max-concurrent-requests", "0"])
@@ -927,8 +970,11 @@ fn admission_and_overload_flags() {
 fn request_body_flags() {
     let c = run(&[]);
     assert_eq!(c.admission.max_buffered_request_total_bytes, 1 << 30);
-    assert_eq!(c.request_body_timeout, Duration::from_secs(120));
-    assert_eq!(c.request_body_idle_timeout, Duration::from_secs(30));
+    assert_eq!(c.pipeline.request_body_timeout, Duration::from_secs(120));
+    assert_eq!(
+        c.pipeline.request_body_idle_timeout,
+        Duration::from_secs(30)
+    );
     let c = run(&[
         "--max-buffered-request-total-bytes",
         "64MiB",
@@ -938,8 +984,8 @@ fn request_body_flags() {
         "2",
     ]);
     assert_eq!(c.admission.max_buffered_request_total_bytes, 64 << 20);
-    assert_eq!(c.request_body_timeout, Duration::from_secs(10));
-    assert_eq!(c.request_body_idle_timeout, Duration::from_secs(2));
+    assert_eq!(c.pipeline.request_body_timeout, Duration::from_secs(10));
+    assert_eq!(c.pipeline.request_body_idle_timeout, Duration::from_secs(2));
     for flag in [
         "--request-body-timeout-secs",
         "--request-body-idle-timeout-secs",

@@ -1,48 +1,21 @@
-//! The one place where gateway-generated errors become HTTP responses.
+//! The one place where errors the gateway answers itself become HTTP responses.
 //!
 //! Data-plane errors use the gateway envelope `{error:{type,code,message,param:null}}`,
 //! where `type` is the status's reason phrase, with the code repeated in `X-GW-Error-Code`.
+//! [`GatewayError::spec`] is the error table: status, code, router-metrics label and whether
+//! the connection closes, one row per error. Administration refusals, whose shapes spec 1
+//! leaves unshared, are built by [`admin_error`]; successes by [`super::reply`].
 
+use std::borrow::Cow;
 use std::fmt;
 
-use bytes::Bytes;
-use http::header::{HeaderValue, CONNECTION, CONTENT_TYPE, RETRY_AFTER};
+use http::header::{HeaderValue, ALLOW, CONNECTION, RETRY_AFTER};
 use http::{Response, StatusCode};
 use serde::Serialize;
 
 use super::body::RespBody;
-
-/// The gateway error code named `code` as a static string (for metric labels), or
-/// `other` for a code this build does not produce.
-pub fn known_code(code: &str) -> &'static str {
-    const CODES: &[&str] = &[
-        "no_available_workers",
-        "model_not_found",
-        "admission_queue_full",
-        "admission_queue_timeout",
-        "multimodal_payload_too_large",
-        "multimodal_inflight_budget",
-        "worker_overload_protection_shed",
-        "not_implemented",
-        "payload_too_large",
-        "worker_connect_failed",
-        "worker_connection_error",
-        "worker_timeout",
-        "worker_transport_unsupported",
-        "invalid_request_body",
-        "request_timeout",
-        "upstream_error",
-        "invalid_request_headers",
-        "unsupported_transfer_coding",
-        "request_buffer_budget_full",
-        "",
-    ];
-    CODES
-        .iter()
-        .find(|c| **c == code)
-        .copied()
-        .unwrap_or("other")
-}
+use super::reply;
+use super::upload::ReadError;
 
 /// Header carrying the gateway error code.
 pub const ERROR_CODE_HEADER: &str = "x-gw-error-code";
@@ -98,74 +71,91 @@ pub enum GatewayError {
     OverloadShed { retry_after_secs: u64 },
 }
 
+/// What the gateway does with one error: a row of the error table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ErrorSpec {
+    pub status: StatusCode,
+    /// The machine-readable code (envelope `code`, `X-GW-Error-Code`, metrics `error_code`).
+    pub code: &'static str,
+    /// The `error_type` of `gw_router_request_errors_total`; `None` for refusals that turn
+    /// a request away before routing (admission, the request-buffer budget).
+    pub router_error: Option<&'static str>,
+    /// Whether the connection closes after the answer: the request body was not read to
+    /// its end, so where the next request would start is unknown.
+    pub closes: bool,
+}
+
+/// `router_error` labels (spec 3, `gw_router_request_errors_total`).
+const NO_WORKERS: Option<&str> = Some("no_workers");
+const TIMEOUT: Option<&str> = Some("timeout");
+const BACKEND: Option<&str> = Some("backend_error");
+const VALIDATION: Option<&str> = Some("validation_error");
+const INTERNAL: Option<&str> = Some("internal_error");
+const BEFORE_ROUTING: Option<&str> = None;
+/// `closes` values, named so a row reads as a sentence.
+const CLOSE: bool = true;
+const KEEP: bool = false;
+
 impl GatewayError {
-    pub fn status(&self) -> StatusCode {
-        match self {
-            GatewayError::NoAvailableWorkers => StatusCode::SERVICE_UNAVAILABLE,
-            GatewayError::ModelNotFound => StatusCode::NOT_FOUND,
-            GatewayError::NotImplemented { .. } => StatusCode::NOT_IMPLEMENTED,
-            GatewayError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            GatewayError::UpstreamConnect
-            | GatewayError::UpstreamBroken
-            | GatewayError::UnsupportedTransport { .. } => StatusCode::BAD_GATEWAY,
-            GatewayError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
-            GatewayError::ClientBodyBroken | GatewayError::BodyNotJsonObject => {
-                StatusCode::BAD_REQUEST
-            }
-            GatewayError::ClientBodyTimeout => StatusCode::REQUEST_TIMEOUT,
-            GatewayError::InvalidHeaders { .. } => StatusCode::BAD_REQUEST,
-            GatewayError::UnsupportedTransferCoding => StatusCode::NOT_IMPLEMENTED,
-            GatewayError::BufferBudgetFull => StatusCode::SERVICE_UNAVAILABLE,
-            GatewayError::WorkerStatus { status } => *status,
-            GatewayError::AdmissionQueueFull | GatewayError::MultimodalBudgetFull => {
-                StatusCode::TOO_MANY_REQUESTS
-            }
-            GatewayError::AdmissionQueueTimeout | GatewayError::OverloadShed { .. } => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
-            GatewayError::MultimodalTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+    /// The error table: every fact about an error but its message, in one row:
+    /// (status, code, router-metrics label, whether the connection closes).
+    pub fn spec(&self) -> ErrorSpec {
+        use GatewayError as G;
+        use StatusCode as S;
+        #[rustfmt::skip]
+        let (status, code, router_error, closes) = match self {
+            G::NoAvailableWorkers =>          (S::SERVICE_UNAVAILABLE, "no_available_workers",            NO_WORKERS,     KEEP),
+            G::ModelNotFound =>               (S::NOT_FOUND,           "model_not_found",                 NO_WORKERS,     KEEP),
+            G::OverloadShed { .. } =>         (S::SERVICE_UNAVAILABLE, "worker_overload_protection_shed", NO_WORKERS,     KEEP),
+            G::NotImplemented { .. } =>       (S::NOT_IMPLEMENTED,     "not_implemented",                 INTERNAL,       KEEP),
+            G::UpstreamConnect =>             (S::BAD_GATEWAY,         "worker_connect_failed",           BACKEND,        KEEP),
+            G::UpstreamBroken =>              (S::BAD_GATEWAY,         "worker_connection_error",         BACKEND,        KEEP),
+            G::UnsupportedTransport { .. } => (S::BAD_GATEWAY,         "worker_transport_unsupported",    BACKEND,        KEEP),
+            G::WorkerStatus { status } =>     (*status,                "upstream_error",                  BACKEND,        KEEP),
+            G::UpstreamTimeout =>             (S::GATEWAY_TIMEOUT,     "worker_timeout",                  TIMEOUT,        KEEP),
+            G::PayloadTooLarge { .. } =>      (S::PAYLOAD_TOO_LARGE,   "payload_too_large",               VALIDATION,     CLOSE),
+            G::ClientBodyBroken =>            (S::BAD_REQUEST,         "invalid_request_body",            VALIDATION,     CLOSE),
+            G::BodyNotJsonObject =>           (S::BAD_REQUEST,         "invalid_request_body",            VALIDATION,     KEEP),
+            G::ClientBodyTimeout =>           (S::REQUEST_TIMEOUT,     "request_timeout",                 VALIDATION,     CLOSE),
+            G::InvalidHeaders { .. } =>       (S::BAD_REQUEST,         "invalid_request_headers",         VALIDATION,     CLOSE),
+            G::UnsupportedTransferCoding =>   (S::NOT_IMPLEMENTED,     "unsupported_transfer_coding",     VALIDATION,     CLOSE),
+            G::BufferBudgetFull =>            (S::SERVICE_UNAVAILABLE, "request_buffer_budget_full",      BEFORE_ROUTING, CLOSE),
+            G::AdmissionQueueFull =>          (S::TOO_MANY_REQUESTS,   "admission_queue_full",            BEFORE_ROUTING, KEEP),
+            G::AdmissionQueueTimeout =>       (S::SERVICE_UNAVAILABLE, "admission_queue_timeout",         BEFORE_ROUTING, KEEP),
+            G::MultimodalTooLarge { .. } =>   (S::PAYLOAD_TOO_LARGE,   "multimodal_payload_too_large",    BEFORE_ROUTING, KEEP),
+            G::MultimodalBudgetFull =>        (S::TOO_MANY_REQUESTS,   "multimodal_inflight_budget",      BEFORE_ROUTING, KEEP),
+        };
+        ErrorSpec {
+            status,
+            code,
+            router_error,
+            closes,
         }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        self.spec().status
     }
 
     /// The machine-readable code (envelope `code`, `X-GW-Error-Code`, metrics `error_code`).
     pub fn code(&self) -> &'static str {
-        match self {
-            GatewayError::NoAvailableWorkers => "no_available_workers",
-            GatewayError::ModelNotFound => "model_not_found",
-            GatewayError::NotImplemented { .. } => "not_implemented",
-            GatewayError::PayloadTooLarge { .. } => "payload_too_large",
-            GatewayError::UpstreamConnect => "worker_connect_failed",
-            GatewayError::UpstreamBroken => "worker_connection_error",
-            GatewayError::UpstreamTimeout => "worker_timeout",
-            GatewayError::UnsupportedTransport { .. } => "worker_transport_unsupported",
-            GatewayError::ClientBodyBroken | GatewayError::BodyNotJsonObject => {
-                "invalid_request_body"
-            }
-            GatewayError::ClientBodyTimeout => "request_timeout",
-            GatewayError::InvalidHeaders { .. } => "invalid_request_headers",
-            GatewayError::UnsupportedTransferCoding => "unsupported_transfer_coding",
-            GatewayError::BufferBudgetFull => "request_buffer_budget_full",
-            GatewayError::WorkerStatus { .. } => "upstream_error",
-            GatewayError::AdmissionQueueFull => "admission_queue_full",
-            GatewayError::AdmissionQueueTimeout => "admission_queue_timeout",
-            GatewayError::MultimodalTooLarge { .. } => "multimodal_payload_too_large",
-            GatewayError::MultimodalBudgetFull => "multimodal_inflight_budget",
-            GatewayError::OverloadShed { .. } => "worker_overload_protection_shed",
-        }
+        self.spec().code
     }
 
-    /// Whether the connection must close after this answer (the request body was not read,
-    /// so the stream position is unknown).
-    fn closes_connection(&self) -> bool {
-        matches!(
-            self,
-            GatewayError::PayloadTooLarge { .. }
-                | GatewayError::ClientBodyBroken
-                | GatewayError::ClientBodyTimeout
-                | GatewayError::InvalidHeaders { .. }
-                | GatewayError::UnsupportedTransferCoding
-                | GatewayError::BufferBudgetFull
-        )
+    /// The `error_type` of `gw_router_request_errors_total`, or `None` for a refusal
+    /// before routing.
+    pub fn router_error(&self) -> Option<&'static str> {
+        self.spec().router_error
+    }
+
+    /// The answer to a client body that could not be read, for a route whose body limit
+    /// is `limit`: the one mapping of [`ReadError`], for data and administration routes.
+    pub fn from_read(err: ReadError, limit: u64) -> GatewayError {
+        match err {
+            ReadError::TooLarge => GatewayError::PayloadTooLarge { limit },
+            ReadError::Broken => GatewayError::ClientBodyBroken,
+            ReadError::TooSlow => GatewayError::ClientBodyTimeout,
+        }
     }
 }
 
@@ -249,25 +239,38 @@ struct Inner<'a> {
     param: Option<()>,
 }
 
+/// The gateway error code of a response, set by [`error_response`] (the one writer of
+/// gateway errors) in the response's extensions, so the HTTP metrics learn the code
+/// without reading back the response's own `X-GW-Error-Code` header. A response without
+/// it (a success, a relayed worker answer, an administration refusal) has no code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ErrorCode(pub &'static str);
+
+impl ErrorCode {
+    /// The code `resp` carries, or `""` (the metrics label of "no gateway error").
+    pub fn of<B>(resp: &Response<B>) -> &'static str {
+        resp.extensions().get::<ErrorCode>().map_or("", |c| c.0)
+    }
+}
+
 /// Builds the enveloped error response.
 pub fn error_response(err: &GatewayError) -> Response<RespBody> {
-    let status = err.status();
+    let spec = err.spec();
     let message = err.to_string();
     let body = serde_json::to_vec(&Envelope {
         error: Inner {
-            kind: status.canonical_reason().unwrap_or("Error"),
-            code: err.code(),
+            kind: spec.status.canonical_reason().unwrap_or("Error"),
+            code: spec.code,
             message: &message,
             param: None,
         },
     })
     .unwrap_or_default();
-    let mut resp = Response::new(RespBody::full(Bytes::from(body)));
-    *resp.status_mut() = status;
+    let mut resp = reply::json(spec.status, body);
+    resp.extensions_mut().insert(ErrorCode(spec.code));
     let headers = resp.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    headers.insert(ERROR_CODE_HEADER, HeaderValue::from_static(err.code()));
-    if err.closes_connection() {
+    headers.insert(ERROR_CODE_HEADER, HeaderValue::from_static(spec.code));
+    if spec.closes {
         headers.insert(CONNECTION, HeaderValue::from_static("close"));
     }
     if let GatewayError::OverloadShed { retry_after_secs } = err {
@@ -276,35 +279,71 @@ pub fn error_response(err: &GatewayError) -> Response<RespBody> {
     resp
 }
 
-/// A response with no body, e.g. the bare 404 for unknown paths.
-pub fn empty(status: StatusCode) -> Response<RespBody> {
-    let mut resp = Response::new(RespBody::empty());
-    *resp.status_mut() = status;
+/// The bare 404 of a path no route knows (no body, no code: spec 3 records none of them).
+pub fn not_found() -> Response<RespBody> {
+    reply::empty(StatusCode::NOT_FOUND)
+}
+
+/// The 405 of a known path asked with another method, with the `Allow` field listing the
+/// methods the path accepts (RFC 9110 §15.5.6: a 405 must carry it).
+pub fn method_not_allowed(allow: &str) -> Response<RespBody> {
+    let mut resp = reply::empty(StatusCode::METHOD_NOT_ALLOWED);
+    if let Ok(value) = HeaderValue::from_str(allow) {
+        resp.headers_mut().insert(ALLOW, value);
+    }
     resp
 }
 
-/// A plain-text response: a static text (no copy) or a message built at run time.
-pub fn plain(status: StatusCode, text: impl Into<Bytes>) -> Response<RespBody> {
-    let mut resp = Response::new(RespBody::full(text.into()));
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    resp
+/// The body of an administration refusal. Spec 1 ("Errors") gives these endpoints no
+/// common format; each shape it names is written here, in [`admin_error`], once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AdminErrorBody<'a> {
+    /// No body: the data plane's 401, the `--api-key` fallback's 401, the WASM routes
+    /// without `--enable-wasm`.
+    Empty,
+    /// Plain text: control-plane authentication, unparsable worker specs, the information
+    /// routes' own refusals.
+    Text(Cow<'static, str>),
+    /// `{"error": <message>, "code": <CODE>}`: the worker and fan-out endpoints.
+    Coded { code: &'a str, message: &'a str },
 }
 
-/// A small JSON response from a static or pre-rendered body.
-pub fn json(status: StatusCode, body: impl Into<Bytes>) -> Response<RespBody> {
-    let mut resp = Response::new(RespBody::full(body.into()));
-    *resp.status_mut() = status;
-    resp.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    resp
+impl AdminErrorBody<'_> {
+    /// A plain-text body: a static text (not copied) or one built at run time.
+    pub fn text(text: impl Into<Cow<'static, str>>) -> AdminErrorBody<'static> {
+        AdminErrorBody::Text(text.into())
+    }
+}
+
+#[derive(Serialize)]
+struct CodedBody<'a> {
+    error: &'a str,
+    code: &'a str,
+}
+
+/// An administration endpoint's refusal with `status` and one of spec 1's body shapes.
+pub fn admin_error(status: StatusCode, body: AdminErrorBody<'_>) -> Response<RespBody> {
+    match body {
+        AdminErrorBody::Empty => reply::empty(status),
+        AdminErrorBody::Text(Cow::Borrowed(text)) => reply::plain(status, text),
+        AdminErrorBody::Text(Cow::Owned(text)) => reply::plain(status, text),
+        AdminErrorBody::Coded { code, message } => {
+            match serde_json::to_vec(&CodedBody {
+                error: message,
+                code,
+            }) {
+                Ok(json) => reply::json(status, json),
+                // Serialising two strings cannot fail; should it, the status still goes out.
+                Err(_) => reply::empty(status),
+            }
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use http::header::CONTENT_TYPE;
+
     use super::*;
 
     #[test]
@@ -365,7 +404,7 @@ mod tests {
             let resp = error_response(&err);
             assert_eq!(resp.status(), status);
             assert_eq!(resp.headers()[ERROR_CODE_HEADER], code);
-            assert_eq!(known_code(code), code);
+            assert_eq!(ErrorCode::of(&resp), code);
             assert!(!resp.headers().contains_key(RETRY_AFTER));
         }
         let resp = error_response(&GatewayError::OverloadShed {
@@ -384,5 +423,92 @@ mod tests {
         let resp = error_response(&GatewayError::PayloadTooLarge { limit: 10 });
         assert_eq!(resp.status(), 413);
         assert_eq!(resp.headers()[CONNECTION], "close");
+    }
+
+    #[test]
+    fn the_code_rides_in_the_extensions_of_errors_only() {
+        let resp = error_response(&GatewayError::UpstreamTimeout);
+        assert_eq!(ErrorCode::of(&resp), "worker_timeout");
+        assert_eq!(ErrorCode::of(&reply::empty(StatusCode::OK)), "");
+        let refusal = admin_error(StatusCode::FORBIDDEN, AdminErrorBody::text("no"));
+        assert_eq!(ErrorCode::of(&refusal), "");
+        assert!(!refusal.headers().contains_key(ERROR_CODE_HEADER));
+    }
+
+    #[test]
+    fn router_labels_and_closing_follow_the_table() {
+        assert_eq!(
+            GatewayError::NoAvailableWorkers.router_error(),
+            Some("no_workers")
+        );
+        assert_eq!(
+            GatewayError::UpstreamTimeout.router_error(),
+            Some("timeout")
+        );
+        assert_eq!(GatewayError::AdmissionQueueFull.router_error(), None);
+        assert_eq!(GatewayError::BufferBudgetFull.router_error(), None);
+        let worker = GatewayError::WorkerStatus {
+            status: StatusCode::IM_A_TEAPOT,
+        };
+        assert_eq!(worker.status(), StatusCode::IM_A_TEAPOT);
+        assert_eq!(worker.router_error(), Some("backend_error"));
+        // An unread body closes the connection; a read one that is not an object does not.
+        assert!(!error_response(&GatewayError::BodyNotJsonObject)
+            .headers()
+            .contains_key(CONNECTION));
+        assert_eq!(
+            error_response(&GatewayError::ClientBodyBroken).headers()[CONNECTION],
+            "close"
+        );
+    }
+
+    #[test]
+    fn read_errors_map_once() {
+        assert_eq!(
+            GatewayError::from_read(ReadError::TooLarge, 7),
+            GatewayError::PayloadTooLarge { limit: 7 }
+        );
+        assert_eq!(
+            GatewayError::from_read(ReadError::Broken, 7),
+            GatewayError::ClientBodyBroken
+        );
+        assert_eq!(
+            GatewayError::from_read(ReadError::TooSlow, 7),
+            GatewayError::ClientBodyTimeout
+        );
+    }
+
+    #[test]
+    fn method_not_allowed_lists_the_methods() {
+        let resp = method_not_allowed("GET, HEAD");
+        assert_eq!(resp.status(), 405);
+        assert_eq!(resp.headers()[ALLOW], "GET, HEAD");
+        assert_eq!(not_found().status(), 404);
+    }
+
+    #[test]
+    fn admin_refusals_keep_their_three_shapes() {
+        let coded = admin_error(
+            StatusCode::NOT_FOUND,
+            AdminErrorBody::Coded {
+                code: "WORKER_NOT_FOUND",
+                message: "gone",
+            },
+        );
+        assert_eq!(coded.headers()[CONTENT_TYPE], "application/json");
+        let body = coded.into_body().into_full().unwrap();
+        assert_eq!(&body[..], br#"{"error":"gone","code":"WORKER_NOT_FOUND"}"#);
+
+        let text = admin_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            AdminErrorBody::text(format!("No {}", "models")),
+        );
+        assert_eq!(text.status(), 503);
+        assert_eq!(text.headers()[CONTENT_TYPE], "text/plain; charset=utf-8");
+        assert_eq!(&text.into_body().into_full().unwrap()[..], b"No models");
+
+        let empty = admin_error(StatusCode::UNAUTHORIZED, AdminErrorBody::Empty);
+        assert_eq!(empty.status(), 401);
+        assert!(empty.into_body().into_full().unwrap().is_empty());
     }
 }

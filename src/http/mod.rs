@@ -1,8 +1,11 @@
 //! HTTP vocabulary shared by the server and the handlers: the route table, response
-//! bodies and the mapping of gateway errors to the wire.
+//! bodies, the gateway's own answers (`reply` for successes, `error` for errors).
 
 pub mod body;
+pub mod client;
 pub mod error;
+pub mod guard;
 pub mod head_rules;
+pub mod reply;
 pub mod route;
 pub mod upload;

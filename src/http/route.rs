@@ -395,61 +395,26 @@ impl Resource {
         })
     }
 
-    /// Value of the `Allow` header of a 405 on this resource.
-    fn allow(self) -> &'static str {
-        use Resource as R;
-        match self {
-            R::Health
-            | R::Liveness
-            | R::Readiness
-            | R::HealthGenerate
-            | R::EngineMetrics
-            | R::Loads
-            | R::Models
-            | R::GetModelInfo
-            | R::GetServerInfo
-            | R::Realtime
-            | R::ResponseInputItems
-            | R::TokenizerStatus
-            | R::GetLoads
-            | R::RlWorkers
-            | R::RlWorker => "GET, HEAD",
-            R::Tokenize
-            | R::Detokenize
-            | R::Generate
-            | R::Rerank
-            | R::RerankV1
-            | R::Classify
-            | R::Embeddings
-            | R::Interactions
-            | R::ChatCompletions
-            | R::Completions
-            | R::AudioTranscriptions
-            | R::RealtimeSessions
-            | R::RealtimeClientSecrets
-            | R::RealtimeTranscriptionSessions
-            | R::RealtimeCalls
-            | R::Messages
-            | R::MessagesCountTokens
-            | R::Responses
-            | R::ResponseCancel
-            | R::Conversations
-            | R::FlushCache
-            | R::StartProfile
-            | R::StopProfile
-            | R::ParseFunctionCall
-            | R::ParseReasoning => "POST",
-            R::Response | R::ConversationItem | R::Tokenizer => "GET, HEAD, DELETE",
-            R::Conversation => "GET, HEAD, POST, DELETE",
-            R::ConversationItems
-            | R::Workers
-            | R::Tokenizers
-            | R::Wasm
-            | R::RlWorkerEngine
-            | R::RlEngine => "GET, HEAD, POST",
-            R::Worker => "GET, HEAD, PUT, PATCH, DELETE",
-            R::WasmModule => "DELETE",
+    /// Value of the `Allow` header of a 405 on this resource, read off [`Resource::route`]
+    /// so the two cannot disagree: the methods with a route, `HEAD` beside `GET`. Only a
+    /// 405 asks, so building the text is not on the path of found routes.
+    fn allow(self) -> String {
+        let mut allow = String::new();
+        for (verb, methods) in [
+            (Verb::Get, "GET, HEAD"),
+            (Verb::Post, "POST"),
+            (Verb::Put, "PUT"),
+            (Verb::Patch, "PATCH"),
+            (Verb::Delete, "DELETE"),
+        ] {
+            if self.route(verb).is_some() {
+                if !allow.is_empty() {
+                    allow.push_str(", ");
+                }
+                allow.push_str(methods);
+            }
         }
+        allow
     }
 }
 
@@ -477,8 +442,9 @@ pub fn match_metrics_route(method: &Method, path: &str) -> RouteMatch {
     }
 }
 
-/// The `Allow` header value for a 405 on the main listener, or `None` for unknown paths.
-pub fn allowed_methods(path: &str) -> Option<&'static str> {
+/// The `Allow` header value for a 405 on the main listener (the methods `path` accepts,
+/// e.g. `GET, HEAD, POST`), or `None` for unknown paths.
+pub fn allowed_methods(path: &str) -> Option<String> {
     resource(path).map(Resource::allow)
 }
 
@@ -805,6 +771,24 @@ mod tests {
             match_metrics_route(&Method::HEAD, "/metrics"),
             RouteMatch::Found(Route::Metrics)
         );
+    }
+
+    #[test]
+    fn allow_lists_the_methods_of_the_path() {
+        for (path, allow) in [
+            ("/v1/chat/completions", "POST"),
+            ("/health", "GET, HEAD"),
+            ("/workers", "GET, HEAD, POST"),
+            ("/workers/abc", "GET, HEAD, PUT, PATCH, DELETE"),
+            ("/v1/conversations/c1", "GET, HEAD, POST, DELETE"),
+            ("/v1/responses/r1", "GET, HEAD, DELETE"),
+            ("/wasm/m1", "DELETE"),
+            ("/v1/rl/engine/a/b", "GET, HEAD, POST"),
+        ] {
+            assert_eq!(allowed_methods(path).as_deref(), Some(allow), "{path}");
+        }
+        assert_eq!(allowed_methods("/v1/chat/completion"), None);
+        assert_eq!(allowed_methods("/metrics"), None);
     }
 
     #[test]

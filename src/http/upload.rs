@@ -3,10 +3,10 @@
 //! A body streams through [`LimitedBody`], which counts it against `--max-payload-size`
 //! and cuts it off after `--request-body-idle-timeout-secs` of silence. When something
 //! must look inside first (routing, a retry's replay), [`read_prefix`] reads it up to a
-//! cap, charging every byte it holds to the gateway-wide [`Charge`]; a body that passes
-//! the cap, or finds the budget full, is handed back as a [`LimitedBody`] that sends the
-//! held prefix first and then the rest as it arrives. So no request holds more than its
-//! cap, and all of them together no more than `--max-buffered-request-total-bytes`.
+//! cap, charging every byte it holds to the gateway-wide budget ([`HoldBudget`]); a body
+//! that passes the cap, or finds the budget full, is handed back as a [`LimitedBody`] that
+//! sends the held prefix first and then the rest as it arrives. So no request holds more
+//! than its cap, and all of them together no more than `--max-buffered-request-total-bytes`.
 
 use std::collections::VecDeque;
 use std::error::Error as StdError;
@@ -23,7 +23,7 @@ use hyper::body::Incoming;
 use tokio::time::{Instant, Sleep};
 
 use super::body::BoxError;
-use crate::admission::body_budget::Charge;
+use super::guard::Guard;
 
 /// The client's body passed `--max-payload-size`.
 #[derive(Debug)]
@@ -108,7 +108,7 @@ pub struct LimitedBody {
     remaining: u64,
     idle: Option<Idle>,
     /// The budget held by the prefix; returned once the prefix is handed on.
-    charge: Option<Charge>,
+    charge: Option<Guard>,
 }
 
 #[derive(Debug)]
@@ -264,11 +264,20 @@ impl Body for LimitedBody {
     }
 }
 
+/// One request's share of the gateway-wide budget for held request bytes
+/// (`--max-buffered-request-total-bytes`), given back when dropped. The account is
+/// admission's; [`read_prefix`] only asks it to grow.
+pub trait HoldBudget: Send + 'static {
+    /// Adds `bytes` to this share if the budget has room; otherwise changes nothing and
+    /// returns `false`.
+    fn grow(&mut self, bytes: u64) -> bool;
+}
+
 /// What [`read_prefix`] read.
 #[derive(Debug)]
-pub enum Prefix {
+pub enum Prefix<C> {
     /// The whole body, within the cap, and the budget it holds.
-    Whole(Bytes, Charge),
+    Whole(Bytes, C),
     /// The body goes on past what may be held: the prefix read so far, then the rest.
     Partial {
         body: LimitedBody,
@@ -281,12 +290,12 @@ pub enum Prefix {
 /// by the next frame; within `deadline` (408 territory, as is a stall the body itself
 /// notices). Held bytes are charged as they arrive; the frame that passes the cap or the
 /// budget is the only one held uncharged, for as long as it takes to hand it on.
-pub async fn read_prefix(
+pub async fn read_prefix<C: HoldBudget>(
     mut body: LimitedBody,
     cap: u64,
-    mut charge: Charge,
+    mut charge: C,
     deadline: Instant,
-) -> Result<Prefix, ReadError> {
+) -> Result<Prefix<C>, ReadError> {
     let mut held: VecDeque<Bytes> = VecDeque::new();
     let mut total: u64 = 0;
     let read = async {
@@ -318,7 +327,7 @@ pub async fn read_prefix(
             if let Source::Stream { held: prefix, .. } = &mut body.source {
                 *prefix = held;
             }
-            body.charge = Some(charge);
+            body.charge = Some(Guard::new(charge));
             Ok(Prefix::Partial {
                 body,
                 budget_full: !over_cap,

@@ -41,11 +41,16 @@ fn answer(metrics: &Metrics, req: &Request<Incoming>) -> Response<Full<Bytes>> {
         );
     }
     if req.method() != Method::GET && req.method() != Method::HEAD {
-        return reply(
+        let mut resp = reply(
             StatusCode::METHOD_NOT_ALLOWED,
             "text/plain",
             Bytes::from_static(b"Method Not Allowed"),
         );
+        resp.headers_mut().insert(
+            http::header::ALLOW,
+            http::HeaderValue::from_static("GET, HEAD"),
+        );
+        return resp;
     }
     match metrics.encode() {
         Ok(text) => reply(

@@ -15,9 +15,9 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 
 use super::labels::{Label, Labels};
+use crate::fleet::engine_load::RankLoad;
+use crate::fleet::{Fleet, Status};
 use crate::resilience::State;
-use crate::workers::load::RankLoad;
-use crate::workers::{Fleet, Status};
 
 /// What the fleet collector reads.
 pub type SnapshotSource = Arc<Fleet>;
@@ -117,7 +117,7 @@ impl FleetCollector {
     fn encode_engine(
         &self,
         encoder: &mut DescriptorEncoder,
-        snapshot: &crate::workers::Snapshot,
+        snapshot: &crate::fleet::Snapshot,
     ) -> Result<(), std::fmt::Error> {
         let mut rows: Vec<(EngineSeries, Option<RankLoad>)> = Vec::new();
         let mut live: HashSet<EngineSeries> = HashSet::new();

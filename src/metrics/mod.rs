@@ -17,6 +17,7 @@ pub mod policy;
 pub mod runtime;
 pub mod summary;
 
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -26,12 +27,14 @@ use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::admission::Admission;
+use crate::admission::{Admission, AdmissionEvents};
+use crate::fleet::{Fleet, Worker};
 use crate::http::route::Route;
-use crate::proxy::body_path::BodyPath;
 use crate::routing::{Branch, Policy, Selection};
-use crate::workers::{Fleet, Worker};
 use labels::{Label, Labels, ModelLabels};
+
+/// Body-path label pairs whose counter handles are kept resolved (the pipeline has 10).
+pub const BODY_PATH_SLOTS: usize = 16;
 
 /// Default buckets (seconds) of every `*_duration_seconds` histogram.
 pub const DURATION_BUCKETS: [f64; 29] = [
@@ -49,6 +52,27 @@ struct Buckets(Arc<[f64]>);
 impl MetricConstructor<Histogram> for Buckets {
     fn new_metric(&self) -> Histogram {
         Histogram::new(self.0.iter().copied())
+    }
+}
+
+/// The Metrics flag group.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MetricsSettings {
+    /// `--prometheus-host`: address of the metrics listener.
+    pub host: IpAddr,
+    /// `--prometheus-port`: port of the metrics listener (> 0).
+    pub port: u16,
+    /// `--prometheus-duration-buckets`: latency histogram bounds, ascending.
+    pub duration_buckets: Vec<f64>,
+}
+
+impl Default for MetricsSettings {
+    fn default() -> MetricsSettings {
+        MetricsSettings {
+            host: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            port: 29000,
+            duration_buckets: DURATION_BUCKETS.to_vec(),
+        }
     }
 }
 
@@ -82,7 +106,7 @@ pub struct Metrics {
     send_retries: Counters<1>,
     body_path: Counters<2>,
     /// One pre-resolved counter per body path decision.
-    body_paths: [OnceLock<Counter>; BodyPath::COUNT],
+    body_paths: [OnceLock<Counter>; BODY_PATH_SLOTS],
     // Workers.
     health_checks: Counters<2>,
     selections: Counters<4>,
@@ -405,25 +429,6 @@ impl Metrics {
 
     // Admission.
 
-    /// A decision of the concurrency limiter taken without queueing: admitted at once, or
-    /// refused at once because queueing is off.
-    pub fn rate_limit(&self, allowed: bool) {
-        self.rate_limits
-            .get_or_create(&[(
-                "result",
-                if allowed { "allowed" } else { "rejected" }.into(),
-            )])
-            .inc();
-    }
-
-    /// A request refused by admission control: `full`, `timeout`, `multimodal_too_large`,
-    /// `multimodal_inflight`.
-    pub fn admission_rejected(&self, reason: &'static str) {
-        self.admission_rejected
-            .get_or_create(&[("reason", reason.into())])
-            .inc();
-    }
-
     /// A request shed because every candidate was overloaded, at `stage` (`selection`,
     /// `dispatch`).
     pub fn overload_shed(&self, stage: &'static str) {
@@ -500,17 +505,18 @@ impl Metrics {
             .inc();
     }
 
-    pub fn body_path(&self, path: BodyPath) {
-        self.body_paths[path.index()]
-            .get_or_init(|| {
-                self.body_path
-                    .get_or_create(&[
-                        ("path", path.path().into()),
-                        ("reason", path.reason().into()),
-                    ])
-                    .clone()
-            })
-            .inc();
+    /// How a request's body went: `path` and `reason` labels, and the pair's dense `index`
+    /// (below [`BODY_PATH_SLOTS`]) under which its counter handle is kept resolved.
+    pub fn body_path(&self, index: usize, path: &'static str, reason: &'static str) {
+        let resolve = || {
+            self.body_path
+                .get_or_create(&[("path", path.into()), ("reason", reason.into())])
+                .clone()
+        };
+        match self.body_paths.get(index) {
+            Some(slot) => slot.get_or_init(resolve).inc(),
+            None => resolve().inc(),
+        };
     }
 
     // Workers.
@@ -621,6 +627,27 @@ impl Metrics {
                 ("worker_type", worker.worker_type.as_str().into()),
                 ("endpoint", endpoint.into()),
             ])
+            .inc();
+    }
+}
+
+impl AdmissionEvents for Metrics {
+    /// A decision of the concurrency limiter taken without queueing: admitted at once, or
+    /// refused at once because queueing is off.
+    fn rate_limit(&self, allowed: bool) {
+        self.rate_limits
+            .get_or_create(&[(
+                "result",
+                if allowed { "allowed" } else { "rejected" }.into(),
+            )])
+            .inc();
+    }
+
+    /// A request refused by admission control: `full`, `timeout`, `multimodal_too_large`,
+    /// `multimodal_inflight`.
+    fn admission_rejected(&self, reason: &'static str) {
+        self.admission_rejected
+            .get_or_create(&[("reason", reason.into())])
             .inc();
     }
 }

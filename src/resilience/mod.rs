@@ -6,44 +6,52 @@ pub mod retry;
 pub use breaker::{Breaker, BreakerConfig, Outcome, State, Transition};
 pub use retry::RetryConfig;
 
-use crate::config::Config;
-use crate::workers::spec::ResilienceOverrides;
+use std::time::Duration;
 
-/// A worker's breaker settings: its `resilience` block over the gateway flags. A status
-/// list given in the block replaces the default set.
-pub fn breaker_config(config: &Config, overrides: &ResilienceOverrides) -> BreakerConfig {
-    let defaults = &config.breaker;
-    let clamp = |v: u64| u32::try_from(v.max(1)).unwrap_or(u32::MAX);
-    BreakerConfig {
-        enabled: !defaults.disabled,
-        failure_threshold: overrides
-            .cb_failure_threshold
-            .map_or(defaults.failure_threshold, clamp),
-        success_threshold: overrides
-            .cb_success_threshold
-            .map_or(defaults.success_threshold, clamp),
-        open_for: overrides
-            .cb_timeout_secs
-            .map_or(defaults.open_for, std::time::Duration::from_secs),
-        failure_statuses: overrides
-            .retryable_status_codes
-            .clone()
-            .unwrap_or_else(|| breaker::DEFAULT_FAILURE_STATUSES.to_vec()),
-        capacity_statuses: overrides
-            .capacity_status_codes
-            .clone()
-            .unwrap_or_else(|| breaker::DEFAULT_CAPACITY_STATUSES.to_vec()),
+/// The gateway-wide circuit-breaker settings; a worker's `resilience` block overrides them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BreakerDefaults {
+    pub failure_threshold: u32,
+    pub success_threshold: u32,
+    pub open_for: Duration,
+    /// Accepted and unused: the breaker counts consecutive failures, not a window.
+    pub window: Duration,
+    pub disabled: bool,
+}
+
+impl Default for BreakerDefaults {
+    fn default() -> BreakerDefaults {
+        BreakerDefaults {
+            failure_threshold: 10,
+            success_threshold: 3,
+            open_for: Duration::from_secs(60),
+            window: Duration::from_secs(120),
+            disabled: false,
+        }
     }
 }
 
-/// The retry settings in force: none under `--disable-retries`.
-pub fn retry_config(config: &Config) -> RetryConfig {
-    if config.disable_retries {
-        RetryConfig {
-            max_retries: 0,
-            ..config.retry
+/// The Retries and circuit breakers flag group.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ResilienceSettings {
+    /// `--retry-*`: retry count and backoff.
+    pub retry: RetryConfig,
+    /// `--disable-retries`: every request is sent once.
+    pub disable_retries: bool,
+    /// `--cb-*`, `--disable-circuit-breaker`: gateway defaults of workers' breakers.
+    pub breaker: BreakerDefaults,
+}
+
+impl ResilienceSettings {
+    /// The retry settings in force: none under `--disable-retries`.
+    pub fn retry_in_force(&self) -> RetryConfig {
+        if self.disable_retries {
+            RetryConfig {
+                max_retries: 0,
+                ..self.retry
+            }
+        } else {
+            self.retry
         }
-    } else {
-        config.retry
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use http::StatusCode;
 
-use crate::routing::next_u64;
+use crate::rng::next_u64;
 
 /// Statuses that are retried (on another worker where one exists).
 pub const RETRYABLE_STATUSES: [u16; 6] = [408, 429, 500, 502, 503, 504];

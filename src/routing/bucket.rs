@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use super::load::least_loaded_in;
 use super::{Needs, Policy, PolicyParams, RequestFacts, Selection};
-use crate::workers::Worker;
+use crate::fleet::Worker;
 
 #[derive(Debug, Clone)]
 pub struct Bucket {

@@ -36,7 +36,7 @@ use super::load::least_loaded;
 use super::tenants::{CandidateIndex, TenantTable};
 use super::{Branch, Gauges, Needs, Policy, PolicyParams, RequestFacts, Selection};
 use crate::bounded::{prefix_within, KEY_BYTES};
-use crate::workers::Worker;
+use crate::fleet::Worker;
 
 /// Bytes of a request's text that are matched and inserted.
 pub const MAX_EXAMINED_BYTES: usize = 64 * 1024;
@@ -299,7 +299,7 @@ impl Policy for CacheAware {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::routing::random::seed_this_thread;
+    use crate::rng::seed_this_thread;
     use crate::routing::test_support::{load, workers};
 
     fn facts<'a>(text: &'a str, model: Option<&'a str>) -> RequestFacts<'a> {

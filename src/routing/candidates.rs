@@ -12,7 +12,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwapOption;
 
 use super::hash::mix;
-use crate::workers::Worker;
+use crate::fleet::Worker;
 
 /// Distinct candidate sets cached at once (one per model in a multi-model fleet, usually).
 const SLOTS: usize = 8;

@@ -14,10 +14,10 @@ use std::sync::Arc;
 
 use super::candidates::{fingerprint, CandidateCache};
 use super::hash::hash64;
-use super::random::below;
 use super::ring::Ring;
 use super::{Branch, Needs, Policy, PolicyParams, RequestFacts, Selection};
-use crate::workers::Worker;
+use crate::fleet::Worker;
+use crate::rng::below;
 
 pub struct ConsistentHashing {
     virtual_nodes: usize,
@@ -81,7 +81,7 @@ impl Policy for ConsistentHashing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::routing::random::seed_this_thread;
+    use crate::rng::seed_this_thread;
     use crate::routing::test_support::workers;
 
     fn facts<'a>(target: Option<&'a str>, key: Option<&'a str>) -> RequestFacts<'a> {

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use super::random::below;
-use crate::workers::Worker;
+use crate::fleet::Worker;
+use crate::rng::below;
 
 /// The least loaded candidate in `range` (indices into `candidates`). The scan starts at a
 /// random offset so ties — all idle at low traffic — spread instead of always choosing
@@ -37,7 +37,7 @@ pub(crate) fn least_loaded(candidates: &[Arc<Worker>]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::routing::random::seed_this_thread;
+    use crate::rng::seed_this_thread;
     use crate::routing::test_support::{load, workers};
 
     #[test]

@@ -24,10 +24,10 @@ use super::candidates::{fingerprint, CandidateCache};
 use super::clock::{ms, now_ms};
 use super::hash::hash64;
 use super::load::least_loaded;
-use super::random::below;
 use super::{Branch, Gauges, Needs, Policy, PolicyParams, RequestFacts, Selection};
 use crate::bounded::KEY_BYTES;
-use crate::workers::Worker;
+use crate::fleet::Worker;
+use crate::rng::below;
 
 pub const SHARDS: usize = 64;
 /// Entries sampled for replacement when a shard is full.
@@ -233,7 +233,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::routing::random::seed_this_thread;
+    use crate::rng::seed_this_thread;
     use crate::routing::test_support::{load, workers};
 
     fn manual() -> Manual {

@@ -30,8 +30,8 @@ mod test_support;
 
 use std::sync::Arc;
 
-use crate::config::PolicyName;
-use crate::workers::Worker;
+use crate::fleet::Worker;
+pub use params::{PolicyName, RoutingSettings};
 
 pub use bucket::Bucket;
 pub use cache_aware::{CacheAware, TreeGauge};
@@ -41,7 +41,7 @@ pub use manual::Manual;
 pub use params::PolicyParams;
 pub use power_of_two::PowerOfTwo;
 pub use prefix_hash::PrefixHash;
-pub use random::{next_u64, Random};
+pub use random::Random;
 pub use round_robin::RoundRobin;
 
 /// What a policy must see of a request before it can choose.

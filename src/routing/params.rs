@@ -1,9 +1,81 @@
-//! Tuning knobs of the policies, one struct so the integrator fills it from the flags in
-//! one place and every policy reads only what it needs.
+//! The routing settings: which policy, where routing keys come from, and the tuning knobs of
+//! the policies in one struct, so the flags fill it in one place, the defaults are written
+//! once, and every policy reads only what it needs.
 
+use std::fmt;
 use std::time::Duration;
 
-use crate::config::Config;
+/// Routing policy names, spelled as the spec and the `policy` metric label spell them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PolicyName {
+    Random,
+    RoundRobin,
+    PowerOfTwo,
+    CacheAware,
+    PrefixHash,
+    ConsistentHashing,
+    Manual,
+    Bucket,
+}
+
+impl PolicyName {
+    pub const ALL: &'static [PolicyName] = &[
+        PolicyName::Random,
+        PolicyName::RoundRobin,
+        PolicyName::PowerOfTwo,
+        PolicyName::CacheAware,
+        PolicyName::PrefixHash,
+        PolicyName::ConsistentHashing,
+        PolicyName::Manual,
+        PolicyName::Bucket,
+    ];
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            PolicyName::Random => "random",
+            PolicyName::RoundRobin => "round_robin",
+            PolicyName::PowerOfTwo => "power_of_two",
+            PolicyName::CacheAware => "cache_aware",
+            PolicyName::PrefixHash => "prefix_hash",
+            PolicyName::ConsistentHashing => "consistent_hashing",
+            PolicyName::Manual => "manual",
+            PolicyName::Bucket => "bucket",
+        }
+    }
+}
+
+impl fmt::Display for PolicyName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The Routing flag group.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RoutingSettings {
+    /// `--policy`: routing policy.
+    pub policy: PolicyName,
+    /// `--prefill-policy`, `--decode-policy`: per-role policies; `None` follows `--policy`.
+    pub prefill_policy: Option<PolicyName>,
+    pub decode_policy: Option<PolicyName>,
+    /// `--routing-key-headers`: lowercase header names carrying the routing key.
+    pub routing_key_headers: Vec<String>,
+    /// `--cache-threshold`, `--balance-*`, `--eviction-interval`, `--max-tree-size`,
+    /// `--prefix-token-count`, and the knobs without a flag.
+    pub params: PolicyParams,
+}
+
+impl Default for RoutingSettings {
+    fn default() -> RoutingSettings {
+        RoutingSettings {
+            policy: PolicyName::RoundRobin,
+            prefill_policy: None,
+            decode_policy: None,
+            routing_key_headers: vec!["x-gw-routing-key".to_owned()],
+            params: PolicyParams::default(),
+        }
+    }
+}
 
 /// Parameters of every policy, with the documented defaults.
 #[derive(Clone, Debug, PartialEq)]
@@ -49,21 +121,6 @@ impl Default for PolicyParams {
             manual_max_entries: 1_000_000,
             bucket_boundaries: vec![1024, 4096, 16384],
             virtual_nodes: 160,
-        }
-    }
-}
-
-impl PolicyParams {
-    /// The parameters the flags set; the rest keep their defaults.
-    pub fn from_config(config: &Config) -> PolicyParams {
-        PolicyParams {
-            cache_threshold: config.cache_threshold as f32,
-            balance_abs_threshold: config.balance_abs_threshold,
-            balance_rel_threshold: config.balance_rel_threshold as f32,
-            eviction_interval: config.eviction_interval,
-            max_tree_size: config.max_tree_size,
-            prefix_token_count: config.prefix_token_count,
-            ..PolicyParams::default()
         }
     }
 }

@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use super::random::below;
 use super::{Needs, Policy, RequestFacts, Selection};
-use crate::workers::Worker;
+use crate::fleet::Worker;
+use crate::rng::below;
 
 #[derive(Debug, Default, Clone, Copy)]
 pub struct PowerOfTwo;
@@ -39,7 +39,7 @@ impl Policy for PowerOfTwo {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::routing::random::seed_this_thread;
+    use crate::rng::seed_this_thread;
     use crate::routing::test_support::{load, workers};
 
     #[test]

@@ -23,7 +23,7 @@ use super::load::least_loaded;
 use super::ring::Ring;
 use super::{Branch, Needs, Policy, PolicyParams, RequestFacts, Selection};
 use crate::bounded::prefix_within;
-use crate::workers::Worker;
+use crate::fleet::Worker;
 
 /// Approximate bytes per token when cutting the text to `prefix_token_count` tokens.
 pub const BYTES_PER_TOKEN: usize = 4;

@@ -1,51 +1,13 @@
 //! Random: a uniformly random candidate, from a per-thread generator (no shared state).
 
-use std::cell::Cell;
 use std::sync::Arc;
 
 use super::{Needs, Policy, RequestFacts, Selection};
-use crate::workers::Worker;
+use crate::fleet::Worker;
+use crate::rng::below;
 
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Random;
-
-thread_local! {
-    static STATE: Cell<u64> = Cell::new(seed());
-}
-
-fn seed() -> u64 {
-    // Distinct per thread and per process; quality needs are modest (load spreading).
-    let addr = &STATE as *const _ as u64;
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    (addr ^ nanos.rotate_left(17)) | 1
-}
-
-/// xorshift64* on a per-thread state: a few instructions, good enough to spread load (and
-/// retry jitter) evenly, and never contended.
-pub fn next_u64() -> u64 {
-    STATE.with(|s| {
-        let mut x = s.get();
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        s.set(x);
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    })
-}
-
-/// A uniform-enough index below `n` (`n` > 0); the modulo bias is negligible for fleet sizes.
-pub(crate) fn below(n: usize) -> usize {
-    (next_u64() % n.max(1) as u64) as usize
-}
-
-/// Makes this thread's sequence repeatable, so policy tests are deterministic.
-#[cfg(test)]
-pub(crate) fn seed_this_thread(seed: u64) {
-    STATE.with(|s| s.set(seed | 1));
-}
 
 impl Policy for Random {
     fn name(&self) -> &'static str {
@@ -63,7 +25,7 @@ impl Policy for Random {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::rng::{next_u64, seed_this_thread};
 
     #[test]
     fn spreads_roughly_evenly() {

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use super::hash::{hash64, mix};
-use crate::workers::Worker;
+use crate::fleet::Worker;
 
 /// Upper bound on points per worker, so a huge flag value cannot make rings enormous.
 const MAX_VIRTUAL_NODES: usize = 4096;

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::{Needs, Policy, RequestFacts, Selection};
-use crate::workers::Worker;
+use crate::fleet::Worker;
 
 /// One shared counter for all threads, so the rotation is exact across the whole gateway.
 #[derive(Debug, Default)]

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use super::cache_tree::TenantId;
-use crate::workers::Worker;
+use crate::fleet::Worker;
 
 #[derive(Debug, Default)]
 struct Table {

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::workers::{Status, Worker};
+use crate::fleet::{Status, Worker};
 
 /// `n` ready workers on distinct ports (`http://127.0.0.1:1000`, `:1001`, …).
 pub(crate) fn workers(n: usize) -> Vec<Arc<Worker>> {
@@ -17,6 +17,6 @@ pub(crate) fn workers(n: usize) -> Vec<Arc<Worker>> {
 }
 
 /// Puts `n` requests in flight on `worker`; the guards keep them there until dropped.
-pub(crate) fn load(worker: &Arc<Worker>, n: usize) -> Vec<crate::workers::LoadGuard> {
+pub(crate) fn load(worker: &Arc<Worker>, n: usize) -> Vec<crate::fleet::LoadGuard> {
     (0..n).map(|_| worker.track()).collect()
 }

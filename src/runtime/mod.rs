@@ -8,6 +8,7 @@
 mod uring_io;
 
 use std::cell::Cell;
+use std::fmt;
 use std::io;
 use std::net::{SocketAddr, TcpListener};
 use std::rc::Rc;
@@ -18,25 +19,81 @@ use std::time::Duration;
 use hyper_util::rt::TokioIo;
 use tokio::sync::watch;
 
-use crate::app::{Gateway, ThreadCtx};
-use crate::config::IoEngine;
 use crate::server::limit::{self, ConnLimit};
-use crate::server::{self, listener, tokio_io::CheckedStream, ConnState, PhaseReport};
+use crate::server::{
+    self, listener, tokio_io::CheckedStream, ConnState, Handler, PhaseReport, ServerSettings,
+};
 
 pub use uring_io::UringIo;
 
-/// The IO engine actually in use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Engine {
+/// Which I/O engine the per-core runtimes use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IoEngine {
+    /// Probe io_uring once at startup; fall back to epoll when it is unavailable.
+    Auto,
+    /// Require io_uring.
     Uring,
+    /// Plain tokio (epoll).
     Epoll,
 }
 
-impl Engine {
+impl IoEngine {
+    pub const ALL: &'static [IoEngine] = &[IoEngine::Auto, IoEngine::Uring, IoEngine::Epoll];
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            IoEngine::Auto => "auto",
+            IoEngine::Uring => "uring",
+            IoEngine::Epoll => "epoll",
+        }
+    }
+}
+
+impl fmt::Display for IoEngine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How the data plane runs (the Runtime flag group).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuntimeSettings {
+    /// `--runtime-worker-threads`: data-plane threads, one runtime each (>= 1).
+    pub worker_threads: usize,
+    /// `--io-engine`: io_uring, epoll, or probe.
+    pub io_engine: IoEngine,
+    /// `--shutdown-grace-period-secs`: how long in-flight requests may finish on shutdown.
+    pub shutdown_grace_period: Duration,
+}
+
+impl Default for RuntimeSettings {
+    fn default() -> RuntimeSettings {
+        RuntimeSettings {
+            worker_threads: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
+            io_engine: IoEngine::Auto,
+            shutdown_grace_period: Duration::from_secs(180),
+        }
+    }
+}
+
+/// The IO driver the data-plane threads run: what `--io-engine` ([`IoEngine`], which may
+/// say `auto`) resolved to on this machine. Named for tokio's IO driver, which is what the
+/// two differ in, and so as not to read as an inference engine (the workers' engines).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoDriver {
+    /// tokio-uring's runtime on an io_uring instance.
+    Uring,
+    /// A current-thread tokio runtime on epoll.
+    Epoll,
+}
+
+impl IoDriver {
     pub fn as_str(self) -> &'static str {
         match self {
-            Engine::Uring => "io_uring",
-            Engine::Epoll => "epoll",
+            IoDriver::Uring => "io_uring",
+            IoDriver::Epoll => "epoll",
         }
     }
 }
@@ -46,29 +103,29 @@ fn probe_uring() -> Result<(), io::Error> {
     io_uring::IoUring::new(8).map(|_| ())
 }
 
-/// Resolves `--io-engine` to an engine, with the reason for the log line.
+/// Resolves `--io-engine` to an IO driver, with the reason for the log line.
 ///
 /// `auto` prefers the engine measured faster for this workload where both work. Today that
 /// is epoll: a proxied request costs less CPU on it than on the io_uring adapter (see
 /// docs/performance.md), so `auto` only reports whether io_uring would have been available
 /// and `--io-engine uring` stays an explicit choice.
-pub fn choose_engine(requested: IoEngine) -> Result<(Engine, String), String> {
+pub fn choose_io_driver(requested: IoEngine) -> Result<(IoDriver, String), String> {
     match requested {
-        IoEngine::Epoll => Ok((Engine::Epoll, "requested with --io-engine epoll".into())),
+        IoEngine::Epoll => Ok((IoDriver::Epoll, "requested with --io-engine epoll".into())),
         IoEngine::Uring => match probe_uring() {
-            Ok(()) => Ok((Engine::Uring, "requested with --io-engine uring".into())),
+            Ok(()) => Ok((IoDriver::Uring, "requested with --io-engine uring".into())),
             Err(e) => Err(format!(
                 "--io-engine uring: io_uring is not available here ({e}); use --io-engine epoll or auto"
             )),
         },
         IoEngine::Auto => Ok(match probe_uring() {
             Ok(()) => (
-                Engine::Epoll,
+                IoDriver::Epoll,
                 "io_uring is available, but epoll costs less CPU per proxied request in this \
                  build (--io-engine uring forces io_uring)"
                     .into(),
             ),
-            Err(e) => (Engine::Epoll, format!("io_uring is not available ({e})")),
+            Err(e) => (IoDriver::Epoll, format!("io_uring is not available ({e})")),
         }),
     }
 }
@@ -144,9 +201,9 @@ async fn accept_failed(err: io::Error) {
 /// socket's send buffer, so this is only a bound).
 const REFUSAL_WRITE: Duration = Duration::from_secs(1);
 
-async fn run_epoll(
+async fn run_epoll<H: Handler>(
     listener: TcpListener,
-    ctx: Arc<ThreadCtx>,
+    serving: Rc<Serving<H>>,
     open: OpenConns,
     mut shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
@@ -165,9 +222,10 @@ async fn run_epoll(
                     let state = Arc::new(ConnState::default());
                     let report = PhaseReport::new(state.clone());
                     let io = TokioIo::new(CheckedStream::new(stream, report));
-                    let (ctx, builder, rx) = (ctx.clone(), builder.clone(), shutdown.clone());
+                    let (serving, builder, rx) = (serving.clone(), builder.clone(), shutdown.clone());
                     tokio::task::spawn_local(async move {
-                        server::serve(io, state, ctx, &builder, rx).await;
+                        let handler = serving.handler.clone();
+                        server::serve(io, state, handler, &serving.settings, &builder, rx).await;
                         drop(guard);
                     });
                 }
@@ -177,13 +235,13 @@ async fn run_epoll(
         }
     }
     drop(listener);
-    drain(&open, ctx.gateway.config.shutdown_grace_period).await;
+    drain(&open, serving.grace).await;
     Ok(())
 }
 
-async fn run_uring(
+async fn run_uring<H: Handler>(
     listener: TcpListener,
-    ctx: Arc<ThreadCtx>,
+    serving: Rc<Serving<H>>,
     open: OpenConns,
     mut shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
@@ -205,9 +263,10 @@ async fn run_uring(
                     let _ = stream.set_nodelay(true);
                     let state = Arc::new(ConnState::default());
                     let io = UringIo::new(stream, PhaseReport::new(state.clone()));
-                    let (ctx, builder, rx) = (ctx.clone(), builder.clone(), shutdown.clone());
+                    let (serving, builder, rx) = (serving.clone(), builder.clone(), shutdown.clone());
                     tokio_uring::spawn(async move {
-                        server::serve(io, state, ctx, &builder, rx).await;
+                        let handler = serving.handler.clone();
+                        server::serve(io, state, handler, &serving.settings, &builder, rx).await;
                         drop(guard);
                     });
                 }
@@ -219,42 +278,64 @@ async fn run_uring(
     let _ = socket2::SockRef::from(&stopper).shutdown(std::net::Shutdown::Both);
     drop(stopper);
     drop(listener);
-    drain(&open, ctx.gateway.config.shutdown_grace_period).await;
+    drain(&open, serving.grace).await;
     Ok(())
 }
 
-/// Runs one data-plane thread to completion (shutdown drained).
-fn run_thread(
-    engine: Engine,
+/// What one data-plane thread needs from the layers above. The runtime owns threads,
+/// listeners and connection counts; the request handler and the thread's observability
+/// hooks come from the wiring through this trait, so the runtime imports nothing above the
+/// server.
+pub trait ThreadSetup: Send + Sync + 'static {
+    type Handler: Handler;
+    /// Builds this thread's handler, on the thread (it owns per-thread upstream pools).
+    fn handler(self: Arc<Self>) -> Self::Handler;
+    /// A task run beside the accept loop of thread `index` (the event-loop canary).
+    fn companion(&self, index: usize) -> impl std::future::Future<Output = ()> + 'static;
+    /// Thread `index`'s runtime is about to park (epoll only: its busy-ratio sampler).
+    fn parked(&self, index: usize);
+}
+
+/// What a thread's connections share: the handler, the edge settings, the drain grace.
+struct Serving<H> {
+    handler: Arc<H>,
+    settings: ServerSettings,
+    grace: Duration,
+}
+
+/// Runs one data-plane thread until shutdown has drained its connections.
+fn run_thread<S: ThreadSetup>(
+    driver: IoDriver,
     index: usize,
     listener: TcpListener,
-    gateway: Arc<Gateway>,
+    setup: Arc<S>,
+    settings: (ServerSettings, Duration),
     limit: Arc<ConnLimit>,
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
-    let canary = gateway.metrics.runtime.clone().canary(Some(index));
-    match engine {
-        Engine::Epoll => {
-            let runtime = gateway.metrics.runtime.clone();
+    let serving = move |setup: &Arc<S>| {
+        Rc::new(Serving {
+            handler: Arc::new(setup.clone().handler()),
+            settings: settings.0,
+            grace: settings.1,
+        })
+    };
+    match driver {
+        IoDriver::Epoll => {
+            let parker = setup.clone();
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
-                .on_thread_park(move || {
-                    if let Some(stats) = runtime.thread(index) {
-                        stats.parked();
-                    }
-                })
+                .on_thread_park(move || parker.parked(index))
                 .build()?;
             let local = tokio::task::LocalSet::new();
             local.block_on(&rt, async move {
-                tokio::task::spawn_local(canary);
-                let ctx = Arc::new(ThreadCtx::new(gateway));
-                run_epoll(listener, ctx, OpenConns::new(limit), shutdown).await
+                tokio::task::spawn_local(setup.companion(index));
+                run_epoll(listener, serving(&setup), OpenConns::new(limit), shutdown).await
             })
         }
-        Engine::Uring => tokio_uring::start(async move {
-            tokio::task::spawn_local(canary);
-            let ctx = Arc::new(ThreadCtx::new(gateway));
-            run_uring(listener, ctx, OpenConns::new(limit), shutdown).await
+        IoDriver::Uring => tokio_uring::start(async move {
+            tokio::task::spawn_local(setup.companion(index));
+            run_uring(listener, serving(&setup), OpenConns::new(limit), shutdown).await
         }),
     }
 }
@@ -268,28 +349,29 @@ pub struct DataPlane {
 }
 
 impl DataPlane {
-    /// Binds the listeners and starts `threads` data-plane threads.
-    pub fn start(
-        gateway: Arc<Gateway>,
-        engine: Engine,
-        addr: SocketAddr,
-        threads: usize,
+    /// Binds the listeners of `server` and starts one data-plane thread per
+    /// `runtime.worker_threads`, each serving with its own handler from `setup`.
+    pub fn start<S: ThreadSetup>(
+        setup: Arc<S>,
+        driver: IoDriver,
+        server: &ServerSettings,
+        runtime: &RuntimeSettings,
         shutdown: watch::Receiver<bool>,
     ) -> io::Result<DataPlane> {
-        let (local_addr, listeners) = listener::bind_reuseport(addr, threads)?;
+        let addr = SocketAddr::new(server.host, server.port);
+        let (local_addr, listeners) = listener::bind_reuseport(addr, runtime.worker_threads)?;
         let nofile = limit::raise_open_file_limit();
-        let max_connections = gateway
-            .config
+        let max_connections = server
             .max_connections
             .unwrap_or_else(|| limit::default_max_connections(nofile));
         let conn_limit = Arc::new(ConnLimit::new(max_connections));
         let mut handles = Vec::with_capacity(listeners.len());
         for (i, listener) in listeners.into_iter().enumerate() {
-            let (gateway, limit, shutdown) =
-                (gateway.clone(), conn_limit.clone(), shutdown.clone());
+            let (setup, limit, shutdown) = (setup.clone(), conn_limit.clone(), shutdown.clone());
+            let settings = (server.clone(), runtime.shutdown_grace_period);
             let handle = std::thread::Builder::new()
                 .name(format!("tollgate-data-{i}"))
-                .spawn(move || run_thread(engine, i, listener, gateway, limit, shutdown))?;
+                .spawn(move || run_thread(driver, i, listener, setup, settings, limit, shutdown))?;
             handles.push(handle);
         }
         Ok(DataPlane {

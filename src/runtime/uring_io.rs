@@ -6,7 +6,7 @@
 //! operation's future. Reads are copied into hyper's buffer (leftovers kept for the next
 //! call); writes are copied out of hyper's and completed before the next write or flush,
 //! so a write error surfaces on the following call. The framing check of
-//! [`crate::server::Sniffer`] sits in the read path exactly as on the epoll engine, and
+//! [`crate::server::SmugglingGuard`] sits in the read path exactly as on the epoll engine, and
 //! reports to the connection's timers through a [`PhaseReport`].
 
 use std::future::Future;
@@ -18,7 +18,7 @@ use std::task::{ready, Context, Poll};
 use hyper::rt::{Read, ReadBufCursor, Write};
 use tokio_uring::net::TcpStream;
 
-use crate::server::{PhaseReport, Sniffer};
+use crate::server::{PhaseReport, SmugglingGuard};
 
 const READ_BUF: usize = 16 * 1024;
 const WRITE_CHUNK: usize = 64 * 1024;
@@ -44,7 +44,7 @@ pub struct UringIo {
     stream: Rc<TcpStream>,
     read: ReadState,
     write: WriteState,
-    sniffer: Sniffer,
+    guard: SmugglingGuard,
     report: PhaseReport,
 }
 
@@ -57,7 +57,7 @@ impl UringIo {
                 pos: 0,
             },
             write: WriteState::Idle(Vec::with_capacity(READ_BUF)),
-            sniffer: Sniffer::default(),
+            guard: SmugglingGuard::default(),
             report,
         }
     }
@@ -93,12 +93,12 @@ impl UringIo {
     fn poll_reject(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         loop {
             ready!(self.poll_write_done(cx))?;
-            let rest = self.sniffer.pending_reply();
+            let rest = self.guard.pending_reply();
             if rest.is_empty() {
                 return Poll::Ready(Ok(()));
             }
             let n = self.start_write(rest);
-            self.sniffer.reply_written(n);
+            self.guard.reply_written(n);
         }
     }
 }
@@ -120,7 +120,7 @@ impl Read for UringIo {
         mut cursor: ReadBufCursor<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if this.sniffer.is_rejecting() {
+        if this.guard.is_rejecting() {
             return this.poll_reject(cx);
         }
         loop {
@@ -140,7 +140,7 @@ impl Read for UringIo {
                 ReadState::Busy(op) => {
                     let (res, buf) = ready!(op.as_mut().poll(cx));
                     let admitted = match &res {
-                        Ok(n) => this.sniffer.admit(buf.get(..*n).unwrap_or_default()),
+                        Ok(n) => this.guard.admit(buf.get(..*n).unwrap_or_default()),
                         Err(_) => true,
                     };
                     this.read = ReadState::Idle { buf, pos: 0 };
@@ -154,7 +154,7 @@ impl Read for UringIo {
                             }
                             return this.poll_reject(cx);
                         }
-                        Ok(_) => this.report.update(this.sniffer.phase()),
+                        Ok(_) => this.report.update(this.guard.phase()),
                     }
                 }
             }

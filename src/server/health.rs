@@ -3,16 +3,14 @@
 //! so a load balancer's probes neither fill the request metrics nor queue behind clients.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use tokio::net::TcpListener;
 
 use super::side_listener;
-use crate::app::{readiness, Gateway};
 use crate::http::body::RespBody;
-use crate::http::error;
+use crate::http::{error, reply};
 
 /// Binds the probe listener. Fails (and so does startup) when the address is taken.
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
@@ -20,16 +18,27 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
 }
 
 /// Serves probes until the runtime stops.
-pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>) {
-    side_listener::serve(listener, "health checks", move |req| answer(&gateway, req)).await;
+/// `readiness` answers `/readiness` as the main listener does.
+pub async fn serve<R>(listener: TcpListener, readiness: R)
+where
+    R: Fn() -> Response<RespBody> + Send + Sync + 'static,
+{
+    let readiness = std::sync::Arc::new(readiness);
+    side_listener::serve(listener, "health checks", move |req| {
+        answer(readiness.as_ref(), req)
+    })
+    .await;
 }
 
-fn answer(gateway: &Gateway, req: &Request<Incoming>) -> Response<RespBody> {
+fn answer(
+    readiness: &impl Fn() -> Response<RespBody>,
+    req: &Request<Incoming>,
+) -> Response<RespBody> {
     let probe = matches!(req.uri().path(), "/health" | "/liveness" | "/readiness");
     match (probe, req.method() == Method::GET) {
-        (false, _) => error::empty(StatusCode::NOT_FOUND),
-        (true, false) => error::empty(StatusCode::METHOD_NOT_ALLOWED),
-        (true, true) if req.uri().path() == "/readiness" => readiness(gateway),
-        (true, true) => error::empty(StatusCode::OK),
+        (false, _) => error::not_found(),
+        (true, false) => error::method_not_allowed("GET"),
+        (true, true) if req.uri().path() == "/readiness" => readiness(),
+        (true, true) => reply::empty(StatusCode::OK),
     }
 }

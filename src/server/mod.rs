@@ -6,23 +6,28 @@ pub mod health;
 pub mod limit;
 pub mod listener;
 pub mod side_listener;
-mod sniff;
+mod smuggling_guard;
 mod timeouts;
 pub mod tokio_io;
 
-pub use sniff::{Sniffer, CONFLICT_REPLY};
+pub use smuggling_guard::{SmugglingGuard, CONFLICT_REPLY};
 
 use std::convert::Infallible;
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::{Request, Response};
+use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::sync::watch;
 
-use crate::app::ThreadCtx;
+use crate::http::body::RespBody;
+use crate::http::guard::{Guard, Release};
 use h1_framing::Phase;
 use timeouts::{Expiry, Timeouts};
 
@@ -30,6 +35,46 @@ use timeouts::{Expiry, Timeouts};
 pub const MAX_HEADER_BYTES: usize = 64 * 1024;
 /// Most header fields accepted in one request; more → 431.
 pub const MAX_HEADER_FIELDS: usize = 100;
+
+/// The Listener flag group and the edge limits of client connections.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerSettings {
+    /// `--host`: address of the main listener.
+    pub host: IpAddr,
+    /// `--port`: port of the main listener; 0 asks the OS for a free port.
+    pub port: u16,
+    /// `--header-read-timeout-secs`: time a client has to send the request head.
+    pub header_read_timeout: Duration,
+    /// `--keep-alive-timeout-secs`: idle keep-alive client connections are closed after this.
+    pub keep_alive_timeout: Duration,
+    /// `--max-connections`: client connections open at once over all data-plane threads;
+    /// `None` derives it from the open-file limit at startup
+    /// ([`limit::default_max_connections`]).
+    pub max_connections: Option<usize>,
+    /// `--health-check-port`: port of the probe-only listener on `--host`; `None`: off.
+    pub health_check_port: Option<u16>,
+}
+
+impl Default for ServerSettings {
+    fn default() -> ServerSettings {
+        ServerSettings {
+            host: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            port: 30000,
+            header_read_timeout: Duration::from_secs(30),
+            keep_alive_timeout: Duration::from_secs(75),
+            max_connections: None,
+            health_check_port: None,
+        }
+    }
+}
+
+/// What answers the requests of client connections. The server owns connections, edge
+/// limits and timeouts and knows nothing of routes; the layer above implements this (one
+/// value per data-plane thread, shared by that thread's connections).
+pub trait Handler: Send + Sync + 'static {
+    /// Answers one request. Never fails: every error is a response.
+    fn handle(&self, req: Request<Incoming>) -> impl Future<Output = Response<RespBody>> + Send;
+}
 
 /// The connection builder every connection of a thread shares.
 pub type ConnBuilder = auto::Builder<TokioExecutor>;
@@ -106,48 +151,48 @@ impl PhaseReport {
     }
 }
 
-/// Marks one request as active on its connection until dropped (when the response body
-/// is finished or abandoned).
-#[derive(Debug)]
-pub struct ConnActivity(Arc<ConnState>);
-
-impl ConnActivity {
-    fn enter(state: &Arc<ConnState>) -> ConnActivity {
+impl ConnState {
+    /// Marks one request as active on its connection until the returned guard goes (with
+    /// the response body, when it is finished or abandoned). The guard holds the
+    /// connection's `Arc`, so counting a request allocates nothing.
+    fn enter(state: &Arc<ConnState>) -> Guard {
         state.active.fetch_add(1, Ordering::Relaxed);
         state.epoch.fetch_add(1, Ordering::Relaxed);
-        ConnActivity(state.clone())
+        Guard::counted(state.clone())
     }
 }
 
-impl Drop for ConnActivity {
-    fn drop(&mut self) {
-        self.0.active.fetch_sub(1, Ordering::Relaxed);
-        self.0.epoch.fetch_add(1, Ordering::Relaxed);
+/// A request's end, called only by the guard [`ConnState::enter`] returned.
+impl Release for ConnState {
+    fn release(&self) {
+        self.active.fetch_sub(1, Ordering::Relaxed);
+        self.epoch.fetch_add(1, Ordering::Relaxed);
     }
 }
 
 /// Serves one connection until the client leaves, a timeout closes it, or shutdown drains
 /// it. `state` is the one its IO adapter reports to.
-pub async fn serve<I>(
+pub async fn serve<I, H>(
     io: I,
     state: Arc<ConnState>,
-    ctx: Arc<ThreadCtx>,
+    handler: Arc<H>,
+    settings: &ServerSettings,
     builder: &ConnBuilder,
     mut shutdown: watch::Receiver<bool>,
 ) where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + 'static,
+    H: Handler,
 {
-    let config = &ctx.gateway.config;
-    let mut timeouts = Timeouts::new(config.header_read_timeout, config.keep_alive_timeout);
+    let mut timeouts = Timeouts::new(settings.header_read_timeout, settings.keep_alive_timeout);
     let sleep = tokio::time::sleep_until(timeouts.first_check());
     tokio::pin!(sleep);
     let svc = {
         let state = state.clone();
         service_fn(move |req| {
-            let ctx = ctx.clone();
-            let activity = ConnActivity::enter(&state);
+            let handler = handler.clone();
+            let activity = ConnState::enter(&state);
             async move {
-                let resp = crate::app::handle(&ctx, req).await;
+                let resp = handler.handle(req).await;
                 Ok::<_, Infallible>(resp.map(|b| b.with_activity(activity)))
             }
         })

@@ -9,12 +9,12 @@ use std::task::{ready, Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-use super::sniff::Sniffer;
+use super::smuggling_guard::SmugglingGuard;
 use super::PhaseReport;
 
 pub struct CheckedStream {
     inner: TcpStream,
-    sniffer: Sniffer,
+    guard: SmugglingGuard,
     report: PhaseReport,
 }
 
@@ -22,7 +22,7 @@ impl CheckedStream {
     pub fn new(inner: TcpStream, report: PhaseReport) -> CheckedStream {
         CheckedStream {
             inner,
-            sniffer: Sniffer::default(),
+            guard: SmugglingGuard::default(),
             report,
         }
     }
@@ -30,7 +30,7 @@ impl CheckedStream {
     /// Writes the 400 for a conflicting request, then reports end of stream to hyper.
     fn poll_reject(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         loop {
-            let rest = self.sniffer.pending_reply();
+            let rest = self.guard.pending_reply();
             if rest.is_empty() {
                 return Poll::Ready(Ok(()));
             }
@@ -38,7 +38,7 @@ impl CheckedStream {
             if n == 0 {
                 return Poll::Ready(Ok(()));
             }
-            self.sniffer.reply_written(n);
+            self.guard.reply_written(n);
         }
     }
 }
@@ -50,13 +50,13 @@ impl AsyncRead for CheckedStream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if this.sniffer.is_rejecting() {
+        if this.guard.is_rejecting() {
             return this.poll_reject(cx);
         }
         let before = buf.filled().len();
         ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
-        if this.sniffer.admit(&buf.filled()[before..]) {
-            this.report.update(this.sniffer.phase());
+        if this.guard.admit(&buf.filled()[before..]) {
+            this.report.update(this.guard.phase());
             return Poll::Ready(Ok(()));
         }
         buf.set_filled(before);

@@ -22,8 +22,8 @@ use http::{HeaderValue, Method};
 use serde_json::Value;
 
 use super::calls::{call_url, CallError, CallPool};
-use super::spec::runtime_from_name;
-use super::{Discovered, RuntimeType, Transport, WorkerUrl};
+use crate::fleet::spec::runtime_from_name;
+use crate::fleet::{Discovered, RuntimeType, Transport, WorkerUrl};
 
 /// Domains of third-party inference APIs. A worker URL on one of them (or a subdomain)
 /// registers as `external` without being asked anything: these APIs have no `/health`,
@@ -135,7 +135,7 @@ pub async fn server_dp_size(
 ) -> Option<u64> {
     let mut engine = Engine::new(client, url, bearer, timeout);
     let info = engine.server_info().await?;
-    super::dp::dp_size_of_server_info(&info)
+    crate::fleet::dp::dp_size_of_server_info(&info)
 }
 
 /// Steps 1 to 3 of the module docs, stopping at the first that names the runtime. The
@@ -335,9 +335,9 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::workers::calls::tests::plain_pool;
-    use crate::workers::calls::tests::{bearer, dead_url, serve};
-    use crate::workers::parse_worker_url;
+    use crate::control::calls::tests::plain_pool;
+    use crate::control::calls::tests::{bearer, dead_url, serve};
+    use crate::fleet::parse_worker_url;
 
     fn url(raw: &str) -> WorkerUrl {
         parse_worker_url(raw).unwrap()
@@ -669,7 +669,7 @@ mod tests {
         let dead = url(&dead_url().await);
         let key = bearer("sk");
         assert!(
-            crate::workers::calls::probe_health(&client, &dead, Some(&key), TIMEOUT)
+            crate::control::calls::probe_health(&client, &dead, Some(&key), TIMEOUT)
                 .await
                 .is_err()
         );

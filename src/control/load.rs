@@ -1,6 +1,6 @@
 //! The engine load monitor: every `--load-monitor-interval` it asks each ready HTTP worker
 //! how busy its engine is, per data-parallel rank, and keeps the latest answer in the
-//! worker's live figures ([`super::Worker::engine_load`]), where `GET /loads`, the worker
+//! worker's live figures ([`crate::fleet::Worker::engine_load`]), where `GET /loads`, the worker
 //! object and, later, load-aware selection read it without locking or calling anyone.
 //!
 //! The report comes from SGLang's JSON load route (`GET /v1/loads`) where the engine has
@@ -20,16 +20,15 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::Method;
-use serde::Serialize;
 use serde_json::Value;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::calls::{call_url, CallClient, CallError, CallReply};
 use super::prom_text::{parse_line, Line, Sample};
-use super::{ConnectionMode, RuntimeType, Worker, WorkerType};
-use crate::app::Gateway;
-use crate::config::{Config, PolicyName};
+use super::Control;
+use crate::fleet::engine_load::{EngineLoad, Memory, Queues, RankLoad, Source};
+use crate::fleet::{ConnectionMode, RuntimeType, Worker};
 
 /// Polls in flight at once, so a large fleet is not hit in the same instant.
 pub const MAX_PARALLEL_POLLS: usize = 32;
@@ -38,135 +37,31 @@ pub const MAX_DP_RANKS: usize = 1024;
 /// SGLang's load route, asking only for the sections a load entry shows.
 const LOADS_PATH: &str = "/v1/loads?include=core,memory,queues,disagg";
 
-/// Where a report was read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Source {
-    /// SGLang's `GET /v1/loads`.
-    LoadsApi,
-    /// The engine's Prometheus page.
-    Metrics,
-}
-
-/// One worker's latest engine load report.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct EngineLoad {
-    /// When it was read (RFC 3339, UTC).
-    pub timestamp: String,
-    pub source: Source,
-    /// One entry per DP rank, by rank.
-    pub loads: Vec<RankLoad>,
-}
-
-impl EngineLoad {
-    /// The report as `worker` shows it: a data-parallel rank target (`--dp-aware`) keeps
-    /// only its own rank's entry, so each rank carries its own figures; any other worker
-    /// keeps them all.
-    fn for_target(mut self, worker: &Worker) -> EngineLoad {
-        if let Some(rank) = worker.dp {
-            self.loads.retain(|load| load.dp_rank == rank.rank());
-        }
-        self
-    }
-}
-
-/// One DP rank's figures, named as SGLang's load report names them. Figures the engine
-/// does not report are 0; sections it does not report are absent.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct RankLoad {
-    pub dp_rank: u32,
-    pub num_running_reqs: u64,
-    pub num_waiting_reqs: u64,
-    /// Running plus waiting.
-    pub num_total_reqs: u64,
-    pub num_waiting_uncached_tokens: u64,
-    pub num_used_tokens: u64,
-    /// KV capacity in tokens; 0 when read from a Prometheus page (spec 1).
-    pub max_total_num_tokens: u64,
-    /// 0.0 to 1.0.
-    pub token_usage: f64,
-    /// Tokens per second.
-    pub gen_throughput: f64,
-    /// 0.0 to 1.0.
-    pub cache_hit_rate: f64,
-    pub utilization: f64,
-    pub max_running_requests: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub memory: Option<Memory>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub queues: Option<Queues>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub kv_transfer_latency_ms: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub kv_transfer_speed_gb_s: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub prefill_queue_reqs: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub decode_queue_reqs: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub disagg_mode: Option<String>,
-}
-
-/// The engine's memory split (SGLang's `memory` section).
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct Memory {
-    pub weight_gb: f64,
-    pub kv_cache_gb: f64,
-    pub graph_gb: f64,
-    pub token_capacity: u64,
-}
-
-/// The engine's queues (SGLang's `queues` section).
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct Queues {
-    pub waiting: u64,
-    pub grammar: u64,
-    pub paused: u64,
-    pub retracted: u64,
-}
-
-/// Whether workers of `group` are polled. Spec 3: with `--disable-load-monitoring` a group
-/// is polled only when something needs its engine load: a load-aware policy (in this
-/// build `power_of_two`, which compares engine load), overload protection (the flags here;
-/// a worker's own `overload` block makes that worker polled, see [`round`]) or
-/// `--engine-metrics` (not in this build).
-pub fn polls_group(config: &Config, group: WorkerType) -> bool {
-    if !config.disable_load_monitoring || config.overload.on() {
-        return true;
-    }
-    let policy = match group {
-        WorkerType::Prefill => config.prefill_policy.unwrap_or(config.policy),
-        WorkerType::Decode => config.decode_policy.unwrap_or(config.policy),
-        WorkerType::Regular | WorkerType::Encode => config.policy,
-    };
-    policy == PolicyName::PowerOfTwo
-}
-
 /// The monitor: a round of polls now and then every `--load-monitor-interval`, until the
 /// control runtime stops. It always runs: under `--disable-load-monitoring` a round
 /// that finds nothing to poll costs one snapshot walk, and a worker registered later with
 /// an `overload` block must still be polled.
-pub async fn monitor(gateway: Arc<Gateway>) {
-    let interval = gateway.config.load_monitor_interval;
+pub async fn monitor(control: Arc<Control>) {
+    let interval = control.settings.load_monitor_interval;
     let client = CallClient::new();
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        round(&gateway, &client).await;
+        round(&control, &client).await;
     }
 }
 
 /// One round: polls every ready worker of a polled group; clears the report of workers
 /// that are not ready.
-async fn round(gateway: &Gateway, client: &CallClient) {
-    let config = &gateway.config;
-    let workers: Vec<Arc<Worker>> = gateway
+async fn round(control: &Control, client: &CallClient) {
+    let demand = control.load_demand;
+    let workers: Vec<Arc<Worker>> = control
         .registry
         .snapshot()
         .all()
         .iter()
-        .filter(|w| pollable(w) && (polls_group(config, w.worker_type) || w.overload.is_some()))
+        .filter(|w| pollable(w) && (demand.polls(w.worker_type) || w.overload.is_some()))
         .cloned()
         .collect();
     let mut ready = Vec::with_capacity(workers.len());
@@ -177,7 +72,7 @@ async fn round(gateway: &Gateway, client: &CallClient) {
             worker.set_engine_load(None);
         }
     }
-    let interval = config.load_monitor_interval;
+    let interval = control.settings.load_monitor_interval;
     bounded_parallel(ready, MAX_PARALLEL_POLLS, |worker| {
         let client = client.clone();
         async move {
@@ -557,7 +452,7 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workers::calls::tests::serve;
+    use crate::control::calls::tests::serve;
 
     #[test]
     fn a_rank_target_keeps_only_its_rank() {
@@ -568,20 +463,20 @@ mod tests {
             source: Source::LoadsApi,
             loads: from_loads_json(body).unwrap(),
         };
-        let spec = crate::workers::spec::WorkerSpec::new(
-            crate::workers::parse_worker_url("http://e:30000").unwrap(),
+        let spec = crate::fleet::spec::WorkerSpec::new(
+            crate::fleet::parse_worker_url("http://e:30000").unwrap(),
         );
-        let size = crate::workers::dp::DpSize::choose(Some(3), None)
+        let size = crate::fleet::dp::DpSize::choose(Some(3), None)
             .unwrap()
             .unwrap();
         let Some(rank1) = size.ranks().nth(1) else {
             panic!("three ranks")
         };
-        let config = Config::default();
+        let config = crate::fleet::WorkerDefaults::default();
         let target = Worker::for_rank(
             uuid::Uuid::new_v4(),
             spec.clone(),
-            crate::workers::Discovered::default(),
+            crate::fleet::Discovered::default(),
             &config,
             rank1,
         );
@@ -722,19 +617,6 @@ mod tests {
         assert_eq!(rfc3339(t), "2024-12-31T23:59:59.000000Z");
     }
 
-    #[test]
-    fn groups_polled_with_monitoring_disabled() {
-        let mut config = Config::default();
-        assert!(polls_group(&config, WorkerType::Regular));
-        config.disable_load_monitoring = true;
-        assert!(!polls_group(&config, WorkerType::Regular));
-        config.decode_policy = Some(PolicyName::PowerOfTwo);
-        assert!(polls_group(&config, WorkerType::Decode));
-        assert!(!polls_group(&config, WorkerType::Regular));
-        config.overload.waiting_requests = Some(3);
-        assert!(polls_group(&config, WorkerType::Regular));
-    }
-
     #[tokio::test]
     async fn bounded_parallel_keeps_order_and_limit() {
         let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -791,7 +673,7 @@ mod tests {
             .map(|s| s.path.clone())
             .collect();
         assert_eq!(paths, [LOADS_PATH, "/metrics"]);
-        let dead = crate::workers::calls::tests::dead_url().await;
+        let dead = crate::control::calls::tests::dead_url().await;
         let worker = Worker::for_url(&dead).unwrap();
         assert!(poll(&client, &worker, second).await.is_err());
     }

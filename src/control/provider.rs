@@ -8,8 +8,8 @@
 use std::fmt;
 
 use super::detect::is_external_provider;
-use super::spec::WorkerSpec;
-use super::RuntimeType;
+use crate::fleet::spec::WorkerSpec;
+use crate::fleet::RuntimeType;
 
 /// Whether the external-provider router is part of this build.
 const ROUTER_COMPILED: bool = false;
@@ -54,7 +54,7 @@ pub fn check_compiled(spec: &WorkerSpec) -> Result<(), NotCompiled> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workers::parse_worker_url;
+    use crate::fleet::parse_worker_url;
 
     fn spec(url: &str, runtime: RuntimeType) -> WorkerSpec {
         let mut spec = WorkerSpec::new(parse_worker_url(url).unwrap());

@@ -49,6 +49,8 @@ pub enum WorkerUrlError {
     MissingIpcPath,
     QueryOrFragment,
     Invalid,
+    /// A valid URL of another transport where only HTTP workers are taken.
+    NotHttp,
 }
 
 impl fmt::Display for WorkerUrlError {
@@ -69,6 +71,7 @@ impl fmt::Display for WorkerUrlError {
                  requests to the worker's scheme and host:port only"
             }
             WorkerUrlError::Invalid => "worker URL is not a valid URL",
+            WorkerUrlError::NotHttp => "expected an http:// or https:// URL",
         })
     }
 }
@@ -139,6 +142,19 @@ pub fn parse_worker_url(raw: &str) -> Result<WorkerUrl, WorkerUrlError> {
             })
         }
         _ => Err(WorkerUrlError::UnsupportedScheme),
+    }
+}
+
+/// Parses a worker URL that must select the HTTP transport: the command-line worker flags
+/// register HTTP workers only. A missing or unknown scheme is refused as "not HTTP" too,
+/// since the one answer that helps there is the list of the two schemes accepted.
+pub fn parse_http_worker_url(raw: &str) -> Result<WorkerUrl, WorkerUrlError> {
+    match parse_worker_url(raw) {
+        Ok(url) if matches!(url.transport, Transport::Http { .. }) => Ok(url),
+        Ok(_) | Err(WorkerUrlError::MissingScheme | WorkerUrlError::UnsupportedScheme) => {
+            Err(WorkerUrlError::NotHttp)
+        }
+        Err(err) => Err(err),
     }
 }
 
@@ -279,6 +295,29 @@ mod tests {
         assert_eq!(parse_worker_url("http://h:x"), Err(WorkerUrlError::Invalid));
         assert_eq!(
             parse_worker_url("http://[]:1"),
+            Err(WorkerUrlError::MissingHost)
+        );
+    }
+
+    #[test]
+    fn http_only_urls_refuse_other_transports() {
+        assert_eq!(
+            parse_http_worker_url("https://H:443/").map(|u| u.normalized),
+            Ok("https://h".to_owned())
+        );
+        for raw in ["grpc://h:1", "ipc:///tmp/s", "ftp://h", "h:1"] {
+            assert_eq!(
+                parse_http_worker_url(raw),
+                Err(WorkerUrlError::NotHttp),
+                "{raw}"
+            );
+        }
+        assert_eq!(
+            parse_http_worker_url("HTTP://h"),
+            Err(WorkerUrlError::UppercaseScheme)
+        );
+        assert_eq!(
+            parse_http_worker_url("http://"),
             Err(WorkerUrlError::MissingHost)
         );
     }

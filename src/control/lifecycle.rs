@@ -13,14 +13,16 @@ use uuid::Uuid;
 
 use super::calls::{probe_health, CallClient};
 use super::detect::{detect, is_external_provider, server_dp_size};
-use super::dp::DpSize;
 use super::jobs::{Job, SubmitError, QUEUE_CAPACITY};
 use super::protocol::{self, Unsettled, Want};
 use super::provider;
-use super::spec::{check_for_registration, WorkerSpec};
-use super::{Discovered, RuntimeType, Status, Transport, Worker, WorkerType};
-use crate::app::Gateway;
-use crate::config::Config;
+use super::spec_body::check_for_registration;
+use super::Control;
+use super::ControlSettings;
+use crate::fleet::dp::DpSize;
+use crate::fleet::spec::WorkerSpec;
+use crate::fleet::WorkerDefaults;
+use crate::fleet::{Discovered, RuntimeType, Status, Transport, Worker, WorkerType};
 
 /// Jobs that may run at once (registrations can wait on a worker for a long time).
 const CONCURRENT_JOBS: usize = 64;
@@ -36,7 +38,7 @@ const IDLE_RECHECK: Duration = Duration::from_secs(5);
 /// a long time); jobs of one worker run one after the other, in submission order, so that
 /// a PUT and a DELETE of one worker can never interleave (a PUT finishing during the
 /// DELETE's drain would otherwise publish the draining worker again).
-pub async fn run_jobs(gateway: Arc<Gateway>, mut rx: mpsc::Receiver<Job>) {
+pub async fn run_jobs(control: Arc<Control>, mut rx: mpsc::Receiver<Job>) {
     let permits = Arc::new(Semaphore::new(CONCURRENT_JOBS));
     let client = CallClient::new();
     let lanes = Lanes::default();
@@ -50,11 +52,11 @@ pub async fn run_jobs(gateway: Arc<Gateway>, mut rx: mpsc::Receiver<Job>) {
         let Some(first) = lanes.enter(job, permit) else {
             continue;
         };
-        let (gateway, client, lanes) = (gateway.clone(), client.clone(), lanes.clone());
+        let (control, client, lanes) = (control.clone(), client.clone(), lanes.clone());
         tokio::spawn(async move {
             let mut next = Some(first);
             while let Some((job, permit)) = next {
-                run_one(&gateway, &client, job).await;
+                run_one(&control, &client, job).await;
                 drop(permit);
                 next = lanes.next(&id);
             }
@@ -104,79 +106,79 @@ impl Lanes {
 }
 
 /// Runs one job and records how it ended on the job board.
-async fn run_one(gateway: &Arc<Gateway>, client: &CallClient, job: Job) {
+async fn run_one(control: &Arc<Control>, client: &CallClient, job: Job) {
     let id = job.id();
-    gateway.jobs.processing(&id);
-    match execute(gateway, client, job).await {
-        Ok(()) => gateway.jobs.succeeded(&id),
+    control.jobs.processing(&id);
+    match execute(control, client, job).await {
+        Ok(()) => control.jobs.succeeded(&id),
         Err(reason) => {
             tracing::warn!(worker_id = %id, reason = %reason, "worker job failed");
-            gateway.jobs.failed(&id, reason);
+            control.jobs.failed(&id, reason);
         }
     }
 }
-async fn execute(gateway: &Arc<Gateway>, client: &CallClient, job: Job) -> Result<(), String> {
+async fn execute(control: &Arc<Control>, client: &CallClient, job: Job) -> Result<(), String> {
     match job {
         Job::Add { id, spec } => {
-            let snapshot = gateway.registry.snapshot();
+            let snapshot = control.registry.snapshot();
             if let Some(existing) = snapshot.by_url(&spec.url.normalized) {
                 return Err(format!("URL already registered as worker {}", existing.id));
             }
             drop(snapshot);
-            let registered = register(gateway, client, id, *spec).await?;
-            for worker in registered.into_workers(id, &gateway.config) {
-                admit(gateway, client, worker);
+            let registered = register(control, client, id, *spec).await?;
+            for worker in registered.into_workers(id, &control.defaults) {
+                admit(control, client, worker);
             }
             Ok(())
         }
         Job::Replace { id, spec } => {
-            let before = current(gateway, &id)?;
-            let registered = register(gateway, client, id, *spec).await?;
+            let before = current(control, &id)?;
+            let registered = register(control, client, id, *spec).await?;
             // The admin route refuses PUT under --dp-aware, so nothing here has ranks.
-            let [worker] = <[Worker; 1]>::try_from(registered.into_workers(id, &gateway.config))
+            let [worker] = <[Worker; 1]>::try_from(registered.into_workers(id, &control.defaults))
                 .map_err(|_| {
                     "a data-parallel engine cannot be replaced; remove and add it".to_owned()
                 })?;
-            let now = current(gateway, &id)?;
+            let now = current(control, &id)?;
             if !now.same_live(&before) {
                 return Err("the worker was replaced while this job ran".into());
             }
             if now.status() == Status::Draining || now.is_retired() {
                 return Err("the worker is being removed".into());
             }
-            admit(gateway, client, worker);
+            admit(control, client, worker);
             Ok(())
         }
         Job::Patch { id, patch } => {
-            let worker = current(gateway, &id)?;
+            let worker = current(control, &id)?;
             // A rank's spec is its engine's: the patch applies to every rank.
-            for target in gateway.registry.snapshot().engine_targets(&worker) {
-                let patched = Arc::new(target.patched(patch.clone(), &gateway.config));
-                gateway.registry.upsert(patched.clone());
+            for target in control.registry.snapshot().engine_targets(&worker) {
+                let patched = Arc::new(target.patched(patch.clone(), &control.defaults));
+                control.registry.upsert(patched.clone());
                 if patched.health.disabled && patched.status() == Status::Pending {
-                    gateway.registry.set_status(&patched, Status::Ready);
+                    control.registry.set_status(&patched, Status::Ready);
                 }
                 tracing::info!(worker = %patched.url, id = %patched.id, "worker updated");
             }
             Ok(())
         }
         Job::Remove { id } => {
-            let worker = current(gateway, &id)?;
+            let worker = current(control, &id)?;
             // Removing one rank of a data-parallel engine removes the engine: all ranks
             // drain together, then leave.
-            let targets = gateway.registry.snapshot().engine_targets(&worker);
+            let targets = control.registry.snapshot().engine_targets(&worker);
             let mut settle = std::time::Duration::ZERO;
             for target in &targets {
                 if target.status() == Status::Ready && !target.health.drain_settle.is_zero() {
-                    gateway.registry.set_status(target, Status::Draining);
+                    control.registry.set_status(target, Status::Draining);
                     tracing::info!(worker = %target.url, id = %target.id, "worker draining");
                     settle = settle.max(target.health.drain_settle);
                 }
             }
             sleep(settle).await;
             for target in &targets {
-                gateway.registry.remove(&target.id);
-                gateway.policy.remove_worker(&target.url);
+                control.registry.remove(&target.id);
+                control.policy.remove_worker(&target.url);
                 tracing::info!(worker = %target.url, id = %target.id, "worker removed");
             }
             Ok(())
@@ -185,8 +187,8 @@ async fn execute(gateway: &Arc<Gateway>, client: &CallClient, job: Job) -> Resul
 }
 
 /// The registered worker with this id.
-fn current(gateway: &Gateway, id: &Uuid) -> Result<Arc<Worker>, String> {
-    gateway
+fn current(control: &Control, id: &Uuid) -> Result<Arc<Worker>, String> {
+    control
         .registry
         .snapshot()
         .by_id(id)
@@ -205,15 +207,15 @@ struct Registered {
 impl Registered {
     /// The routing targets to publish: one worker, or one per rank. Rank 0 takes `id`
     /// (the id the POST answered, so polling it works); the other ranks get fresh ids.
-    fn into_workers(self, id: Uuid, config: &Config) -> Vec<Worker> {
+    fn into_workers(self, id: Uuid, defaults: &WorkerDefaults) -> Vec<Worker> {
         let Some(size) = self.dp else {
-            return vec![Worker::new(id, self.spec, self.discovered, config)];
+            return vec![Worker::new(id, self.spec, self.discovered, defaults)];
         };
         size.ranks()
             .map(|rank| {
                 let rank_id = if rank.rank() == 0 { id } else { Uuid::new_v4() };
                 let (spec, discovered) = (self.spec.clone(), self.discovered.clone());
-                Worker::for_rank(rank_id, spec, discovered, config, rank)
+                Worker::for_rank(rank_id, spec, discovered, defaults, rank)
             })
             .collect()
     }
@@ -234,54 +236,25 @@ async fn dp_size(
     DpSize::choose(spec.dp_size, stated)
 }
 
-/// Full registration: checks, startup probing, detection, and under `--dp-aware` the
-/// engine's data-parallel size.
+/// Full registration: the checks the spec must pass, then [`discover`].
 async fn register(
-    gateway: &Gateway,
+    control: &Control,
     client: &CallClient,
     id: Uuid,
     mut spec: WorkerSpec,
 ) -> Result<Registered, String> {
     check_for_registration(&spec)?;
-    let config = &gateway.config;
     if spec.runtime_type == RuntimeType::Unspecified && is_external_provider(&spec.url) {
         spec.runtime_type = RuntimeType::External;
     }
-    let bearer = super::bearer(spec.api_key.as_ref());
-    let probe_worker = Worker::new(id, spec.clone(), Discovered::default(), config);
-    let mut dp = None;
-    let discovered = match &spec.url.transport {
-        Transport::Http { .. } => {
-            let want = Want::from_settings(spec.http_pool.http2, config.upstream_http2);
-            let timeout = probe_worker.health.timeout;
-            let http2 = if probe_worker.health.disabled {
-                protocol::settle_once(client, &spec.url, bearer.as_ref(), timeout, want).await?
-            } else {
-                wait_until_answering(gateway, client, &spec, bearer.as_ref(), timeout, want).await?
-            };
-            let discovered = detect(
-                client.pool(http2),
-                &spec.url,
-                bearer.as_ref(),
-                spec.effective_runtime(),
-                timeout,
-            )
-            .await;
-            if config.dp_aware {
-                dp = dp_size(client.pool(http2), &spec, bearer.as_ref(), timeout).await?;
-            }
-            Discovered {
-                http2,
-                ..discovered
-            }
-        }
-        // Spec 1: a ZMQ worker has no server to pin ranks through.
-        Transport::Zmq { .. } if config.dp_aware && spec.dp_size.is_some_and(|n| n > 1) => {
-            return Err("a ZMQ worker cannot have dp_size above 1 on a --dp-aware gateway".into());
-        }
-        // Stored so operators see them; no traffic until their transports exist.
-        Transport::Grpc { .. } | Transport::Zmq { .. } => Discovered::default(),
-    };
+    // Spec 1: a ZMQ worker has no server to pin ranks through.
+    if matches!(spec.url.transport, Transport::Zmq { .. })
+        && control.dp_aware
+        && spec.dp_size.is_some_and(|n| n > 1)
+    {
+        return Err("a ZMQ worker cannot have dp_size above 1 on a --dp-aware gateway".into());
+    }
+    let (discovered, dp) = discover(control, client, id, &spec).await?;
     Ok(Registered {
         spec,
         discovered,
@@ -289,29 +262,75 @@ async fn register(
     })
 }
 
+/// Finds out what a worker is, the one way for command-line workers and `POST`/`PUT
+/// /workers` alike (both arrive here as registration jobs): over HTTP, waits until it
+/// answers and settles the protocol, detects its runtime and models, and under
+/// `--dp-aware` reads its data-parallel size. gRPC and ZMQ workers are stored as given, so
+/// operators see them; they get no traffic until their transports exist.
+async fn discover(
+    control: &Control,
+    client: &CallClient,
+    id: Uuid,
+    spec: &WorkerSpec,
+) -> Result<(Discovered, Option<DpSize>), String> {
+    if !matches!(spec.url.transport, Transport::Http { .. }) {
+        return Ok((Discovered::default(), None));
+    }
+    let bearer = crate::fleet::bearer(spec.api_key.as_ref());
+    // The spec's health settings resolved against the gateway's defaults.
+    let probe_worker = Worker::new(id, spec.clone(), Discovered::default(), &control.defaults);
+    let want = Want::from_settings(spec.http_pool.http2, control.upstream_http2);
+    let timeout = probe_worker.health.timeout;
+    let http2 = if probe_worker.health.disabled {
+        protocol::settle_once(client, &spec.url, bearer.as_ref(), timeout, want).await?
+    } else {
+        wait_until_answering(control, client, spec, bearer.as_ref(), timeout, want).await?
+    };
+    let discovered = detect(
+        client.pool(http2),
+        &spec.url,
+        bearer.as_ref(),
+        spec.effective_runtime(),
+        timeout,
+    )
+    .await;
+    let dp = if control.dp_aware {
+        dp_size(client.pool(http2), spec, bearer.as_ref(), timeout).await?
+    } else {
+        None
+    };
+    Ok((
+        Discovered {
+            http2,
+            ..discovered
+        },
+        dp,
+    ))
+}
+
 /// Startup probing: `/health` every `--worker-startup-check-interval` until it answers or
 /// `--worker-startup-timeout-secs` runs out. Returns whether the worker is spoken to over
 /// HTTP/2.
 async fn wait_until_answering(
-    gateway: &Gateway,
+    control: &Control,
     client: &CallClient,
     spec: &WorkerSpec,
     bearer: Option<&http::HeaderValue>,
     timeout: Duration,
     want: Want,
 ) -> Result<bool, String> {
-    let config = &gateway.config;
-    let deadline = Instant::now() + config.worker_startup_timeout;
+    let settings = &control.settings;
+    let deadline = Instant::now() + settings.startup_timeout;
     loop {
         match protocol::check(client, &spec.url, bearer, timeout, want).await {
             Ok(http2) => return Ok(http2),
             Err(Unsettled::Http1Only) => return Err(protocol::HTTP1_ONLY.into()),
             Err(Unsettled::NotYet(err)) => {
-                let next = Instant::now() + config.worker_startup_check_interval;
+                let next = Instant::now() + settings.startup_check_interval;
                 if next >= deadline {
                     return Err(format!(
                         "worker did not answer /health within {} s: {err}",
-                        config.worker_startup_timeout.as_secs()
+                        settings.startup_timeout.as_secs()
                     ));
                 }
                 tracing::info!(worker = %spec.url.normalized, error = %err, "waiting for worker to answer");
@@ -325,20 +344,19 @@ async fn wait_until_answering(
 /// `--decode` with their worker types) as registration jobs, exactly like `POST /workers`:
 /// each is probed every `--worker-startup-check-interval` until it answers or
 /// `--worker-startup-timeout-secs` runs out, detected, and routable only once healthy.
-/// They carry the gateway `--api-key`. Returns at once, so the gateway listens (and its
+/// They carry the gateway's `--api-key`. Returns at once, so the gateway listens (and its
 /// readiness says 503) while slow workers come up. A URL listed twice, in any spelling,
 /// is registered once; an entry that targets an external provider stops startup.
-pub fn register_startup(gateway: &Gateway) -> Result<(), String> {
-    let config = &gateway.config;
-    for mut spec in startup_specs(config)? {
-        spec.api_key = config.api_key.clone();
+pub fn register_startup(control: &Control) -> Result<(), String> {
+    for mut spec in startup_specs(&control.settings)? {
+        spec.api_key = control.startup_api_key.clone();
         provider::check_compiled(&spec).map_err(|e| e.to_string())?;
         let url = spec.url.normalized.clone();
         let job = Job::Add {
             id: Uuid::new_v4(),
             spec: Box::new(spec),
         };
-        match gateway.jobs.submit(&url, job) {
+        match control.jobs.submit(&url, job) {
             Ok(()) => {}
             Err(SubmitError::InProgress(_)) => {
                 tracing::warn!(worker = %url, "worker listed more than once on the command line; registering it once");
@@ -354,10 +372,10 @@ pub fn register_startup(gateway: &Gateway) -> Result<(), String> {
 }
 
 /// The specs of the command-line workers, in flag order: regular, prefill, decode.
-fn startup_specs(config: &Config) -> Result<Vec<WorkerSpec>, String> {
+fn startup_specs(config: &ControlSettings) -> Result<Vec<WorkerSpec>, String> {
     let parse = |flag: &str, raw: &str| {
-        super::parse_worker_url(raw)
-            .map_err(|e| format!("{flag} {}: {e}", crate::config::redact_userinfo(raw)))
+        crate::fleet::parse_worker_url(raw)
+            .map_err(|e| format!("{flag} {}: {e}", crate::secret::redact_userinfo(raw)))
     };
     let mut specs = Vec::new();
     for raw in &config.worker_urls {
@@ -378,7 +396,7 @@ fn startup_specs(config: &Config) -> Result<Vec<WorkerSpec>, String> {
 }
 
 /// Publishes a registered worker with the status its registration earned.
-fn admit(gateway: &Arc<Gateway>, client: &CallClient, worker: Worker) {
+fn admit(control: &Arc<Control>, client: &CallClient, worker: Worker) {
     let worker = Arc::new(worker);
     let status = match (&worker.transport, worker.health.disabled) {
         (Transport::Grpc { .. } | Transport::Zmq { .. }, _) => Status::NotReady,
@@ -387,13 +405,13 @@ fn admit(gateway: &Arc<Gateway>, client: &CallClient, worker: Worker) {
         (_, false) if worker.record_probe(true) >= worker.health.success_threshold => Status::Ready,
         (_, false) => Status::Pending,
     };
-    publish(gateway, client, worker, status);
+    publish(control, client, worker, status);
 }
 
 /// Puts the worker in the registry with `status` and starts its health watcher.
-fn publish(gateway: &Arc<Gateway>, client: &CallClient, worker: Arc<Worker>, status: Status) {
+fn publish(control: &Arc<Control>, client: &CallClient, worker: Arc<Worker>, status: Status) {
     worker.set_status(status);
-    gateway.registry.upsert(worker.clone());
+    control.registry.upsert(worker.clone());
     tracing::info!(
         worker = %worker.url,
         id = %worker.id,
@@ -403,17 +421,17 @@ fn publish(gateway: &Arc<Gateway>, client: &CallClient, worker: Arc<Worker>, sta
         "worker registered"
     );
     if matches!(worker.transport, Transport::Http { .. }) {
-        tokio::spawn(watch(gateway.clone(), client.clone(), worker));
+        tokio::spawn(watch(control.clone(), client.clone(), worker));
     }
 }
 
 /// Probes one worker for as long as it (this version of it) is registered.
 /// All watchers share the control runtime's client (and its pool and TLS roots).
-async fn watch(gateway: Arc<Gateway>, client: CallClient, registered: Arc<Worker>) {
+async fn watch(control: Arc<Control>, client: CallClient, registered: Arc<Worker>) {
     let id = registered.id;
     loop {
         // Re-read each round: a PATCH may have changed the settings or the key.
-        let Some(worker) = gateway.registry.snapshot().by_id(&id).cloned() else {
+        let Some(worker) = control.registry.snapshot().by_id(&id).cloned() else {
             return;
         };
         if !worker.same_live(&registered) || worker.is_retired() {
@@ -442,7 +460,7 @@ async fn watch(gateway: Arc<Gateway>, client: CallClient, registered: Arc<Worker
         )
         .await
         .is_ok();
-        gateway.metrics.health_check(&worker, ok);
+        control.metrics.health_check(&worker, ok);
         let streak = worker.record_probe(ok);
         let status = worker.status();
         let next = match (ok, status) {
@@ -458,7 +476,7 @@ async fn watch(gateway: Arc<Gateway>, client: CallClient, registered: Arc<Worker
         };
         if let Some(next) = next {
             if !worker.is_retired() {
-                gateway.registry.set_status(&worker, next);
+                control.registry.set_status(&worker, next);
                 tracing::info!(worker = %worker.url, id = %id, status = next.as_str(), "worker health changed");
             }
         }

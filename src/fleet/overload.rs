@@ -5,7 +5,7 @@
 //! The verdict is taken once per load report, on the control runtime, and kept in one
 //! atomic flag on the worker; selection only reads the flag.
 
-use super::load::EngineLoad;
+use super::engine_load::EngineLoad;
 use super::spec::OverloadOverrides;
 
 /// The gateway-wide flags (`--worker-overload-*`).
@@ -71,7 +71,7 @@ impl Thresholds {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workers::load::{RankLoad, Source};
+    use crate::fleet::engine_load::{RankLoad, Source};
 
     fn report(ranks: &[(u64, f64)]) -> EngineLoad {
         EngineLoad {

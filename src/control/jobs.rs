@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use super::spec::{WorkerPatch, WorkerSpec};
+use crate::fleet::spec::{WorkerPatch, WorkerSpec};
 
 /// Jobs waiting to run at most.
 pub const QUEUE_CAPACITY: usize = 1024;
@@ -252,7 +252,7 @@ fn unix_now() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workers::parse_worker_url;
+    use crate::fleet::parse_worker_url;
 
     fn spec(url: &str) -> Box<WorkerSpec> {
         Box::new(WorkerSpec::new(parse_worker_url(url).unwrap()))

@@ -16,12 +16,12 @@ use http::header::{AUTHORIZATION, CONTENT_TYPE, USER_AGENT};
 use http::uri::{Authority, Scheme};
 use http::{HeaderMap, HeaderValue, Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
-use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use super::{Transport, Worker, WorkerUrl};
+use crate::fleet::{Transport, Worker, WorkerUrl};
+use crate::http::client::{self, ClientOptions};
 
 /// One pooled client for the gateway's own calls, speaking one way to plain-HTTP workers.
 pub type CallPool = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
@@ -40,8 +40,8 @@ impl CallClient {
     /// the runtime it is used from, and connections must not outlive it.
     pub fn new() -> CallClient {
         CallClient {
-            http1: pool(false),
-            h2c: pool(true),
+            http1: client::build(ClientOptions::control_calls(false)),
+            h2c: client::build(ClientOptions::control_calls(true)),
         }
     }
 
@@ -65,33 +65,6 @@ impl Default for CallClient {
 /// few KiB; the cap only stops a misbehaving worker from filling the gateway's memory, and
 /// with fan-out keeping up to 64 calls in flight it bounds one fan-out to 256 MiB.
 pub const MAX_CALL_BODY: usize = 4 * 1024 * 1024;
-/// Idle connections are kept this long, so periodic probes reuse them between intervals
-/// of the default health check but do not pile up for removed workers.
-const POOL_IDLE: Duration = Duration::from_secs(30);
-/// TCP connect bound, as the spec's `http_pool.connect_timeout_secs` default.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// One pool for `http://` and `https://` (webpki roots): HTTP/1.1 and HTTP/2 where TLS
-/// negotiates it, or HTTP/2 only (prior knowledge on `http://`) when `http2_only`.
-fn pool(http2_only: bool) -> CallPool {
-    let mut http = HttpConnector::new();
-    // The TLS wrapper needs `https://` URIs to reach it.
-    http.enforce_http(false);
-    http.set_nodelay(true);
-    http.set_connect_timeout(Some(CONNECT_TIMEOUT));
-    let connector = HttpsConnectorBuilder::new()
-        .with_webpki_roots()
-        .https_or_http()
-        .enable_http1()
-        .enable_http2()
-        .wrap_connector(http);
-    Client::builder(TokioExecutor::new())
-        .http2_only(http2_only)
-        .pool_idle_timeout(POOL_IDLE)
-        // Without a timer the pool never evicts idle connections.
-        .pool_timer(TokioTimer::new())
-        .build(connector)
-}
 
 /// A worker's complete reply.
 #[derive(Debug)]
@@ -310,9 +283,10 @@ pub(crate) mod tests {
     use uuid::Uuid;
 
     use super::*;
-    use crate::config::{Config, Secret};
-    use crate::workers::spec::WorkerSpec;
-    use crate::workers::{parse_worker_url, Discovered};
+    use crate::fleet::spec::WorkerSpec;
+    use crate::fleet::WorkerDefaults;
+    use crate::fleet::{parse_worker_url, Discovered};
+    use crate::secret::Secret;
 
     /// One request as the test server saw it.
     #[derive(Clone, Debug)]
@@ -409,7 +383,7 @@ pub(crate) mod tests {
 
     /// The HTTP/1.1 pool alone, for calls that pick their pool themselves.
     pub(crate) fn plain_pool() -> CallPool {
-        pool(false)
+        client::build(ClientOptions::control_calls(false))
     }
 
     #[tokio::test]
@@ -463,7 +437,7 @@ pub(crate) mod tests {
             Uuid::new_v4(),
             spec,
             Discovered::default(),
-            &Config::default(),
+            &WorkerDefaults::default(),
         );
         let client = CallClient::new();
         call(&client, &worker, Method::GET, "/health", None, SECOND)

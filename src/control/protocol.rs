@@ -10,7 +10,7 @@ use std::time::Duration;
 use http::HeaderValue;
 
 use super::calls::{probe_health, CallClient, CallError};
-use super::WorkerUrl;
+use crate::fleet::WorkerUrl;
 
 /// What registration should find out about a worker's HTTP version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,8 +104,8 @@ pub async fn settle_once(
 mod tests {
     use super::*;
 
-    use crate::workers::calls::tests::{dead_url, serve};
-    use crate::workers::parse_worker_url;
+    use crate::control::calls::tests::{dead_url, serve};
+    use crate::fleet::parse_worker_url;
 
     const SECOND: Duration = Duration::from_secs(1);
 

@@ -12,17 +12,18 @@ use super::h1_framing::{H1Framing, Phase, Verdict};
 pub const CONFLICT_REPLY: &[u8] =
     b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
 
-/// Per-connection state of the check.
+/// One connection's guard against request smuggling: the framing it has seen, and the
+/// refusal it is writing once a request's framing conflicts.
 #[derive(Default)]
-pub struct Sniffer {
+pub struct SmugglingGuard {
     framing: H1Framing,
     /// `Some(n)`: rejecting; `n` bytes of [`CONFLICT_REPLY`] written so far.
     rejecting: Option<usize>,
 }
 
-impl Sniffer {
+impl SmugglingGuard {
     /// Inspects bytes just read from the client. Returns `false` when they must not reach
-    /// hyper; the caller then writes the rest of [`Sniffer::pending_reply`].
+    /// hyper; the caller then writes the rest of [`SmugglingGuard::pending_reply`].
     pub fn admit(&mut self, bytes: &[u8]) -> bool {
         if self.rejecting.is_some() {
             return false;
@@ -65,7 +66,7 @@ mod tests {
 
     #[test]
     fn withholds_conflicting_heads_and_replies() {
-        let mut s = Sniffer::default();
+        let mut s = SmugglingGuard::default();
         assert!(s.admit(b"POST /a HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\nhi"));
         assert!(!s
             .admit(b"POST /a HTTP/1.1\r\ncontent-length: 5\r\ntransfer-encoding: chunked\r\n\r\n"));

@@ -6,16 +6,9 @@
 //! inside the shared [`Worker`], so publishing a snapshot is only needed when membership
 //! or a worker's static description changes.
 
-pub mod calls;
-pub mod detect;
 pub mod dp;
-pub mod jobs;
-pub mod lifecycle;
-pub mod load;
+pub mod engine_load;
 pub mod overload;
-pub mod prom_text;
-pub mod protocol;
-pub mod provider;
 pub mod spec;
 mod url;
 
@@ -29,11 +22,14 @@ use http::uri::{Authority, Scheme};
 use http::HeaderValue;
 use uuid::Uuid;
 
-use crate::config::{Config, Secret};
 use crate::resilience::{self, Breaker};
+use crate::resilience::{BreakerConfig, BreakerDefaults};
+use crate::secret::Secret;
+use overload::OverloadDefaults;
+use spec::ResilienceOverrides;
 use spec::{HealthOverrides, WorkerPatch, WorkerSpec};
 
-pub use url::{parse_worker_url, Transport, WorkerUrl, WorkerUrlError};
+pub use url::{parse_http_worker_url, parse_worker_url, Transport, WorkerUrl, WorkerUrlError};
 
 /// How the gateway reaches a worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -148,7 +144,11 @@ pub struct HealthConfig {
 }
 
 impl HealthConfig {
-    pub fn resolve(config: &Config, overrides: &HealthOverrides, runtime: RuntimeType) -> Self {
+    pub fn resolve(
+        defaults: &HealthConfig,
+        overrides: &HealthOverrides,
+        runtime: RuntimeType,
+    ) -> Self {
         let secs = |value: Option<u64>, default: Duration| {
             value.map_or(default, |s| Duration::from_secs(s.min(MAX_SECS)))
         };
@@ -156,18 +156,87 @@ impl HealthConfig {
             value.map_or(default, |n| n.clamp(1, u64::from(u32::MAX)) as u32)
         };
         HealthConfig {
-            timeout: secs(overrides.timeout_secs, config.health_check_timeout)
+            timeout: secs(overrides.timeout_secs, defaults.timeout).max(Duration::from_secs(1)),
+            check_interval: secs(overrides.check_interval_secs, defaults.check_interval)
                 .max(Duration::from_secs(1)),
-            check_interval: secs(overrides.check_interval_secs, config.health_check_interval)
-                .max(Duration::from_secs(1)),
-            success_threshold: count(overrides.success_threshold, config.health_success_threshold),
-            failure_threshold: count(overrides.failure_threshold, config.health_failure_threshold),
+            success_threshold: count(overrides.success_threshold, defaults.success_threshold),
+            failure_threshold: count(overrides.failure_threshold, defaults.failure_threshold),
             disabled: runtime == RuntimeType::External
-                || overrides
-                    .disable_health_check
-                    .unwrap_or(config.disable_health_check),
-            drain_settle: secs(overrides.drain_settle_secs, config.drain_settle),
+                || overrides.disable_health_check.unwrap_or(defaults.disabled),
+            drain_settle: secs(overrides.drain_settle_secs, defaults.drain_settle),
         }
+    }
+}
+
+impl Default for HealthConfig {
+    /// The documented defaults of the health flags.
+    fn default() -> HealthConfig {
+        HealthConfig {
+            timeout: Duration::from_secs(5),
+            check_interval: Duration::from_secs(60),
+            success_threshold: 2,
+            failure_threshold: 3,
+            disabled: false,
+            drain_settle: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What a worker inherits from the gateway's flags where its spec is silent: health,
+/// circuit breaker and overload thresholds. The wiring composes it from the owning modules'
+/// settings; registration and PATCH read only this.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct WorkerDefaults {
+    pub health: HealthConfig,
+    pub breaker: BreakerDefaults,
+    pub overload: OverloadDefaults,
+}
+
+/// The Workers flag group's part that shapes the fleet itself (what the data path reads).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FleetSettings {
+    /// `--model-alias alias=canonical`: extra names of served models.
+    pub model_aliases: Vec<(String, String)>,
+    /// `--enable-igw`: several models behind one gateway; requests go to workers of their
+    /// `model`.
+    pub enable_igw: bool,
+    /// `--dp-aware`: each data-parallel rank of an engine is registered as its own routing
+    /// target, and requests to a rank carry `data_parallel_rank` in their body.
+    pub dp_aware: bool,
+    /// `--pd-disaggregation`: the fleet is prefill and decode workers.
+    pub pd_disaggregation: bool,
+    /// `--upstream-http2`: prefer HTTP/2 (h2c) towards workers that do not set `http2`.
+    pub upstream_http2: bool,
+    /// `--health-check-*`, `--health-*-threshold`, `--disable-health-check`,
+    /// `--drain-settle-secs`: the health defaults of workers.
+    pub health: HealthConfig,
+    /// `--worker-overload-*`: overload protection defaults of workers.
+    pub overload: OverloadDefaults,
+}
+
+/// A worker's breaker settings: its `resilience` block over the gateway flags. A status
+/// list given in the block replaces the default set.
+fn breaker_config(defaults: &BreakerDefaults, overrides: &ResilienceOverrides) -> BreakerConfig {
+    let clamp = |v: u64| u32::try_from(v.max(1)).unwrap_or(u32::MAX);
+    BreakerConfig {
+        enabled: !defaults.disabled,
+        failure_threshold: overrides
+            .cb_failure_threshold
+            .map_or(defaults.failure_threshold, clamp),
+        success_threshold: overrides
+            .cb_success_threshold
+            .map_or(defaults.success_threshold, clamp),
+        open_for: overrides
+            .cb_timeout_secs
+            .map_or(defaults.open_for, std::time::Duration::from_secs),
+        failure_statuses: overrides
+            .retryable_status_codes
+            .clone()
+            .unwrap_or_else(|| resilience::breaker::DEFAULT_FAILURE_STATUSES.to_vec()),
+        capacity_statuses: overrides
+            .capacity_status_codes
+            .clone()
+            .unwrap_or_else(|| resilience::breaker::DEFAULT_CAPACITY_STATUSES.to_vec()),
     }
 }
 
@@ -234,7 +303,7 @@ pub struct Live {
     retired: AtomicBool,
     /// The load monitor's latest report of the engine; `None` until the first poll, after
     /// a failed one and while the worker is not ready.
-    engine_load: ArcSwapOption<load::EngineLoad>,
+    engine_load: ArcSwapOption<engine_load::EngineLoad>,
     /// Overload protection's verdict on the latest report (only with thresholds).
     overloaded: AtomicBool,
 }
@@ -282,7 +351,12 @@ pub struct Worker {
 
 impl Worker {
     /// Builds a worker from its spec and what registration discovered.
-    pub fn new(id: Uuid, spec: WorkerSpec, discovered: Discovered, config: &Config) -> Worker {
+    pub fn new(
+        id: Uuid,
+        spec: WorkerSpec,
+        discovered: Discovered,
+        defaults: &WorkerDefaults,
+    ) -> Worker {
         let runtime = match spec.effective_runtime() {
             RuntimeType::Unspecified => discovered.runtime,
             explicit => explicit,
@@ -317,19 +391,19 @@ impl Worker {
             worker_type: spec.worker_type,
             runtime,
             bearer: bearer(spec.api_key.as_ref()),
-            health: HealthConfig::resolve(config, &spec.health, runtime),
+            health: HealthConfig::resolve(&defaults.health, &spec.health, runtime),
             model_id,
             model_names,
             labels,
             http2: discovered.http2,
-            overload: overload::Thresholds::resolve(&config.overload, &spec.overload),
+            overload: overload::Thresholds::resolve(&defaults.overload, &spec.overload),
             request_timeout: spec
                 .http_pool
                 .timeout_secs
                 .map(|s| Duration::from_secs(s.clamp(1, MAX_SECS))),
             pool: PoolTuning::resolve(&spec.http_pool),
-            breaker: Arc::new(Breaker::new(resilience::breaker_config(
-                config,
+            breaker: Arc::new(Breaker::new(breaker_config(
+                &defaults.breaker,
                 &spec.resilience,
             ))),
             spec,
@@ -345,7 +419,7 @@ impl Worker {
         id: Uuid,
         mut spec: WorkerSpec,
         discovered: Discovered,
-        config: &Config,
+        defaults: &WorkerDefaults,
         rank: dp::DpRank,
     ) -> Worker {
         spec.dp_size = Some(rank.size().get() as usize);
@@ -354,7 +428,7 @@ impl Worker {
             url_label: Arc::from(url.as_str()),
             url,
             dp: Some(rank),
-            ..Worker::new(id, spec, discovered, config)
+            ..Worker::new(id, spec, discovered, defaults)
         }
     }
 
@@ -378,12 +452,12 @@ impl Worker {
             Uuid::new_v4(),
             spec,
             Discovered::default(),
-            &Config::default(),
+            &WorkerDefaults::default(),
         ))
     }
 
     /// The worker after a PATCH: new description, same live figures.
-    pub fn patched(&self, patch: WorkerPatch, config: &Config) -> Worker {
+    pub fn patched(&self, patch: WorkerPatch, defaults: &WorkerDefaults) -> Worker {
         let mut spec = self.spec.clone();
         spec.apply_patch(patch);
         let mut labels = self.labels.clone();
@@ -396,7 +470,7 @@ impl Worker {
             worker_type: self.worker_type,
             runtime: self.runtime,
             bearer: bearer(spec.api_key.as_ref()),
-            health: HealthConfig::resolve(config, &spec.health, self.runtime),
+            health: HealthConfig::resolve(&defaults.health, &spec.health, self.runtime),
             model_id: self.model_id.clone(),
             model_names: self.model_names.clone(),
             labels,
@@ -450,14 +524,14 @@ impl Worker {
     }
 
     /// The engine's latest load report (lock-free; see [`load`]).
-    pub fn engine_load(&self) -> Option<Arc<load::EngineLoad>> {
+    pub fn engine_load(&self) -> Option<Arc<engine_load::EngineLoad>> {
         self.live.engine_load.load_full()
     }
 
     /// Keeps a load report (or drops the last one) and, under overload protection, takes
     /// the verdict on it. Without a report the verdict stands: a worker leaves the
     /// overloaded state only on a report below both thresholds.
-    pub fn set_engine_load(&self, report: Option<Arc<load::EngineLoad>>) {
+    pub fn set_engine_load(&self, report: Option<Arc<engine_load::EngineLoad>>) {
         if let (Some(thresholds), Some(report)) = (&self.overload, &report) {
             let now = thresholds.exceeded(report);
             if self.live.overloaded.swap(now, Ordering::AcqRel) != now {
@@ -534,7 +608,7 @@ impl Worker {
 
 /// `Bearer <key>` as a sensitive header value; `None` without a key or for a key that
 /// cannot be a header value.
-fn bearer(key: Option<&Secret>) -> Option<HeaderValue> {
+pub fn bearer(key: Option<&Secret>) -> Option<HeaderValue> {
     let mut value = HeaderValue::try_from(format!("Bearer {}", key?.expose())).ok()?;
     value.set_sensitive(true);
     Some(value)
@@ -783,6 +857,11 @@ impl Registry {
         }
     }
 
+    /// The `--model-alias` pairs (alias, canonical name).
+    pub fn aliases(&self) -> &[(String, String)] {
+        &self.aliases
+    }
+
     /// The current fleet. Lock-free; hold the guard only for the duration of a decision.
     pub fn snapshot(&self) -> arc_swap::Guard<Arc<Snapshot>> {
         self.fleet.current.load()
@@ -863,7 +942,7 @@ mod tests {
             Uuid::new_v4(),
             spec(url),
             Discovered::default(),
-            &Config::default(),
+            &WorkerDefaults::default(),
         ))
     }
 
@@ -872,7 +951,12 @@ mod tests {
             models: models.iter().map(|m| (*m).to_owned()).collect(),
             ..Discovered::default()
         };
-        let w = Worker::new(Uuid::new_v4(), spec(url), discovered, &Config::default());
+        let w = Worker::new(
+            Uuid::new_v4(),
+            spec(url),
+            discovered,
+            &WorkerDefaults::default(),
+        );
         w.set_status(Status::Ready);
         Arc::new(w)
     }
@@ -889,7 +973,7 @@ mod tests {
                     Uuid::new_v4(),
                     spec(engine),
                     Discovered::default(),
-                    &Config::default(),
+                    &WorkerDefaults::default(),
                     rank,
                 );
                 Arc::new(w)
@@ -922,7 +1006,7 @@ mod tests {
         assert_eq!(together, ranks.iter().map(|w| w.id).collect::<Vec<_>>());
         assert_eq!(snap.engine_targets(&other).len(), 1);
         assert!(ranks[0].fronts_engine() && !ranks[1].fronts_engine() && other.fronts_engine());
-        let patched = ranks[1].patched(WorkerPatch::default(), &Config::default());
+        let patched = ranks[1].patched(WorkerPatch::default(), &WorkerDefaults::default());
         assert_eq!(
             (patched.url.as_str(), patched.dp),
             (ranks[1].url.as_str(), ranks[1].dp)
@@ -986,7 +1070,12 @@ mod tests {
     fn api_key_is_not_in_debug_output() {
         let mut s = spec("http://127.0.0.1:1");
         s.api_key = Some(Secret::new("sk-very-secret"));
-        let w = Worker::new(Uuid::new_v4(), s, Discovered::default(), &Config::default());
+        let w = Worker::new(
+            Uuid::new_v4(),
+            s,
+            Discovered::default(),
+            &WorkerDefaults::default(),
+        );
         assert!(w.bearer.is_some());
         assert!(!format!("{w:?}").contains("sk-very-secret"));
     }
@@ -1002,7 +1091,7 @@ mod tests {
             priority: Some(7),
             ..WorkerPatch::default()
         };
-        let patched = Arc::new(w.patched(patch, &Config::default()));
+        let patched = Arc::new(w.patched(patch, &WorkerDefaults::default()));
         reg.upsert(patched.clone());
         let snap = reg.snapshot();
         let now = snap.by_id(&w.id).unwrap();
@@ -1022,7 +1111,7 @@ mod tests {
             w.id,
             spec(&w.url),
             Discovered::default(),
-            &Config::default(),
+            &WorkerDefaults::default(),
         );
         reg.upsert(Arc::new(replacement));
         assert!(w.is_retired());
@@ -1061,7 +1150,7 @@ mod tests {
             Uuid::new_v4(),
             prefill,
             Discovered::default(),
-            &Config::default(),
+            &WorkerDefaults::default(),
         ));
         let r = worker("http://127.0.0.1:2");
         reg.insert(p.clone());
@@ -1085,7 +1174,7 @@ mod tests {
 
     #[test]
     fn health_config_merges_overrides_over_flags() {
-        let config = Config::default();
+        let config = HealthConfig::default();
         let h = HealthConfig::resolve(&config, &HealthOverrides::default(), RuntimeType::Sglang);
         assert_eq!(h.check_interval, Duration::from_secs(60));
         assert_eq!((h.success_threshold, h.failure_threshold), (2, 3));

@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use uuid::Uuid;
 
+use crate::fleet::{Snapshot, Worker};
 use crate::routing::{Policy, RequestFacts, Selection};
-use crate::workers::{Snapshot, Worker};
 
 /// Why no worker was picked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,9 +77,9 @@ pub fn pick(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fleet::{Registry, Status};
     use crate::resilience::Outcome;
     use crate::routing::RoundRobin;
-    use crate::workers::{Registry, Status};
 
     fn registry(n: usize) -> (Registry, Vec<Arc<Worker>>) {
         let registry = Registry::new();
@@ -129,8 +129,8 @@ mod tests {
 
     #[test]
     fn overloaded_workers_are_skipped_and_all_overloaded_sheds() {
-        use crate::workers::load::{EngineLoad, RankLoad, Source};
-        use crate::workers::overload::Thresholds;
+        use crate::fleet::engine_load::{EngineLoad, RankLoad, Source};
+        use crate::fleet::overload::Thresholds;
         let registry = Registry::new();
         let workers: Vec<Arc<Worker>> = (0..2)
             .map(|i| {

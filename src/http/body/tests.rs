@@ -1,0 +1,329 @@
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::HeaderMap;
+use http_body_util::BodyExt;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+
+use super::*;
+use crate::http::guard::Release;
+
+/// A worker's body the test feeds frame by frame: pending while nothing is queued, over
+/// once the feeding end is dropped.
+struct Upstream(UnboundedReceiver<Result<Frame<Bytes>, BoxError>>);
+
+impl Body for Upstream {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.0.poll_recv(cx)
+    }
+}
+
+type Feed = UnboundedSender<Result<Frame<Bytes>, BoxError>>;
+
+fn upstream() -> (Feed, Upstream) {
+    let (tx, rx) = unbounded_channel();
+    (tx, Upstream(rx))
+}
+
+fn far() -> Instant {
+    Instant::now() + Duration::from_secs(60)
+}
+
+/// What a tap saw: the frames, and every end it was told of.
+#[derive(Default)]
+struct Seen {
+    frames: Vec<Bytes>,
+    ends: Vec<String>,
+}
+
+struct Recorder(Arc<Mutex<Seen>>);
+
+impl Tap for Recorder {
+    fn on_frame(&mut self, data: &Bytes) {
+        if let Ok(mut seen) = self.0.lock() {
+            seen.frames.push(data.clone());
+        }
+    }
+
+    fn on_end(&mut self, end: End<'_>) {
+        let end = match end {
+            End::Completed => "completed".to_owned(),
+            End::Failed(err) => format!("failed: {err}"),
+            End::ClientGone => "client gone".to_owned(),
+        };
+        if let Ok(mut seen) = self.0.lock() {
+            seen.ends.push(end);
+        }
+    }
+}
+
+/// Counts its drops.
+struct DropCount(Arc<AtomicUsize>);
+
+impl Drop for DropCount {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Counts its releases.
+#[derive(Default)]
+struct ReleaseCount(AtomicUsize);
+
+impl Release for ReleaseCount {
+    fn release(&self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// The instruments one body carries: a tap, an owned guard and a counted one.
+#[derive(Default)]
+struct Watch {
+    seen: Arc<Mutex<Seen>>,
+    dropped: Arc<AtomicUsize>,
+    released: Arc<ReleaseCount>,
+}
+
+impl Watch {
+    fn on<B: Body>(&self, body: RespBody<B>) -> RespBody<B> {
+        body.with_tap(Box::new(Recorder(self.seen.clone())))
+            .holding(Guard::new(DropCount(self.dropped.clone())))
+            .with_activity(Guard::counted(self.released.clone()))
+    }
+
+    /// How many times each guard was released.
+    fn released(&self) -> (usize, usize) {
+        (
+            self.dropped.load(Ordering::SeqCst),
+            self.released.0.load(Ordering::SeqCst),
+        )
+    }
+
+    fn frames(&self) -> Vec<Bytes> {
+        self.seen
+            .lock()
+            .map(|s| s.frames.clone())
+            .unwrap_or_default()
+    }
+
+    fn ends(&self) -> Vec<String> {
+        self.seen.lock().map(|s| s.ends.clone()).unwrap_or_default()
+    }
+
+    /// Once the body is gone: the tap saw `frames` and the one end `end`, and each guard
+    /// was released once.
+    fn assert_settled(&self, frames: &[&str], end: &str) {
+        assert_eq!(self.frames(), frames);
+        assert_eq!(self.ends(), [end]);
+        assert_eq!(self.released(), (1, 1));
+    }
+
+    /// A relay of a worker that has sent `a` so far, by `deadline`, with its first frame
+    /// read.
+    async fn relay_after_a(&self, deadline: Instant) -> (Feed, Pin<Box<RespBody<Upstream>>>) {
+        let (feed, up) = upstream();
+        let mut body = Box::pin(self.on(RespBody::relay(up, deadline)));
+        feed.send(Ok(Frame::data(Bytes::from_static(b"a"))))
+            .expect("feed");
+        assert_eq!(next_data(&mut body).await, "a");
+        (feed, body)
+    }
+
+    /// A generated stream whose producer has sent `one`, not read yet.
+    async fn generated_after_one(&self) -> (FrameSender, Pin<Box<RespBody>>) {
+        let (tx, body) = RespBody::generated(4);
+        tx.send(Bytes::from_static(b"one")).await.expect("room");
+        (tx, Box::pin(self.on(body)))
+    }
+}
+
+async fn next_data<B>(body: &mut Pin<Box<RespBody<B>>>) -> Bytes
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    let frame = body.frame().await.expect("a frame").expect("no error");
+    frame.into_data().expect("a data frame")
+}
+
+async fn next_error<B>(body: &mut Pin<Box<RespBody<B>>>) -> BoxError
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    match body.frame().await {
+        Some(Err(err)) => err,
+        _ => panic!("expected an error"),
+    }
+}
+
+/// Polls `fut` once: whether it finished at once.
+async fn ready_now<F: Future>(fut: Pin<&mut F>) -> bool {
+    let mut fut = fut;
+    std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx).is_ready())).await
+}
+
+#[tokio::test]
+async fn relay_passes_frames_untouched_and_in_order() {
+    let (feed, up) = upstream();
+    let chunks = [
+        Bytes::from_static(b"data: one\n\n"),
+        Bytes::from_static(b"data: two\n\n"),
+        Bytes::from_static(b"data: [DONE]\n\n"),
+    ];
+    for chunk in &chunks {
+        feed.send(Ok(Frame::data(chunk.clone()))).expect("feed");
+    }
+    let mut trailers = HeaderMap::new();
+    trailers.insert("x-end", http::HeaderValue::from_static("1"));
+    feed.send(Ok(Frame::trailers(trailers.clone())))
+        .expect("feed");
+    drop(feed);
+
+    let mut body = Box::pin(RespBody::relay(up, far()));
+    for chunk in &chunks {
+        let got = next_data(&mut body).await;
+        assert_eq!(got, chunk);
+        assert_eq!(got.as_ptr(), chunk.as_ptr(), "relayed without a copy");
+    }
+    let frame = body.frame().await.expect("trailers").expect("no error");
+    assert_eq!(frame.into_trailers().ok(), Some(trailers));
+    assert!(body.frame().await.is_none());
+}
+
+#[tokio::test]
+async fn relay_that_completes_is_tapped_and_released_once() {
+    let watch = Watch::default();
+    let (feed, mut body) = watch.relay_after_a(far()).await;
+    assert_eq!(watch.released(), (0, 0), "held while the stream runs");
+    feed.send(Ok(Frame::data(Bytes::from_static(b"b"))))
+        .expect("feed");
+    assert_eq!(next_data(&mut body).await, "b");
+    drop(feed);
+    assert!(body.frame().await.is_none());
+    assert_eq!(watch.released(), (1, 1), "released at the end");
+    drop(body);
+    watch.assert_settled(&["a", "b"], "completed");
+}
+
+#[tokio::test]
+async fn relay_worker_error_ends_the_stream_with_it() {
+    let watch = Watch::default();
+    let (feed, mut body) = watch.relay_after_a(far()).await;
+    feed.send(Err("worker reset".into())).expect("feed");
+    let err = next_error(&mut body).await;
+    assert_eq!(err.to_string(), "worker reset");
+    assert_eq!(watch.released(), (1, 1), "released at the error");
+    drop(body);
+    watch.assert_settled(&["a"], "failed: worker reset");
+}
+
+#[tokio::test]
+async fn relay_past_its_deadline_fails_with_deadline_exceeded() {
+    let watch = Watch::default();
+    let deadline = Instant::now() + Duration::from_millis(50);
+    let (feed, mut body) = watch.relay_after_a(deadline).await;
+    // The worker goes quiet without ending its body.
+    let err = next_error(&mut body).await;
+    assert!(err.is::<DeadlineExceeded>());
+    assert!(Instant::now() >= deadline);
+    assert_eq!(watch.released(), (1, 1), "released at the deadline");
+    drop(body);
+    assert!(feed.is_closed(), "the worker's body is dropped with ours");
+    watch.assert_settled(&["a"], &format!("failed: {DeadlineExceeded}"));
+}
+
+#[tokio::test]
+async fn client_gone_mid_stream_is_one_end_and_one_release() {
+    let watch = Watch::default();
+    let (feed, body) = watch.relay_after_a(far()).await;
+    assert_eq!(watch.released(), (0, 0));
+    drop(body);
+    assert!(feed.is_closed(), "the worker's body is dropped with ours");
+    watch.assert_settled(&["a"], "client gone");
+}
+
+#[tokio::test]
+async fn body_dropped_once_it_says_it_has_ended_is_complete() {
+    // hyper drops a body without polling it again once `is_end_stream` is true.
+    let watch = Watch::default();
+    let mut body = Box::pin(watch.on(RespBody::full(Bytes::from_static(b"whole"))));
+    assert_eq!(next_data(&mut body).await, "whole");
+    assert!(body.is_end_stream());
+    drop(body);
+    let empty = watch.on(RespBody::empty());
+    assert!(empty.is_end_stream());
+    drop(empty);
+    assert_eq!(watch.frames(), ["whole"]);
+    assert_eq!(watch.ends(), ["completed", "completed"]);
+    assert_eq!(watch.released(), (2, 2));
+}
+
+#[tokio::test]
+async fn generated_stream_delivers_frames_with_backpressure_then_finishes() {
+    let watch = Watch::default();
+    let (tx, body) = RespBody::generated(1);
+    let mut body = Box::pin(watch.on(body));
+    tx.send(Bytes::from_static(b"one"))
+        .await
+        .expect("room for one");
+    {
+        let blocked = tx.send(Bytes::from_static(b"two"));
+        tokio::pin!(blocked);
+        assert!(
+            !ready_now(blocked.as_mut()).await,
+            "full until the client reads"
+        );
+        assert_eq!(next_data(&mut body).await, "one");
+        assert!(ready_now(blocked.as_mut()).await, "room once it has");
+    }
+    assert_eq!(next_data(&mut body).await, "two");
+    assert!(!body.is_end_stream());
+    tx.finish().await;
+    assert!(body.frame().await.is_none(), "a clean end");
+    assert!(body.is_end_stream());
+    assert_eq!(watch.released(), (1, 1));
+    drop(body);
+    watch.assert_settled(&["one", "two"], "completed");
+}
+
+#[tokio::test]
+async fn generated_stream_that_fails_ends_with_the_error() {
+    let watch = Watch::default();
+    let (tx, mut body) = watch.generated_after_one().await;
+    tx.fail("engine stopped").await;
+    assert_eq!(next_data(&mut body).await, "one");
+    assert_eq!(next_error(&mut body).await.to_string(), "engine stopped");
+    drop(body);
+    watch.assert_settled(&["one"], "failed: engine stopped");
+}
+
+#[tokio::test]
+async fn generated_stream_whose_producer_is_dropped_is_unfinished() {
+    let watch = Watch::default();
+    let (tx, mut body) = watch.generated_after_one().await;
+    drop(tx);
+    assert_eq!(next_data(&mut body).await, "one");
+    assert!(next_error(&mut body).await.is::<Unfinished>());
+    assert!(!matches!(body.frame().await, Some(Ok(_))));
+    drop(body);
+    watch.assert_settled(&["one"], &format!("failed: {Unfinished}"));
+}
+
+#[tokio::test]
+async fn producer_learns_the_client_has_gone() {
+    let watch = Watch::default();
+    let (tx, mut body) = watch.generated_after_one().await;
+    assert_eq!(next_data(&mut body).await, "one");
+    drop(body);
+    assert!(tx.send(Bytes::from_static(b"two")).await.is_err());
+    watch.assert_settled(&["one"], "client gone");
+}

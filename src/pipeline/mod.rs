@@ -1,0 +1,203 @@
+//! The data path: how one inference request is served, phase by phase.
+//!
+//! The route is matched and the caller authenticated before (`crate::app`, for every
+//! route); [`Pipeline::serve`] then reads top to bottom as an inference request moves:
+//!
+//! 1. **prepare** ([`prepare`]) — the body path: stream the body through, or read what
+//!    routing and replay need (within the budgets), peek at the fields the policy asks for,
+//!    and set aside the head for the worker;
+//! 2. **admit** — admission control (concurrency, rate, media budget), taken only once the
+//!    body that had to be read has arrived; the ticket rides on the response to its last
+//!    byte;
+//! 3. **send** ([`send`]) — the attempt loop: [`select`] a worker, carry the attempt over
+//!    the worker's [`transport`], classify the outcome for its breaker, retry elsewhere
+//!    while nothing has been relayed;
+//! 4. **respond** — the winning answer becomes the client's response: the release guard
+//!    (the worker's load, the admission ticket) and any tap ride on its body;
+//! 5. **record** — the router metrics, once the answer is known.
+//!
+//! Each data-plane thread owns its own upstream pools ([`transport::http`]), so pooled
+//! connections never cross threads. Nothing here imports the gateway's wiring: the
+//! [`Pipeline`] handle carries what the path reads.
+
+pub mod body_path;
+pub mod headers;
+pub mod peek;
+mod prepare;
+pub mod select;
+mod send;
+pub mod transport;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use hyper::body::Incoming;
+
+use crate::admission::{Admission, Ticket};
+use crate::fleet::{LoadGuard, Registry, Worker};
+use crate::http::body::RespBody;
+use crate::http::error::GatewayError;
+use crate::http::guard::Guard;
+use crate::metrics::{Metrics, RouteLabels};
+use crate::resilience::RetryConfig;
+use crate::routing::Policy;
+
+pub use headers::ContentType;
+pub use transport::http::UpstreamClient;
+
+use transport::Answer;
+
+/// The data path's part of the Limits and timeouts flag group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PipelineSettings {
+    /// `--request-timeout-secs`: default timeout of a request to a worker.
+    pub request_timeout: Duration,
+    /// `--max-payload-size`: largest accepted request body, in bytes (>= 1).
+    pub max_payload_size: u64,
+    /// `--request-body-timeout-secs`: time a client has to send the part of its body the
+    /// gateway reads before dispatch.
+    pub request_body_timeout: Duration,
+    /// `--request-body-idle-timeout-secs`: longest silence inside a request body, read or
+    /// streamed.
+    pub request_body_idle_timeout: Duration,
+    /// `--upstream-pool-idle-timeout-secs`: idle keep time of upstream connections;
+    /// `None` (flag value 0) keeps them forever.
+    pub upstream_pool_idle_timeout: Option<Duration>,
+    /// `--max-buffered-request-bytes`: largest body kept for replay.
+    pub max_buffered_request_bytes: u64,
+}
+
+impl Default for PipelineSettings {
+    fn default() -> PipelineSettings {
+        PipelineSettings {
+            request_timeout: Duration::from_secs(1800),
+            max_payload_size: 512 * 1024 * 1024,
+            request_body_timeout: Duration::from_secs(120),
+            request_body_idle_timeout: Duration::from_secs(30),
+            upstream_pool_idle_timeout: Some(Duration::from_secs(3)),
+            max_buffered_request_bytes: 16 * 1024 * 1024,
+        }
+    }
+}
+
+/// How the fleet is organised, as far as the data path cares; copied from the owning
+/// modules' settings by the wiring.
+#[derive(Clone, Debug, Default)]
+pub struct FleetModes {
+    /// `--enable-igw`: candidates are the workers of the request's model.
+    pub enable_igw: bool,
+    /// `--dp-aware`: a request to a rank target carries its rank in the body.
+    pub dp_aware: bool,
+    /// `--pd-disaggregation`: prefill/decode dispatch (not served yet).
+    pub pd_disaggregation: bool,
+    /// `--routing-key-headers`: where a request's routing key may come from.
+    pub routing_key_headers: Vec<String>,
+    /// `--load-monitor-interval`: when overload verdicts refresh, the `Retry-After` of a
+    /// shed request.
+    pub overload_retry_after: Duration,
+}
+
+/// What the data path shares across threads: the handles it reads and its settings. Built
+/// once by the wiring; nothing else of the gateway is visible from here.
+pub struct Pipeline {
+    pub settings: PipelineSettings,
+    pub modes: FleetModes,
+    pub registry: Arc<Registry>,
+    pub policy: Arc<dyn Policy>,
+    pub admission: Arc<Admission>,
+    /// Retry settings in force (none under `--disable-retries`).
+    pub retry: RetryConfig,
+    pub metrics: Arc<Metrics>,
+}
+
+/// What the router metrics need to know of a request once it is over: the model the body
+/// named (copied only when the body was read anyway) and the last worker tried.
+#[derive(Default)]
+struct Seen {
+    model: Option<String>,
+    worker: Option<Arc<Worker>>,
+}
+
+impl Pipeline {
+    /// Serves one inference request on a thread's upstream pools (`client`) and answers it;
+    /// `endpoint` is the route's metrics label. The phases, in order.
+    pub async fn serve(
+        &self,
+        client: &UpstreamClient,
+        endpoint: &'static str,
+        req: Request<Incoming>,
+        content_type: ContentType,
+    ) -> Result<Response<RespBody>, GatewayError> {
+        let started = Instant::now();
+        let mut seen = Seen::default();
+        let result = async {
+            let mut prepared = self.prepare(req, content_type).await?;
+            let ticket = self.admit(prepared.media()).await?;
+            self.send(client, endpoint, &mut prepared, ticket, &mut seen)
+                .await
+        }
+        .await;
+        self.record(endpoint, &seen, &result, started);
+        result
+    }
+
+    /// Phase 2: an admission token (perhaps after a wait in the queue) and, for a JSON
+    /// body read whole (`media`), its media charge.
+    async fn admit(&self, media: Option<Bytes>) -> Result<Ticket, GatewayError> {
+        let metrics = self.metrics.as_ref();
+        let mut ticket = self.admission.admit(metrics).await?;
+        if let Some(body) = media {
+            self.admission
+                .charge_media(&mut ticket, &body, metrics)
+                .await?;
+        }
+        Ok(ticket)
+    }
+
+    /// Phase 4: the answer of the attempt that won, on its way to the client. Whatever
+    /// must be released at its last byte rides on the body as one guard, so a long stream
+    /// holds the worker's load and the admission token exactly as long as it runs, and a
+    /// client that goes away releases them at once. (Taps that store responses or count
+    /// usage attach here.)
+    fn respond(answer: Answer, load: LoadGuard, ticket: Ticket) -> Response<RespBody> {
+        answer.map(|body| body.holding(Guard::new((load, ticket))))
+    }
+
+    /// Phase 5: the router metrics of the finished request.
+    fn record(
+        &self,
+        endpoint: &'static str,
+        seen: &Seen,
+        result: &Result<Response<RespBody>, GatewayError>,
+        started: Instant,
+    ) {
+        let route = RouteLabels {
+            connection_mode: seen
+                .worker
+                .as_ref()
+                .map_or("http", |w| w.connection_mode().as_str()),
+            model: seen
+                .model
+                .as_deref()
+                .or_else(|| seen.worker.as_ref().and_then(|w| w.model_id.as_deref())),
+            endpoint,
+        };
+        match result {
+            Ok(resp) => {
+                let streaming = resp
+                    .headers()
+                    .get(http::header::CONTENT_TYPE)
+                    .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+                self.metrics
+                    .routed(&route, streaming, started.elapsed().as_secs_f64());
+            }
+            Err(err) => {
+                if let Some(kind) = err.router_error() {
+                    self.metrics.router_error(&route, kind);
+                }
+            }
+        }
+    }
+}

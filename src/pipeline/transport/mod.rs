@@ -1,0 +1,87 @@
+//! The transport seam: how an attempt reaches a worker and its answer comes back.
+//!
+//! The attempt loop ([`super::send`]) sees only [`Transport`]: it hands over an
+//! [`Attempt`] and gets an [`Answer`] (a response whose body the gateway owns: relayed
+//! frames, or a stream it produces) or a [`SendError`] it can classify for retries and
+//! breakers. Plain HTTP/1.1 and h2c are the first transport ([`http`]); gRPC engines,
+//! prefill/decode pairs and TLS providers plug in as further transports behind
+//! [`Transports`], without touching retries, breakers or metrics.
+
+pub mod http;
+
+use std::future::Future;
+use std::time::Instant;
+
+use ::http::{HeaderMap, Response};
+
+use crate::fleet::{ConnectionMode, Worker};
+use crate::http::body::RespBody;
+use crate::http::error::GatewayError;
+use crate::http::upload::{LimitedBody, ReadError};
+
+/// One attempt, as the loop hands it over.
+pub struct Attempt<'a> {
+    /// The client's method and URI (path and query are kept).
+    pub head: &'a ::http::request::Parts,
+    /// The headers the worker receives (already filtered).
+    pub headers: HeaderMap,
+    pub body: LimitedBody,
+    /// The attempt, relay included, must be over by then.
+    pub deadline: Instant,
+}
+
+/// A worker's answer: status and headers for the client, the body still streaming.
+pub type Answer = Response<RespBody>;
+
+/// Why an attempt produced no answer.
+#[derive(Debug)]
+pub enum SendError {
+    /// No answer by the attempt's deadline.
+    Timeout,
+    /// The client's body failed while it was sent: the client's fault, not the worker's.
+    ClientBody(ReadError),
+    /// The worker could not be reached, or the exchange broke: one of the gateway's
+    /// `worker_*` errors.
+    Exchange(GatewayError),
+}
+
+/// One way of carrying attempts to workers.
+pub trait Transport {
+    /// Whether this transport can reach `worker` at all; checked before the body is
+    /// touched, so an unreachable worker costs nothing and another takes the request.
+    fn reaches(&self, worker: &Worker) -> Result<(), GatewayError>;
+
+    /// Carries `attempt` to `worker` and returns its answer.
+    fn send(
+        &self,
+        worker: &Worker,
+        attempt: Attempt<'_>,
+    ) -> impl Future<Output = Result<Answer, SendError>> + Send;
+}
+
+/// The transports of this build, chosen by the worker's connection mode.
+pub struct Transports<'a> {
+    pub http: &'a http::UpstreamClient,
+}
+
+impl Transports<'_> {
+    /// Whether a transport of this build reaches `worker`.
+    pub fn reaches(&self, worker: &Worker) -> Result<(), GatewayError> {
+        match worker.connection_mode() {
+            ConnectionMode::Http => self.http.reaches(worker),
+            other => Err(GatewayError::UnsupportedTransport {
+                transport: other.as_str(),
+            }),
+        }
+    }
+
+    /// Sends `attempt` over `worker`'s transport.
+    pub async fn send(&self, worker: &Worker, attempt: Attempt<'_>) -> Result<Answer, SendError> {
+        match worker.connection_mode() {
+            ConnectionMode::Http => self.http.send(worker, attempt).await,
+            other => Err(SendError::Exchange(GatewayError::UnsupportedTransport {
+                transport: other.as_str(),
+            })),
+        }
+    }
+}
