@@ -93,14 +93,16 @@ impl ThreadSetup for Gateway {
 /// the HTTP-layer metrics under the route's template (requests matching no route are not
 /// recorded, as spec 3 says).
 pub async fn handle(ctx: &ThreadCtx, req: Request<Incoming>) -> Response<RespBody> {
-    let matched = match_route(req.method(), req.uri().path());
-    let route = match matched {
-        RouteMatch::Found(route) if !is_rl(route) => route,
-        _ => return respond(ctx, req, matched).await,
+    let routed = routed(
+        match_route(req.method(), req.uri().path()),
+        req.uri().path(),
+    );
+    let Ok(route) = routed else {
+        return respond(ctx, req, routed).await;
     };
     let started = Instant::now();
     let in_flight = ctx.gateway.metrics.http_started(req.method(), route);
-    let resp = respond(ctx, req, matched).await;
+    let resp = respond(ctx, req, routed).await;
     in_flight.finished(
         resp.status().as_u16(),
         ErrorCode::of(&resp),
@@ -114,12 +116,12 @@ pub async fn handle(ctx: &ThreadCtx, req: Request<Incoming>) -> Response<RespBod
 async fn respond(
     ctx: &ThreadCtx,
     mut req: Request<Incoming>,
-    matched: RouteMatch,
+    routed: Result<Route, NoRoute>,
 ) -> Response<RespBody> {
     if let Err(err) = head_rules::check(req.version(), req.headers()) {
         return error_response(&err);
     }
-    let route = match routed(matched, req.uri().path()) {
+    let route = match routed {
         Ok(route) => route,
         Err(NoRoute::NotFound) => return error::not_found(),
         Err(NoRoute::MethodNotAllowed) => {
@@ -143,7 +145,8 @@ enum NoRoute {
     MethodNotAllowed,
 }
 
-/// The matched route, if it is served here.
+/// The matched route, if it is served here. Requests without one are not recorded in the
+/// HTTP metrics.
 fn routed(matched: RouteMatch, path: &str) -> Result<Route, NoRoute> {
     match matched {
         // The RL control plane is mounted only with `--enable-rl`, which this build does

@@ -108,9 +108,9 @@ impl ClientOptions<Plain> {
 /// reuse them between intervals of the default health check, short enough that they do not
 /// pile up for removed workers.
 const CONTROL_IDLE: Duration = Duration::from_secs(30);
-/// The control plane's TCP connect bound, as the spec's `http_pool.connect_timeout_secs`
-/// default.
-const CONTROL_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time allowed to establish a TCP connection to a worker, data path and control plane
+/// alike: the spec's `http_pool.connect_timeout_secs` default.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl ClientOptions<WebpkiRoots> {
     /// The control plane's own calls to workers: any worker URL, `https://` included (HTTP/2
@@ -122,7 +122,7 @@ impl ClientOptions<WebpkiRoots> {
             tls: WebpkiRoots { alpn_h2: true },
             http2_only,
             nodelay: true,
-            connect_timeout: Some(CONTROL_CONNECT_TIMEOUT),
+            connect_timeout: Some(CONNECT_TIMEOUT),
             max_idle_per_host: usize::MAX,
             idle_timeout: Some(CONTROL_IDLE),
             evict_idle: true,

@@ -38,8 +38,6 @@ pub(super) struct Prepared {
     pub json: bool,
     /// The whole request must be over by then (`--request-timeout-secs` from its start).
     pub deadline: Instant,
-    /// `--max-payload-size`, for the error of a body that turns out too large.
-    pub limit: u64,
     /// What routing may look at.
     pub routing: Routing,
 }
@@ -229,7 +227,6 @@ impl Pipeline {
             _charge: charge,
             json,
             deadline,
-            limit,
             routing,
         })
     }

@@ -130,7 +130,10 @@ impl Pipeline {
                 }
                 // The client's body failed, not the worker: no breaker, no retry.
                 Err(SendError::ClientBody(fault)) => {
-                    return Err(GatewayError::from_read(fault, req.limit))
+                    return Err(GatewayError::from_read(
+                        fault,
+                        self.settings.max_payload_size,
+                    ))
                 }
                 Err(SendError::Exchange(failure)) => {
                     self.failed_exchange(&worker, &failure);

@@ -17,7 +17,7 @@ use hyper_util::client::legacy::Client;
 use super::{Answer, Attempt, SendError, Transport};
 use crate::fleet::{PoolTuning, Worker};
 use crate::http::body::RespBody;
-use crate::http::client::{self, ClientOptions};
+use crate::http::client::{self, ClientOptions, CONNECT_TIMEOUT};
 use crate::http::error::GatewayError;
 use crate::http::upload::{client_fault, LimitedBody};
 use crate::pipeline::headers;
@@ -25,8 +25,6 @@ use crate::pipeline::PipelineSettings;
 
 /// Idle connections kept per worker, per thread.
 pub const POOL_MAX_IDLE_PER_HOST: usize = 500;
-/// Time allowed to establish a TCP connection to a worker.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Distinct per-worker pool settings a thread keeps pools for; workers beyond them use
 /// the default pools (their `timeout_secs` still applies), so no registration can make a
