@@ -127,6 +127,14 @@ impl Ticket {
     }
 }
 
+impl Ticket {
+    /// Whether the ticket holds nothing to give back (admission control is off), so a
+    /// response need not carry it.
+    pub fn holds_nothing(&self) -> bool {
+        self._slot.is_none() && self.media.is_none() && self.inflight.is_none()
+    }
+}
+
 impl Drop for Ticket {
     fn drop(&mut self) {
         if let Some(gauge) = &self.inflight {

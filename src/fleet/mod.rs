@@ -22,6 +22,7 @@ use http::uri::{Authority, Scheme};
 use http::HeaderValue;
 use uuid::Uuid;
 
+use crate::http::guard::{Guard, Release};
 use crate::resilience::{self, Breaker};
 use crate::resilience::{BreakerConfig, BreakerDefaults};
 use crate::secret::Secret;
@@ -509,7 +510,7 @@ impl Worker {
     /// failed, or abandoned by the client).
     pub fn track(self: &Arc<Self>) -> LoadGuard {
         self.live.load.fetch_add(1, Ordering::Relaxed);
-        LoadGuard(self.clone())
+        LoadGuard(Guard::counted(self.live.clone()))
     }
 
     /// Records a probe result; returns the consecutive count of that kind.
@@ -614,19 +615,24 @@ pub fn bearer(key: Option<&Secret>) -> Option<HeaderValue> {
     Some(value)
 }
 
-/// Decrements a worker's in-flight load when dropped.
+/// One request's share of a worker's in-flight load, given back when dropped. It is a
+/// counted [`Guard`] on the worker's shared figures, so it rides on a response body as is,
+/// without an allocation.
 #[derive(Debug)]
-pub struct LoadGuard(Arc<Worker>);
+pub struct LoadGuard(Guard);
 
 impl LoadGuard {
-    pub fn worker(&self) -> &Arc<Worker> {
-        &self.0
+    /// The share as a body guard, released with the body's last byte.
+    pub fn into_guard(self) -> Guard {
+        self.0
     }
 }
 
-impl Drop for LoadGuard {
-    fn drop(&mut self) {
-        self.0.live.load.fetch_sub(1, Ordering::Relaxed);
+/// What a [`LoadGuard`] gives back. `Live` is private to this module, so only the guard
+/// `Worker::track` made can call it.
+impl Release for Live {
+    fn release(&self) {
+        self.load.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -86,8 +86,9 @@ pin_project! {
 struct Riders {
     tap: Option<Box<dyn Tap>>,
     /// The request's holdings (the worker's load, the admission ticket), attached by the
-    /// handler that built the response.
-    held: Option<Guard>,
+    /// handler that built the response: two slots, so the usual pair needs no allocation to
+    /// be held together.
+    held: [Option<Guard>; 2],
     /// The connection's activity, attached by the server around whatever the handler built.
     /// A slot of its own so that neither has to know about the other: one slot would make
     /// the server box the pair again, a second allocation per request.
@@ -97,7 +98,7 @@ struct Riders {
 impl Riders {
     const NONE: Riders = Riders {
         tap: None,
-        held: None,
+        held: [None, None],
         activity: None,
     };
 
@@ -106,7 +107,7 @@ impl Riders {
         if let Some(mut tap) = self.tap.take() {
             tap.on_end(end);
         }
-        self.held = None;
+        self.held = [None, None];
         self.activity = None;
     }
 }
@@ -189,7 +190,15 @@ impl<B: Body> RespBody<B> {
     /// Holds the request's `guard` (its admission ticket, the worker's load) until this
     /// body is done.
     pub fn holding(mut self, guard: Guard) -> RespBody<B> {
-        self.riders.held = Some(guard);
+        match &mut self.riders.held {
+            [first @ None, _] => *first = Some(guard),
+            [_, second @ None] => *second = Some(guard),
+            // More than two: the second slot holds the rest together.
+            [_, second] => {
+                let kept = second.take();
+                *second = Some(Guard::new((kept, guard)));
+            }
+        }
         self
     }
 

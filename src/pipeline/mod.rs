@@ -162,7 +162,16 @@ impl Pipeline {
     /// client that goes away releases them at once. (Taps that store responses or count
     /// usage attach here.)
     fn respond(answer: Answer, load: LoadGuard, ticket: Ticket) -> Response<RespBody> {
-        answer.map(|body| body.holding(Guard::new((load, ticket))))
+        answer.map(|body| {
+            let body = body.holding(load.into_guard());
+            // A ticket that holds something is boxed once; without admission limits there
+            // is nothing to hold, and the response costs no allocation.
+            if ticket.holds_nothing() {
+                body
+            } else {
+                body.holding(Guard::new(ticket))
+            }
+        })
     }
 
     /// Phase 5: the router metrics of the finished request.

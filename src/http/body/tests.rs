@@ -327,3 +327,32 @@ async fn producer_learns_the_client_has_gone() {
     assert!(tx.send(Bytes::from_static(b"two")).await.is_err());
     watch.assert_settled(&["one"], "client gone");
 }
+
+#[tokio::test]
+async fn every_held_guard_is_kept_to_the_end_and_released_once() {
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::new(ReleaseCount::default());
+    let mut body = Box::pin(
+        RespBody::full(Bytes::from_static(b"x"))
+            .holding(Guard::counted(counted.clone()))
+            .holding(Guard::new(DropCount(dropped.clone())))
+            .holding(Guard::new(DropCount(dropped.clone()))),
+    );
+    assert_eq!(
+        (
+            dropped.load(Ordering::SeqCst),
+            counted.0.load(Ordering::SeqCst)
+        ),
+        (0, 0),
+        "a third guard must not push out the second"
+    );
+    assert_eq!(next_data(&mut body).await, Bytes::from_static(b"x"));
+    drop(body);
+    assert_eq!(
+        (
+            dropped.load(Ordering::SeqCst),
+            counted.0.load(Ordering::SeqCst)
+        ),
+        (2, 1)
+    );
+}
