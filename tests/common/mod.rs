@@ -6,6 +6,8 @@
 
 #![allow(dead_code)]
 
+pub mod pki;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
