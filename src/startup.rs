@@ -13,6 +13,7 @@ use crate::config::Config;
 use crate::control::jobs::Jobs;
 use crate::control::{lifecycle, load, Control, LoadDemand};
 use crate::fleet::Registry;
+use crate::http::tls::UpstreamTls;
 use crate::metrics::inflight::InflightAges;
 use crate::metrics::{exporter, Metrics, Sources};
 use crate::pipeline::{FleetModes, Pipeline};
@@ -57,6 +58,7 @@ async fn maintain_policy(policy: Arc<dyn Policy>, every: std::time::Duration) {
 /// that module's settings and hands every owner only the handles it uses.
 pub fn run(config: Config) -> Result<(), String> {
     let (driver, reason) = choose_io_driver(config.runtime.io_engine)?;
+    let upstream_tls = UpstreamTls::load(config.pipeline.upstream_ca_cert_path.as_deref())?;
     let routing_settings = &config.routing;
     let policy = routing::build_with_params(routing_settings.policy, &routing_settings.params);
     let registry = Arc::new(Registry::with_aliases(config.fleet.model_aliases.clone()));
@@ -99,6 +101,7 @@ pub fn run(config: Config) -> Result<(), String> {
         admission,
         retry: config.resilience.retry_in_force(),
         metrics: metrics.clone(),
+        tls: upstream_tls.clone(),
     });
     let admin = Arc::new(Admin {
         registry: registry.clone(),
@@ -118,6 +121,7 @@ pub fn run(config: Config) -> Result<(), String> {
         dp_aware: config.fleet.dp_aware,
         upstream_http2: config.fleet.upstream_http2,
         startup_api_key: config.auth.api_key.clone(),
+        tls: upstream_tls,
         load_demand: LoadDemand {
             disabled: config.control.disable_load_monitoring,
             overload_on: config.fleet.overload.on(),

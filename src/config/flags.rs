@@ -227,6 +227,22 @@ pub static FLAGS: &[Flag] = &[
             Ok(())
         },
     ),
+    Flag::one(
+        "upstream-ca-cert-path",
+        "PATH",
+        "none (the platform's roots)",
+        Group::Workers,
+        "PEM bundle of CA certificates trusted for https:// workers and providers besides the \
+         platform's roots (private CAs); read at startup. Certificate and host-name checks are \
+         always on",
+        |c, v| {
+            if v.is_empty() {
+                return Err(Invalid::new(v, "a path to a PEM file"));
+            }
+            c.pipeline.upstream_ca_cert_path = Some(PathBuf::from(v));
+            Ok(())
+        },
+    ),
     Flag::switch(
         "pd-disaggregation",
         Group::Workers,

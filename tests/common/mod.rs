@@ -377,13 +377,16 @@ pub fn client(h2: bool) -> Client<hyper_util::client::legacy::connect::HttpConne
         .build_http()
 }
 
-pub async fn send(
-    client: &Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
+pub async fn send<C>(
+    client: &Client<C, Full<Bytes>>,
     method: &str,
     url: &str,
     headers: &[(&str, &str)],
     body: impl Into<Bytes>,
-) -> Reply {
+) -> Reply
+where
+    C: hyper_util::client::legacy::connect::Connect + Clone + Send + Sync + 'static,
+{
     let mut req = http::Request::builder().method(method).uri(url);
     for (k, v) in headers {
         req = req.header(*k, *v);

@@ -5,7 +5,17 @@
 //! read the same files.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use rustls_pki_types::pem::PemObject;
 
 use rcgen::{
     date_time_ymd, BasicConstraints, CertificateParams, DistinguishedName, DnType,
@@ -132,4 +142,45 @@ fn write_server(dir: &Path, name: &str, kind: Kind, issuer: &Issuer<'_, KeyPair>
     std::fs::write(&out.cert, cert.pem()).expect("write cert");
     std::fs::write(&out.key, key.serialize_pem()).expect("write key");
     out
+}
+
+/// A client that trusts only the CA at `ca` (HTTP/2 or HTTP/1.1 by ALPN; plain `http://`
+/// too, so one client reaches both kinds of listener).
+pub type HttpsClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+pub fn https_client(ca: &Path) -> HttpsClient {
+    let mut roots = rustls::RootCertStore::empty();
+    let pem = std::fs::read(ca).expect("read ca");
+    for cert in rustls_pki_types::CertificateDer::pem_slice_iter(&pem) {
+        roots.add(cert.expect("ca pem")).expect("add ca");
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("tls versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(config)
+        .https_or_http()
+        .enable_http1()
+        .enable_http2()
+        .build();
+    Client::builder(TokioExecutor::new()).build(connector)
+}
+
+/// The request log of a mock worker serving TLS at `url`, read with a client trusting `ca`.
+pub async fn tls_mock_requests(ca: &Path, url: &str) -> Vec<serde_json::Value> {
+    let reply = super::send(
+        &https_client(ca),
+        "GET",
+        &format!("{url}/mock/requests"),
+        &[],
+        "",
+    )
+    .await;
+    match reply.json() {
+        serde_json::Value::Array(items) => items,
+        other => panic!("unexpected request log {other}"),
+    }
 }
