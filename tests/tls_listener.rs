@@ -540,3 +540,22 @@ async fn sighup_without_tls_keeps_serving() {
     );
     assert_eq!(get(&format!("{}/health", gw.url())).await.status, 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_does_not_wait_for_a_stalled_handshake() {
+    let Served {
+        mut gw, _upstream, ..
+    } = served(&[]).await;
+    // Connected, no ClientHello: the 30 s header-read timeout would hold the drain.
+    let stalled = std::net::TcpStream::connect(gw.addr).expect("connect");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let began = Instant::now();
+    let status = gw.terminate(Duration::from_secs(10)).expect("exited");
+    assert!(status.success(), "{status}");
+    assert!(
+        began.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        began.elapsed()
+    );
+    drop(stalled);
+}

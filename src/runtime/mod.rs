@@ -224,7 +224,7 @@ async fn run_epoll<H: Handler>(
                     let accepted = Instant::now();
                     let state = Arc::new(ConnState::default());
                     let report = PhaseReport::new(state.clone());
-                    let (serving, builder, rx) = (serving.clone(), builder.clone(), shutdown.clone());
+                    let (serving, builder, mut rx) = (serving.clone(), builder.clone(), shutdown.clone());
                     match serving.tls.clone() {
                         None => {
                             let io = TokioIo::new(CheckedStream::new(stream, report));
@@ -236,7 +236,7 @@ async fn run_epoll<H: Handler>(
                         Some(tls) => {
                             tokio::task::spawn_local(async move {
                                 let deadline = serving.handshake_deadline(accepted);
-                                if let Some(stream) = tls.accept(stream, deadline).await {
+                                if let Some(stream) = tls.accept(stream, deadline, &mut rx).await {
                                     let io = TokioIo::new(CheckedStream::new(stream, report));
                                     serving.serve(io, state, accepted, &builder, rx).await;
                                 }
@@ -280,7 +280,7 @@ async fn run_uring<H: Handler>(
                     let accepted = Instant::now();
                     let state = Arc::new(ConnState::default());
                     let report = PhaseReport::new(state.clone());
-                    let (serving, builder, rx) = (serving.clone(), builder.clone(), shutdown.clone());
+                    let (serving, builder, mut rx) = (serving.clone(), builder.clone(), shutdown.clone());
                     match serving.tls.clone() {
                         None => {
                             let io = UringIo::new(stream, report);
@@ -294,7 +294,7 @@ async fn run_uring<H: Handler>(
                             tokio_uring::spawn(async move {
                                 let deadline = serving.handshake_deadline(accepted);
                                 let raw = TokioIo::new(UringIo::unchecked(stream));
-                                if let Some(stream) = tls.accept(raw, deadline).await {
+                                if let Some(stream) = tls.accept(raw, deadline, &mut rx).await {
                                     let io = TokioIo::new(CheckedStream::new(stream, report));
                                     serving.serve(io, state, accepted, &builder, rx).await;
                                 }

@@ -21,6 +21,7 @@ use rustls::{InconsistentKeys, ServerConfig};
 use rustls_pki_types::pem::{self, PemObject};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
@@ -252,22 +253,31 @@ impl Tls {
     }
 
     /// Runs the handshake of one connection, in that connection's task, until `deadline`
-    /// (the header-read timeout from accept). `None`: it failed or timed out, and the
-    /// connection is to be closed.
-    pub async fn accept<IO>(&self, io: IO, deadline: Instant) -> Option<TlsStream<IO>>
+    /// (the header-read timeout from accept) or shutdown, which need not wait for a
+    /// connection that has not sent a request yet. `None`: the connection is to be closed.
+    pub async fn accept<IO>(
+        &self,
+        io: IO,
+        deadline: Instant,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Option<TlsStream<IO>>
     where
         IO: AsyncRead + AsyncWrite + Unpin,
     {
-        match tokio::time::timeout_at(deadline, self.acceptor.accept(io)).await {
-            Ok(Ok(stream)) => Some(stream),
-            Ok(Err(err)) => {
-                tracing::debug!(error = %err, "TLS handshake failed; closing");
-                None
-            }
-            Err(_) => {
-                tracing::debug!("no TLS handshake within the header read timeout; closing");
-                None
-            }
+        let handshake = tokio::time::timeout_at(deadline, self.acceptor.accept(io));
+        tokio::select! {
+            done = handshake => match done {
+                Ok(Ok(stream)) => Some(stream),
+                Ok(Err(err)) => {
+                    tracing::debug!(error = %err, "TLS handshake failed; closing");
+                    None
+                }
+                Err(_) => {
+                    tracing::debug!("no TLS handshake within the header read timeout; closing");
+                    None
+                }
+            },
+            _ = shutdown.wait_for(|stopping| *stopping) => None,
         }
     }
 }
