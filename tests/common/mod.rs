@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod pki;
+pub mod tls;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -272,7 +273,10 @@ fn try_gateway(args: &[&str], env: &[(&str, &str)], nofile: Option<Nofile>) -> O
         std::thread::sleep(Duration::from_millis(20));
     };
     let metrics = format!("127.0.0.1:{metrics_port}").parse().ok();
-    wait_for_startup_workers(addr, args);
+    // The wait speaks plain HTTP; `tls::tls_gateway` waits over TLS instead.
+    if !args.contains(&"--tls-cert-path") {
+        wait_for_startup_workers(addr, args);
+    }
     Some(Proc {
         child,
         addr,
