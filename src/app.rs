@@ -11,7 +11,7 @@ use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
-use crate::admin::{self, Admin};
+use crate::admin::{self, Admin, CallerKey};
 use crate::auth::gate::{Authenticator, Denied};
 use crate::control::calls::CallClient;
 use crate::fleet::Registry;
@@ -52,11 +52,12 @@ pub struct ThreadCtx {
 
 impl ThreadCtx {
     pub fn new(gateway: Arc<Gateway>) -> ThreadCtx {
-        let client = UpstreamClient::new(&gateway.pipeline.settings);
+        let client = UpstreamClient::new(&gateway.pipeline.settings, &gateway.pipeline.tls);
+        let calls = CallClient::new(&gateway.pipeline.tls);
         ThreadCtx {
             gateway,
             client,
-            calls: CallClient::new(),
+            calls,
         }
     }
 }
@@ -197,7 +198,11 @@ async fn dispatch(
             StatusCode::INTERNAL_SERVER_ERROR,
             AdminErrorBody::Empty,
         )),
-        Route::Models => Ok(admin::models(&gateway.admin)),
+        Route::Models => {
+            let open = gateway.auth.data_plane_open();
+            let caller = CallerKey::from_request(req.headers(), open);
+            Ok(admin::models(&gateway.admin, &ctx.calls, caller).await)
+        }
         Route::GetModelInfo | Route::GetServerInfo | Route::HealthGenerate => {
             Ok(admin::forward_info(&gateway.admin, &ctx.calls, route.template()).await)
         }

@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 
 use crate::admin::Admin;
@@ -13,27 +14,63 @@ use crate::config::Config;
 use crate::control::jobs::Jobs;
 use crate::control::{lifecycle, load, Control, LoadDemand};
 use crate::fleet::Registry;
+use crate::http::tls::UpstreamTls;
 use crate::metrics::inflight::InflightAges;
 use crate::metrics::{exporter, Metrics, Sources};
 use crate::pipeline::{FleetModes, Pipeline};
 use crate::routing::{self, Policy};
 use crate::runtime::{choose_io_driver, DataPlane};
 use crate::server::health;
+use crate::server::tls::Tls;
 
-/// Resolves once SIGTERM or SIGINT arrives.
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(err) => {
-            tracing::error!(error = %err, "cannot listen for SIGTERM");
-            std::future::pending::<()>().await;
-            return;
+/// The signals the gateway acts on, registered before it announces that it listens, so
+/// none that arrives after the announcement takes the default action (SIGHUP's would end
+/// the process).
+struct Signals {
+    term: Signal,
+    int: Signal,
+    hup: Signal,
+}
+
+impl Signals {
+    fn install() -> Result<Signals, String> {
+        let on = |kind: SignalKind, name: &str| {
+            signal(kind).map_err(|e| format!("cannot listen for {name}: {e}"))
+        };
+        Ok(Signals {
+            term: on(SignalKind::terminate(), "SIGTERM")?,
+            int: on(SignalKind::interrupt(), "SIGINT")?,
+            hup: on(SignalKind::hangup(), "SIGHUP")?,
+        })
+    }
+
+    /// Resolves once SIGTERM or SIGINT arrives; each SIGHUP meanwhile reloads the
+    /// listener's certificate.
+    async fn until_shutdown(mut self, tls: Option<&Tls>) {
+        loop {
+            tokio::select! {
+                _ = self.term.recv() => return tracing::info!("SIGTERM received, draining"),
+                _ = self.int.recv() => return tracing::info!("SIGINT received, draining"),
+                _ = self.hup.recv() => reload(tls),
+            }
         }
+    }
+}
+
+/// SIGHUP: new handshakes get the certificate now in the files, if it is valid.
+fn reload(tls: Option<&Tls>) {
+    let Some(tls) = tls else {
+        tracing::info!("SIGHUP received; the listener has no TLS certificate, nothing to reload");
+        return;
     };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received, draining"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received, draining"),
+    let path = tls.cert_path().display();
+    match tls.reload() {
+        Ok(()) => tracing::info!(path = %path, "TLS certificate reloaded"),
+        Err(err) => tracing::error!(
+            path = %path,
+            error = %err,
+            "TLS certificate not reloaded; still serving the previous one"
+        ),
     }
 }
 
@@ -57,6 +94,8 @@ async fn maintain_policy(policy: Arc<dyn Policy>, every: std::time::Duration) {
 /// that module's settings and hands every owner only the handles it uses.
 pub fn run(config: Config) -> Result<(), String> {
     let (driver, reason) = choose_io_driver(config.runtime.io_engine)?;
+    let upstream_tls = UpstreamTls::load(config.pipeline.upstream_ca_cert_path.as_deref())?;
+    let tls = Tls::from_settings(&config.server.tls).map_err(|e| format!("TLS listener: {e}"))?;
     let routing_settings = &config.routing;
     let policy = routing::build_with_params(routing_settings.policy, &routing_settings.params);
     let registry = Arc::new(Registry::with_aliases(config.fleet.model_aliases.clone()));
@@ -99,6 +138,7 @@ pub fn run(config: Config) -> Result<(), String> {
         admission,
         retry: config.resilience.retry_in_force(),
         metrics: metrics.clone(),
+        tls: upstream_tls.clone(),
     });
     let admin = Arc::new(Admin {
         registry: registry.clone(),
@@ -118,6 +158,7 @@ pub fn run(config: Config) -> Result<(), String> {
         dp_aware: config.fleet.dp_aware,
         upstream_http2: config.fleet.upstream_http2,
         startup_api_key: config.auth.api_key.clone(),
+        tls: upstream_tls,
         load_demand: LoadDemand {
             disabled: config.control.disable_load_monitoring,
             overload_on: config.fleet.overload.on(),
@@ -160,10 +201,12 @@ pub fn run(config: Config) -> Result<(), String> {
         gateway,
         driver,
         &config.server,
+        tls.clone(),
         &config.runtime,
         shutdown_rx,
     )
     .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let signals = control_rt.block_on(async { Signals::install() })?;
     tracing::info!(
         addr = %plane.local_addr,
         engine = driver.as_str(),
@@ -172,9 +215,10 @@ pub fn run(config: Config) -> Result<(), String> {
         max_connections = plane.max_connections,
         metrics = %metrics_addr,
         health_checks = health_addr.map(|a| a.to_string()),
+        tls = tls.is_some(),
         "tollgate listening"
     );
-    control_rt.block_on(shutdown_signal());
+    control_rt.block_on(signals.until_shutdown(tls.as_ref()));
     let _ = shutdown_tx.send(true);
     plane.join();
     tracing::info!("shutdown complete");

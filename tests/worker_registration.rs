@@ -6,9 +6,9 @@
 //! - "each URL once" holds for every spelling of one URL (case, default port, path, dot
 //!   segments), and a query or fragment is refused;
 //! - the jobs of one worker run one after the other, so a PUT racing a DELETE never puts
-//!   a draining worker back in rotation;
-//! - a spec targeting an external provider answers 400 `PROVIDER_NOT_COMPILED` in a build
-//!   without the provider router, and such a `--worker-urls` entry stops startup.
+//!   a draining worker back in rotation.
+//!
+//! External providers are registered like any worker; tests/providers.rs covers them.
 
 mod common;
 
@@ -16,7 +16,7 @@ use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{client, eventually, free_port, gateway, get, mock, post_json, run_to_exit, send};
+use common::{client, eventually, free_port, gateway, get, mock, post_json, send};
 use common::{listed_workers, mock_requests, Proc, Reply};
 use serde_json::{json, Value};
 
@@ -267,57 +267,4 @@ async fn a_put_racing_a_delete_never_puts_the_worker_back() {
         assert_eq!(reply.status, 503, "round {round}: {}", reply.text());
         assert_eq!(mock_requests(&m).await.len(), before, "round {round}");
     }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn external_providers_are_refused_while_their_router_is_not_compiled() {
-    let gw = gateway(&[]);
-    let url = format!("{}/workers", gw.url());
-    let port = dead_port();
-    for spec in [
-        json!({"url": "https://api.openai.com"}),
-        json!({"url": "https://API.anthropic.com/v1"}),
-        json!({"url": format!("http://127.0.0.3:{port}"), "runtime_type": "external"}),
-    ] {
-        let reply = post_json(&url, &spec).await;
-        assert_eq!(reply.status, 400, "{spec}: {}", reply.text());
-        assert_eq!(reply.json()["code"], "PROVIDER_NOT_COMPILED", "{spec}");
-        assert!(reply.json()["error"].is_string(), "{}", reply.text());
-    }
-    assert!(listed_workers(&gw).await.is_empty());
-
-    // PUT of an external spec over a registered worker: refused the same way.
-    let own = format!("http://127.0.0.3:{port}");
-    let reply = post_json(
-        &url,
-        &json!({"url": own, "health": {"disable_health_check": true}}),
-    )
-    .await;
-    assert_eq!(reply.status, 202, "{}", reply.text());
-    let id = reply.json()["worker_id"].as_str().unwrap_or("").to_owned();
-    assert!(
-        eventually(Duration::from_secs(10), || async {
-            status_of(&gw, &id).await.is_some()
-        })
-        .await
-    );
-    let reply = put(&gw, &id, &json!({"url": own, "runtime_type": "external"})).await;
-    assert_eq!(reply.status, 400, "{}", reply.text());
-    assert_eq!(reply.json()["code"], "PROVIDER_NOT_COMPILED");
-
-    // On the command line, such an entry stops startup with a clear error.
-    let out = run_to_exit(
-        &[
-            "--port",
-            "0",
-            "--prometheus-port",
-            &free_port().to_string(),
-            "--worker-urls",
-            "https://api.openai.com",
-        ],
-        &[],
-    );
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("external provider"), "{stderr}");
 }

@@ -1038,9 +1038,6 @@ async fn api_workers_do_not_inherit_the_gateway_key() {
     );
 }
 
-// External providers: refused with 400 PROVIDER_NOT_COMPILED while this build has no
-// provider router; see tests/worker_registration.rs.
-
 // The job queue is bounded: a full queue answers 500 at once.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

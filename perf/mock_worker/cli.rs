@@ -7,6 +7,8 @@
 use std::ffi::OsString;
 use std::str::FromStr;
 
+pub use crate::provider::Provider;
+
 /// Which engine the mock pretends to be, as seen by the gateway's
 /// worker-type detection probes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,6 +114,10 @@ pub struct Flags {
     pub slow_headers_ms: u64,
     pub unhealthy: bool,
     pub verbose: bool,
+    /// `--provider`: stand in for a hosted API instead of an engine.
+    pub provider: Option<Provider>,
+    /// `--tls-cert-path` / `--tls-key-path`: serve HTTPS (HTTP/2 or HTTP/1.1 by ALPN).
+    pub tls: Option<(String, String)>,
 }
 
 /// Result of parsing: either run with these flags or print help.
@@ -132,7 +138,14 @@ Server:
                               prints `LISTENING <ip>:<port>` once bound
   --threads N                 tokio worker threads (default 1)
   --api-key KEY               require `Authorization: Bearer KEY` on every
-                              route except /mock/*
+                              route except /mock/* (with --provider: the key
+                              where that provider reads it)
+  --tls-cert-path PATH        serve HTTPS with this PEM certificate chain
+  --tls-key-path PATH         ... and this PEM private key (both or neither);
+                              HTTP/2 or HTTP/1.1 by ALPN
+  --provider NAME             stand in for a hosted API: openai or anthropic
+                              (its key header, /v1/models and error shapes;
+                              no /health or engine routes)
   --no-request-log            do not record requests (for benchmarks)
   --request-log-capacity N    ring size of the request log (default 10000)
   --verbose                   print one line per request to stderr
@@ -185,6 +198,8 @@ impl Default for Flags {
             slow_headers_ms: 0,
             unhealthy: false,
             verbose: false,
+            provider: None,
+            tls: None,
         }
     }
 }
@@ -201,6 +216,7 @@ where
     // Defaults that depend on --runtime are resolved after the loop so that
     // flag order does not matter.
     let mut owned_by: Option<String> = None;
+    let (mut tls_cert, mut tls_key) = (None, None);
     let mut metrics_style: Option<MetricsStyle> = None;
 
     let mut parser = lexopt::Parser::from_args(args);
@@ -238,11 +254,19 @@ where
             }
             Long("unhealthy") => flags.unhealthy = true,
             Long("verbose") => flags.verbose = true,
+            Long("provider") => flags.provider = Some(parsed_value(&mut parser, "--provider")?),
+            Long("tls-cert-path") => tls_cert = Some(string_value(&mut parser)?),
+            Long("tls-key-path") => tls_key = Some(string_value(&mut parser)?),
             other => return Err(other.unexpected().to_string()),
         }
     }
 
     flags.owned_by = owned_by.unwrap_or_else(|| flags.runtime.default_owned_by().to_string());
+    flags.tls = match (tls_cert, tls_key) {
+        (Some(cert), Some(key)) => Some((cert, key)),
+        (None, None) => None,
+        _ => return Err("--tls-cert-path and --tls-key-path go together".into()),
+    };
     flags.metrics_style = metrics_style.unwrap_or_else(|| flags.runtime.default_metrics_style());
     validate(&flags)?;
     Ok(Command::Run(Box::new(flags)))

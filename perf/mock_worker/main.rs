@@ -19,6 +19,7 @@ mod formats;
 mod inference;
 mod metrics;
 mod prompt;
+mod provider;
 mod reqlog;
 mod respond;
 mod routes;
@@ -92,6 +93,10 @@ async fn run(flags: &Flags) -> Result<(), String> {
         .map_err(|e| format!("cannot write to stdout: {e}"))?;
     drop(stdout);
 
-    server::serve(listener, state).await;
+    let tls = match &flags.tls {
+        Some((cert, key)) => Some(server::tls_acceptor(cert, key)?),
+        None => None,
+    };
+    server::serve(listener, state, tls).await;
     Ok(())
 }

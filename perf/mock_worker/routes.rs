@@ -18,6 +18,7 @@ use crate::control;
 use crate::engine::{self, SGLANG_VERSION, VLLM_VERSION};
 use crate::inference::{self, Endpoint};
 use crate::prompt::Api;
+use crate::provider::{self, Outcome};
 use crate::reqlog::Entry;
 use crate::respond::{self, HttpResult};
 use crate::state::AppState;
@@ -115,6 +116,15 @@ pub async fn handle(state: Arc<AppState>, request: Request<Incoming>) -> HttpRes
     }
     if let Some(log) = &state.log {
         log.record(Entry::new(&parts, &body));
+    }
+    if let Some(provider) = state.provider {
+        return match provider::handle(provider, &state, state.api_key.as_deref(), &parts, &body) {
+            Outcome::Answer(response) => Ok(response),
+            Outcome::Generate => match inference_endpoint(path) {
+                Some(endpoint) => inference::handle(&state, endpoint, &body).await,
+                None => Ok(respond::not_found(path)),
+            },
+        };
     }
     if !state.authorized(&parts.headers) {
         return Ok(respond::error(

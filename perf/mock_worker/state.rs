@@ -28,6 +28,10 @@ pub struct AppState {
     pub stats: Arc<Stats>,
     /// `None` when started with `--no-request-log`.
     pub log: Option<RequestLog>,
+    /// `--provider`: the hosted API this mock stands in for.
+    pub provider: Option<crate::provider::Provider>,
+    /// `--api-key` as given, for a provider's own key check.
+    pub api_key: Option<String>,
     cache: Mutex<PrefixCache>,
     /// Expected `Authorization` header value, when `--api-key` is set.
     expected_auth: Option<String>,
@@ -60,6 +64,8 @@ impl AppState {
             log: flags
                 .request_log
                 .then(|| RequestLog::new(flags.request_log_capacity)),
+            provider: flags.provider,
+            api_key: flags.api_key.clone(),
             cache: Mutex::new(PrefixCache::new(cache::DEFAULT_CAPACITY)),
             expected_auth: flags.api_key.as_ref().map(|key| format!("Bearer {key}")),
             next_id: AtomicU64::new(1),

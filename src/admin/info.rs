@@ -4,14 +4,15 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use http::header::CONTENT_TYPE;
-use http::{Method, Response, StatusCode};
+use http::header::{HeaderName, AUTHORIZATION, CONTENT_TYPE};
+use http::{HeaderMap, Method, Response, StatusCode};
 use serde::Serialize;
 
 use super::json_response;
 use super::Admin;
-use crate::control::calls::{call, CallClient, CallError};
-use crate::fleet::{ConnectionMode, RuntimeType, WorkerType};
+use crate::control::calls::{call, get_with_headers, CallClient, CallError, CallReply};
+use crate::fleet::provider::KeyStyle;
+use crate::fleet::{ConnectionMode, RuntimeType, Worker, WorkerType};
 use crate::http::body::RespBody;
 use crate::http::error::{admin_error, error_response, AdminErrorBody, GatewayError};
 
@@ -36,12 +37,106 @@ struct ModelList<'a> {
     data: Vec<ModelCard<'a>>,
 }
 
-/// `GET /v1/models`: the models of the self-hosted workers in the registry (each worker's
-/// model ID, in registration order, without repeats), whatever their status. External
-/// provider workers are not self-hosted and are left out; `--model-alias` names and model
-/// card aliases are routing names, not models, and are not listed. With no model: 503
-/// plain text `No models available`.
-pub fn models(admin: &Admin) -> Response<RespBody> {
+/// A provider key a caller sent to `GET /v1/models`: `x-api-key` (Anthropic-style), or
+/// `Authorization` when the data plane is open (with gateway auth on, that header holds
+/// the gateway's key, which must never be sent to a provider).
+pub struct CallerKey {
+    style: KeyStyle,
+    headers: HeaderMap,
+}
+
+impl CallerKey {
+    pub fn from_request(headers: &HeaderMap, data_plane_open: bool) -> Option<CallerKey> {
+        let (style, name) = if let Some(key) = headers.get(X_API_KEY) {
+            (KeyStyle::XApiKey, (X_API_KEY, key))
+        } else if let (true, Some(key)) = (data_plane_open, headers.get(AUTHORIZATION)) {
+            (KeyStyle::Bearer, (AUTHORIZATION, key))
+        } else {
+            return None;
+        };
+        let mut out = HeaderMap::new();
+        out.insert(name.0, name.1.clone());
+        for passed in [ANTHROPIC_VERSION_HEADER, ANTHROPIC_BETA_HEADER] {
+            if let Some(value) = headers.get(&passed) {
+                out.insert(passed, value.clone());
+            }
+        }
+        Some(CallerKey {
+            style,
+            headers: out,
+        })
+    }
+}
+
+const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+const ANTHROPIC_VERSION_HEADER: HeaderName = HeaderName::from_static("anthropic-version");
+const ANTHROPIC_BETA_HEADER: HeaderName = HeaderName::from_static("anthropic-beta");
+
+/// `GET /v1/models`. A caller that sends its own provider key ([`CallerKey`]) while an
+/// external provider of that key's style is registered gets that provider's own list,
+/// status and body unchanged (spec 1). Otherwise: the models of the self-hosted workers in
+/// the registry (each worker's model ID, in registration order, without repeats), whatever
+/// their status. External provider workers are not self-hosted and are left out;
+/// `--model-alias` names and model card aliases are routing names, not models, and are not
+/// listed. With no model: 503 plain text `No models available`.
+pub async fn models(
+    admin: &Admin,
+    client: &CallClient,
+    caller: Option<CallerKey>,
+) -> Response<RespBody> {
+    if let Some(caller) = caller {
+        let provider = admin
+            .registry
+            .snapshot()
+            .all()
+            .iter()
+            .find(|w| w.provider.as_ref().is_some_and(|p| p.style == caller.style))
+            .cloned();
+        if let Some(provider) = provider {
+            return provider_models(admin, client, &provider, caller).await;
+        }
+    }
+    self_hosted_models(admin)
+}
+
+/// The provider's own `/v1/models`, asked with the caller's key.
+async fn provider_models(
+    admin: &Admin,
+    client: &CallClient,
+    provider: &Worker,
+    caller: CallerKey,
+) -> Response<RespBody> {
+    let timeout = INFO_TIMEOUT.min(admin.call_timeout);
+    let pool = client.pool(provider.http2);
+    match get_with_headers(
+        pool,
+        &provider.spec.url,
+        caller.headers,
+        "/v1/models",
+        timeout,
+    )
+    .await
+    {
+        Ok(reply) => relay(reply),
+        Err(e) => {
+            tracing::warn!(worker = %provider.url, error = %e, "provider model list failed");
+            error_response(&call_error(&e))
+        }
+    }
+}
+
+/// A worker's reply as the client's answer: status, body and `Content-Type` unchanged.
+fn relay(reply: CallReply) -> Response<RespBody> {
+    let mut resp = Response::new(RespBody::full(reply.body));
+    *resp.status_mut() = reply.status;
+    if let Some(content_type) = reply.headers.get(CONTENT_TYPE) {
+        resp.headers_mut()
+            .insert(CONTENT_TYPE, content_type.clone());
+    }
+    resp
+}
+
+fn self_hosted_models(admin: &Admin) -> Response<RespBody> {
     let snapshot = admin.registry.snapshot();
     let mut seen = HashSet::new();
     let data: Vec<ModelCard<'_>> = snapshot
@@ -127,15 +222,7 @@ pub async fn forward_info(admin: &Admin, client: &CallClient, path: &str) -> Res
                 status: reply.status,
             })
         }
-        Ok(reply) => {
-            let mut resp = Response::new(RespBody::full(reply.body));
-            *resp.status_mut() = reply.status;
-            if let Some(content_type) = reply.headers.get(CONTENT_TYPE) {
-                resp.headers_mut()
-                    .insert(CONTENT_TYPE, content_type.clone());
-            }
-            resp
-        }
+        Ok(reply) => relay(reply),
         Err(e) => {
             tracing::warn!(worker = %worker.url, path, error = %e, "information call failed");
             error_response(&call_error(&e))

@@ -21,7 +21,7 @@ pub mod workers;
 
 pub use engine_metrics::engine_metrics;
 pub use fanout::{flush_cache, profile};
-pub use info::{forward_info, models};
+pub use info::{forward_info, models, CallerKey};
 pub use loads::loads;
 
 use std::sync::Arc;

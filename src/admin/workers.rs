@@ -10,7 +10,6 @@ use uuid::Uuid;
 
 use super::Admin;
 use crate::control::jobs::{Job, SubmitError};
-use crate::control::provider;
 use crate::control::spec_body::{parse_patch, parse_spec, SpecError};
 use crate::fleet::spec::WorkerSpec;
 use crate::fleet::{parse_worker_url, Status, Transport, Worker, WorkerType};
@@ -44,14 +43,6 @@ fn submit_error(err: SubmitError) -> Response<RespBody> {
             "Worker job queue is full; retry later",
         ),
     }
-}
-
-fn not_compiled(refused: &provider::NotCompiled) -> Response<RespBody> {
-    worker_error(
-        StatusCode::BAD_REQUEST,
-        "PROVIDER_NOT_COMPILED",
-        refused.to_string(),
-    )
 }
 
 fn accepted(id: Uuid, message: &str) -> Response<RespBody> {
@@ -90,9 +81,6 @@ pub fn create(admin: &Admin, headers: &HeaderMap, body: &[u8]) -> Response<RespB
         Ok(spec) => spec,
         Err(err) => return spec_error(&err),
     };
-    if let Err(refused) = provider::check_compiled(&spec) {
-        return not_compiled(&refused);
-    }
     let url = spec.url.normalized.clone();
     if let Some(existing) = admin.registry.snapshot().by_url(&url) {
         return worker_error(
@@ -241,9 +229,6 @@ pub fn replace(
         Ok(spec) => spec,
         Err(err) => return spec_error(&err),
     };
-    if let Err(refused) = provider::check_compiled(&spec) {
-        return not_compiled(&refused);
-    }
     let Some(worker) = admin.registry.snapshot().by_id(&id).cloned() else {
         return not_found(&id);
     };

@@ -124,6 +124,12 @@ impl Authenticator {
         }
     }
 
+    /// Whether the data plane takes requests without a key (no `--api-key`, no tenant
+    /// keys): a caller's `Authorization` is then its own, not a gateway key.
+    pub fn data_plane_open(&self) -> bool {
+        self.data.is_open()
+    }
+
     /// Whether control-plane auth (keys or JWT) is in force (rule 1).
     pub fn control_plane_configured(&self) -> bool {
         !self.control_keys.is_empty() || self.jwt.is_some()

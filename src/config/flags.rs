@@ -212,6 +212,28 @@ pub static FLAGS: &[Flag] = &[
             Ok(())
         },
     ),
+    Flag::one(
+        "tls-cert-path",
+        "PATH",
+        "none (cleartext)",
+        Group::Listener,
+        "PEM certificate chain (leaf first) the main listener serves over TLS, HTTP/1.1 and h2 by ALPN; needs --tls-key-path; re-read on SIGHUP",
+        |c, v| {
+            c.server.tls.cert_path = Some(file_path(v)?);
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "tls-key-path",
+        "PATH",
+        "none (cleartext)",
+        Group::Listener,
+        "PEM private key (PKCS#8, PKCS#1 or SEC1) of --tls-cert-path; needs --tls-cert-path; re-read on SIGHUP",
+        |c, v| {
+            c.server.tls.key_path = Some(file_path(v)?);
+            Ok(())
+        },
+    ),
     // Workers
     Flag::many(
         "worker-urls",
@@ -224,6 +246,19 @@ pub static FLAGS: &[Flag] = &[
             for v in values {
                 c.control.worker_urls.push(worker_url(v)?);
             }
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "upstream-ca-cert-path",
+        "PATH",
+        "none (the platform's roots)",
+        Group::Workers,
+        "PEM bundle of CA certificates trusted for https:// workers and providers besides the \
+         platform's roots (private CAs); read at startup. Certificate and host-name checks are \
+         always on",
+        |c, v| {
+            c.pipeline.upstream_ca_cert_path = Some(file_path(v)?);
             Ok(())
         },
     ),
@@ -1131,6 +1166,14 @@ pub fn role_mapping(v: &str) -> Result<(String, Role), Invalid> {
 pub fn ip_addr(v: &str) -> Result<IpAddr, Invalid> {
     v.parse()
         .map_err(|_| Invalid::new(v, "expected an IP address such as 0.0.0.0 or ::1"))
+}
+
+/// A file path (not empty; whether it can be read is checked when it is used).
+pub fn file_path(v: &str) -> Result<PathBuf, Invalid> {
+    if v.is_empty() {
+        return Err(Invalid::new(v, "expected a file path"));
+    }
+    Ok(v.into())
 }
 
 /// A port number; `allow_zero` for listeners where 0 means "pick a free port".

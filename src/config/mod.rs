@@ -300,6 +300,11 @@ fn check_combinations(config: &Config) -> Result<(), ConfigError> {
         (None, Some(_)) => return Err(requires("--jwt-audience", "--jwt-issuer")),
         _ => {}
     }
+    match (&config.server.tls.cert_path, &config.server.tls.key_path) {
+        (Some(_), None) => return Err(requires("--tls-cert-path", "--tls-key-path")),
+        (None, Some(_)) => return Err(requires("--tls-key-path", "--tls-cert-path")),
+        _ => {}
+    }
     if config.auth.jwt_jwks_uri.is_some() && config.auth.jwt_issuer.is_none() {
         return Err(requires("--jwt-jwks-uri", "--jwt-issuer"));
     }

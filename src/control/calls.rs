@@ -22,6 +22,7 @@ use hyper_util::client::legacy::Client;
 
 use crate::fleet::{Transport, Worker, WorkerUrl};
 use crate::http::client::{self, ClientOptions};
+use crate::http::tls::UpstreamTls;
 
 /// One pooled client for the gateway's own calls, speaking one way to plain-HTTP workers.
 pub type CallPool = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
@@ -36,12 +37,13 @@ pub struct CallClient {
 }
 
 impl CallClient {
-    /// Builds both pools. Build one per tokio runtime: a pool spawns connection tasks on
-    /// the runtime it is used from, and connections must not outlive it.
-    pub fn new() -> CallClient {
+    /// Builds both pools, trusting `tls`'s roots for `https://` workers. Build one per
+    /// tokio runtime: a pool spawns connection tasks on the runtime it is used from, and
+    /// connections must not outlive it.
+    pub fn new(tls: &UpstreamTls) -> CallClient {
         CallClient {
-            http1: client::build(ClientOptions::control_calls(false)),
-            h2c: client::build(ClientOptions::control_calls(true)),
+            http1: client::build(ClientOptions::control_calls(tls.clone(), false)),
+            h2c: client::build(ClientOptions::control_calls(tls.clone(), true)),
         }
     }
 
@@ -52,12 +54,6 @@ impl CallClient {
         } else {
             &self.http1
         }
-    }
-}
-
-impl Default for CallClient {
-    fn default() -> CallClient {
-        CallClient::new()
     }
 }
 
@@ -130,15 +126,23 @@ pub async fn call(
     timeout: Duration,
 ) -> Result<CallReply, CallError> {
     let (scheme, authority) = worker.http_origin().ok_or(CallError::NotHttp)?;
-    let request = build_request(
+    // An external provider reads its key where it wants it (see `ProviderKey::apply`).
+    let bearer = match worker.provider {
+        Some(_) => None,
+        None => worker.bearer.as_ref(),
+    };
+    let mut request = build_request(
         scheme,
         authority,
-        worker.bearer.as_ref(),
+        bearer,
         method,
         path_and_query,
         body,
         AGENT,
     )?;
+    if let Some(provider) = &worker.provider {
+        provider.apply(request.headers_mut());
+    }
     bounded(client.pool(worker.http2), request, timeout).await
 }
 
@@ -166,6 +170,31 @@ pub async fn call_url(
         body,
         PROBE_AGENT,
     )?;
+    bounded(client, request, timeout).await
+}
+
+/// `GET path` with `headers` added (an external provider's key, which need not be a bearer
+/// token), on a worker that is not registered yet or with a caller's own key.
+pub async fn get_with_headers(
+    client: &CallPool,
+    url: &WorkerUrl,
+    headers: HeaderMap,
+    path_and_query: &str,
+    timeout: Duration,
+) -> Result<CallReply, CallError> {
+    let Transport::Http { scheme, authority } = &url.transport else {
+        return Err(CallError::NotHttp);
+    };
+    let mut request = build_request(
+        scheme,
+        authority,
+        None,
+        Method::GET,
+        path_and_query,
+        None,
+        PROBE_AGENT,
+    )?;
+    request.headers_mut().extend(headers);
     bounded(client, request, timeout).await
 }
 
@@ -383,14 +412,14 @@ pub(crate) mod tests {
 
     /// The HTTP/1.1 pool alone, for calls that pick their pool themselves.
     pub(crate) fn plain_pool() -> CallPool {
-        client::build(ClientOptions::control_calls(false))
+        client::build(ClientOptions::control_calls(UpstreamTls::platform(), false))
     }
 
     #[tokio::test]
     async fn call_url_sends_key_and_body_and_returns_the_reply() {
         let (base, seen) = serve(|_, path, _| (201, format!("echo {path}").into_bytes())).await;
         let url = parse_worker_url(&base).unwrap();
-        let client = CallClient::new();
+        let client = CallClient::new(&UpstreamTls::platform());
         let key = bearer("sk-worker");
         let reply = call_url(
             client.pool(false),
@@ -417,7 +446,7 @@ pub(crate) mod tests {
     async fn call_without_key_or_body_sends_neither_header() {
         let (base, seen) = serve(|_, _, _| (200, Vec::new())).await;
         let worker = Worker::for_url(&base).unwrap();
-        let client = CallClient::new();
+        let client = CallClient::new(&UpstreamTls::platform());
         let reply = call(&client, &worker, Method::GET, "/v1/loads", None, SECOND)
             .await
             .unwrap();
@@ -439,7 +468,7 @@ pub(crate) mod tests {
             Discovered::default(),
             &WorkerDefaults::default(),
         );
-        let client = CallClient::new();
+        let client = CallClient::new(&UpstreamTls::platform());
         call(&client, &worker, Method::GET, "/health", None, SECOND)
             .await
             .unwrap();
@@ -451,7 +480,7 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn non_http_workers_are_refused_without_a_call() {
-        let client = CallClient::new();
+        let client = CallClient::new(&UpstreamTls::platform());
         let worker = Worker::for_url("grpc://127.0.0.1:1").unwrap();
         let err = call(&client, &worker, Method::GET, "/health", None, SECOND)
             .await
@@ -467,7 +496,7 @@ pub(crate) mod tests {
     #[tokio::test]
     async fn a_dead_port_is_a_connect_error() {
         let url = parse_worker_url(&dead_url().await).unwrap();
-        let client = CallClient::new();
+        let client = CallClient::new(&UpstreamTls::platform());
         let key = bearer("sk-hidden");
         let err = probe_health(client.pool(false), &url, Some(&key), SECOND)
             .await
@@ -483,7 +512,7 @@ pub(crate) mod tests {
     #[tokio::test]
     async fn a_silent_worker_times_out() {
         let url = parse_worker_url(&silent_url().await).unwrap();
-        let client = CallClient::new();
+        let client = CallClient::new(&UpstreamTls::platform());
         let started = std::time::Instant::now();
         let err = probe_health(client.pool(false), &url, None, Duration::from_millis(200))
             .await
@@ -500,7 +529,7 @@ pub(crate) mod tests {
         })
         .await;
         let url = parse_worker_url(&base).unwrap();
-        let client = CallClient::new();
+        let client = CallClient::new(&UpstreamTls::platform());
         let key = bearer("k");
         assert_eq!(
             probe_health(client.pool(false), &url, Some(&key), SECOND).await,
@@ -520,7 +549,7 @@ pub(crate) mod tests {
     async fn oversized_replies_are_refused() {
         let (base, _) = serve(|_, _, _| (200, vec![b'x'; MAX_CALL_BODY + 1])).await;
         let url = parse_worker_url(&base).unwrap();
-        let client = CallClient::new();
+        let client = CallClient::new(&UpstreamTls::platform());
         let err = call_url(
             client.pool(false),
             &url,

@@ -13,9 +13,9 @@ use uuid::Uuid;
 
 use super::calls::{probe_health, CallClient};
 use super::detect::{detect, is_external_provider, server_dp_size};
+use super::external;
 use super::jobs::{Job, SubmitError, QUEUE_CAPACITY};
 use super::protocol::{self, Unsettled, Want};
-use super::provider;
 use super::spec_body::check_for_registration;
 use super::Control;
 use super::ControlSettings;
@@ -40,7 +40,7 @@ const IDLE_RECHECK: Duration = Duration::from_secs(5);
 /// DELETE's drain would otherwise publish the draining worker again).
 pub async fn run_jobs(control: Arc<Control>, mut rx: mpsc::Receiver<Job>) {
     let permits = Arc::new(Semaphore::new(CONCURRENT_JOBS));
-    let client = CallClient::new();
+    let client = CallClient::new(&control.tls);
     let lanes = Lanes::default();
     while let Some(job) = rx.recv().await {
         // Taken here, so jobs waiting in a lane count too: what the executor holds is
@@ -281,6 +281,12 @@ async fn discover(
     let probe_worker = Worker::new(id, spec.clone(), Discovered::default(), &control.defaults);
     let want = Want::from_settings(spec.http_pool.http2, control.upstream_http2);
     let timeout = probe_worker.health.timeout;
+    if spec.runtime_type == RuntimeType::External {
+        return Ok((
+            external::discover(client.pool(false), spec, timeout).await?,
+            None,
+        ));
+    }
     let http2 = if probe_worker.health.disabled {
         protocol::settle_once(client, &spec.url, bearer.as_ref(), timeout, want).await?
     } else {
@@ -346,11 +352,10 @@ async fn wait_until_answering(
 /// `--worker-startup-timeout-secs` runs out, detected, and routable only once healthy.
 /// They carry the gateway's `--api-key`. Returns at once, so the gateway listens (and its
 /// readiness says 503) while slow workers come up. A URL listed twice, in any spelling,
-/// is registered once; an entry that targets an external provider stops startup.
+/// is registered once.
 pub fn register_startup(control: &Control) -> Result<(), String> {
     for mut spec in startup_specs(&control.settings)? {
         spec.api_key = control.startup_api_key.clone();
-        provider::check_compiled(&spec).map_err(|e| e.to_string())?;
         let url = spec.url.normalized.clone();
         let job = Job::Add {
             id: Uuid::new_v4(),

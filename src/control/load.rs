@@ -43,7 +43,7 @@ const LOADS_PATH: &str = "/v1/loads?include=core,memory,queues,disagg";
 /// an `overload` block must still be polled.
 pub async fn monitor(control: Arc<Control>) {
     let interval = control.settings.load_monitor_interval;
-    let client = CallClient::new();
+    let client = CallClient::new(&control.tls);
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
@@ -652,7 +652,7 @@ mod tests {
             _ => (404, b"{\"detail\":\"Not Found\"}".to_vec()),
         })
         .await;
-        let client = CallClient::new();
+        let client = CallClient::new(&crate::http::tls::UpstreamTls::platform());
         let second = Duration::from_secs(1);
         let worker = Worker::for_url(&sglang).unwrap();
         let report = poll(&client, &worker, second).await.unwrap();

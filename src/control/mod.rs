@@ -5,18 +5,19 @@
 
 pub mod calls;
 pub mod detect;
+pub mod external;
 pub mod jobs;
 pub mod lifecycle;
 pub mod load;
 pub mod prom_text;
 pub mod protocol;
-pub mod provider;
 pub mod spec_body;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::fleet::{Registry, WorkerDefaults, WorkerType};
+use crate::http::tls::UpstreamTls;
 use crate::metrics::Metrics;
 use crate::routing::{Policy, PolicyName};
 use crate::secret::Secret;
@@ -113,6 +114,8 @@ pub struct Control {
     pub upstream_http2: bool,
     /// `--api-key`: the key of workers registered from the command line.
     pub startup_api_key: Option<Secret>,
+    /// What the control plane's calls to https workers trust.
+    pub tls: UpstreamTls,
     pub load_demand: LoadDemand,
 }
 

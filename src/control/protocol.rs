@@ -114,7 +114,7 @@ mod tests {
         let (base, _) = serve(|_, _, _| (200, b"{}".to_vec())).await;
         let h1 = parse_worker_url(&base).unwrap();
         let dead = parse_worker_url(&dead_url().await).unwrap();
-        let client = CallClient::new();
+        let client = CallClient::new(&crate::http::tls::UpstreamTls::platform());
         let check = |url, want| check(&client, url, None, SECOND, want);
         assert!(matches!(check(&h1, Want::Http1).await, Ok(false)));
         assert!(matches!(check(&h1, Want::PreferHttp2).await, Ok(false)));

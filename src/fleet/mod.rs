@@ -9,6 +9,7 @@
 pub mod dp;
 pub mod engine_load;
 pub mod overload;
+pub mod provider;
 pub mod spec;
 mod url;
 
@@ -324,6 +325,9 @@ pub struct Worker {
     /// Pre-built `Bearer <key>` for the gateway's own calls and for client requests that
     /// carry no `Authorization`; marked sensitive so it never shows in debug output.
     pub bearer: Option<HeaderValue>,
+    /// For an external provider: its key in the header that provider reads; `None` for
+    /// engines.
+    pub provider: Option<provider::ProviderKey>,
     /// The spec as registered (with PATCHes applied).
     pub spec: WorkerSpec,
     /// The model it serves: the first model card, else the model labels, else the first
@@ -372,8 +376,19 @@ impl Worker {
             .map(|card| card.id.clone())
             .or_else(|| spec.model_id().map(str::to_owned))
             .or_else(|| discovered.models.first().cloned());
+        // Spec 1: external workers ignore `models`; they serve what the provider lists.
+        let cards = if runtime == RuntimeType::External {
+            &[][..]
+        } else {
+            &spec.models[..]
+        };
+        let model_id = if runtime == RuntimeType::External {
+            discovered.models.first().cloned()
+        } else {
+            model_id
+        };
         let mut model_names: Vec<String> = Vec::new();
-        for card in &spec.models {
+        for card in cards {
             model_names.push(card.id.clone());
             model_names.extend(card.aliases.iter().cloned());
         }
@@ -384,8 +399,10 @@ impl Worker {
         model_names.dedup();
         let mut labels = discovered.labels;
         labels.extend(spec.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let provider = provider_key(runtime, &spec, &labels);
         Worker {
             id,
+            provider,
             url: spec.url.normalized.clone(),
             url_label: Arc::from(spec.url.normalized.as_str()),
             transport: spec.url.transport.clone(),
@@ -471,6 +488,7 @@ impl Worker {
             worker_type: self.worker_type,
             runtime: self.runtime,
             bearer: bearer(spec.api_key.as_ref()),
+            provider: provider_key(self.runtime, &spec, &labels),
             health: HealthConfig::resolve(&defaults.health, &spec.health, self.runtime),
             model_id: self.model_id.clone(),
             model_names: self.model_names.clone(),
@@ -609,6 +627,19 @@ impl Worker {
 
 /// `Bearer <key>` as a sensitive header value; `None` without a key or for a key that
 /// cannot be a header value.
+/// An external worker's key as its provider reads it; `None` for engines.
+fn provider_key(
+    runtime: RuntimeType,
+    spec: &WorkerSpec,
+    labels: &BTreeMap<String, String>,
+) -> Option<provider::ProviderKey> {
+    (runtime == RuntimeType::External).then(|| {
+        let label = labels.get(provider::PROVIDER_LABEL).map(String::as_str);
+        let style = provider::KeyStyle::of(&spec.url, label);
+        provider::ProviderKey::new(style, spec.api_key.as_ref())
+    })
+}
+
 pub fn bearer(key: Option<&Secret>) -> Option<HeaderValue> {
     let mut value = HeaderValue::try_from(format!("Bearer {}", key?.expose())).ok()?;
     value.set_sensitive(true);

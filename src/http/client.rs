@@ -10,10 +10,12 @@
 use std::time::Duration;
 
 use hyper::body::Body;
-use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::{Connect, HttpConnector};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+
+use super::tls::UpstreamTls;
 
 /// What the TCP connector is wrapped in; it also fixes the client's connector type, so the
 /// data path's client has no TLS layer to pass through at all.
@@ -36,33 +38,24 @@ impl Tls for Plain {
     }
 }
 
-/// `https://` verified against the webpki roots, and `http://` as is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WebpkiRoots {
+/// `https://` verified against the roots of an [`UpstreamTls`], and `http://` as is.
+#[derive(Clone, Debug)]
+pub struct Verified {
+    pub tls: UpstreamTls,
     /// Whether TLS offers HTTP/2 through ALPN besides HTTP/1.1.
     pub alpn_h2: bool,
 }
 
-impl Tls for WebpkiRoots {
+impl Tls for Verified {
     type Connector = HttpsConnector<HttpConnector>;
 
-    fn wrap(self, mut tcp: HttpConnector) -> HttpsConnector<HttpConnector> {
-        // The TLS wrapper needs `https://` URIs to reach it.
-        tcp.enforce_http(false);
-        let protocols = HttpsConnectorBuilder::new()
-            .with_webpki_roots()
-            .https_or_http()
-            .enable_http1();
-        if self.alpn_h2 {
-            protocols.enable_http2().wrap_connector(tcp)
-        } else {
-            protocols.wrap_connector(tcp)
-        }
+    fn wrap(self, tcp: HttpConnector) -> HttpsConnector<HttpConnector> {
+        self.tls.connector(tcp, self.alpn_h2)
     }
 }
 
 /// How one client connects and pools its connections.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct ClientOptions<T> {
     tls: T,
     /// HTTP/2 with prior knowledge on every connection (h2c on `http://`).
@@ -112,14 +105,35 @@ const CONTROL_IDLE: Duration = Duration::from_secs(30);
 /// alike: the spec's `http_pool.connect_timeout_secs` default.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-impl ClientOptions<WebpkiRoots> {
+impl ClientOptions<Verified> {
+    /// The data path's pools to `https://` workers (external providers included), one set
+    /// per data-plane thread: as [`ClientOptions::data_path`], with TLS verified against
+    /// `tls` and HTTP/2 or HTTP/1.1 chosen by ALPN.
+    pub fn data_path_tls(
+        tls: UpstreamTls,
+        max_idle_per_host: usize,
+        idle_timeout: Option<Duration>,
+        connect_timeout: Duration,
+    ) -> ClientOptions<Verified> {
+        ClientOptions {
+            tls: Verified { tls, alpn_h2: true },
+            http2_only: false,
+            nodelay: true,
+            connect_timeout: Some(connect_timeout),
+            max_idle_per_host,
+            idle_timeout,
+            evict_idle: true,
+            h2_timer: true,
+        }
+    }
+
     /// The control plane's own calls to workers: any worker URL, `https://` included (HTTP/2
     /// where TLS negotiates it), or HTTP/2 with prior knowledge when `http2_only`. These
     /// calls are few and each bounds itself as a whole, so the pool is hyper's unbounded
     /// one; idle connections are evicted after [`CONTROL_IDLE`].
-    pub fn control_calls(http2_only: bool) -> ClientOptions<WebpkiRoots> {
+    pub fn control_calls(tls: UpstreamTls, http2_only: bool) -> ClientOptions<Verified> {
         ClientOptions {
-            tls: WebpkiRoots { alpn_h2: true },
+            tls: Verified { tls, alpn_h2: true },
             http2_only,
             nodelay: true,
             connect_timeout: Some(CONNECT_TIMEOUT),
@@ -134,9 +148,12 @@ impl ClientOptions<WebpkiRoots> {
     /// hyper's own pool defaults, since a client serves one fetch and is dropped (fetches
     /// are rare and run on several runtimes, to which a kept pool would tie connections).
     /// The fetch bounds itself as a whole.
-    pub fn oidc() -> ClientOptions<WebpkiRoots> {
+    pub fn oidc() -> ClientOptions<Verified> {
         ClientOptions {
-            tls: WebpkiRoots { alpn_h2: false },
+            tls: Verified {
+                tls: UpstreamTls::platform(),
+                alpn_h2: false,
+            },
             http2_only: false,
             nodelay: false,
             connect_timeout: None,
@@ -221,20 +238,20 @@ mod tests {
 
     #[test]
     fn control_calls_reach_https_with_h2_alpn_and_evict_idle() {
-        let options = ClientOptions::control_calls(false);
-        assert_eq!(options.tls, WebpkiRoots { alpn_h2: true });
+        let options = ClientOptions::control_calls(UpstreamTls::platform(), false);
+        assert!(options.tls.alpn_h2);
         let idle = Some(Duration::from_secs(30));
         assert_eq!(
             settings(&options),
             (false, true, Some(SECS_10), usize::MAX, idle, true, false)
         );
-        assert!(ClientOptions::control_calls(true).http2_only);
+        assert!(ClientOptions::control_calls(UpstreamTls::platform(), true).http2_only);
     }
 
     #[test]
     fn oidc_is_http1_with_hyper_defaults() {
         let options = ClientOptions::oidc();
-        assert_eq!(options.tls, WebpkiRoots { alpn_h2: false });
+        assert!(!options.tls.alpn_h2);
         let idle = Some(Duration::from_secs(90));
         assert_eq!(
             settings(&options),

@@ -15,6 +15,7 @@ use serde::Serialize;
 
 use super::body::RespBody;
 use super::reply;
+use super::tls::TlsFailure;
 use super::upload::ReadError;
 
 /// Header carrying the gateway error code.
@@ -37,6 +38,8 @@ pub enum GatewayError {
     UpstreamBroken,
     /// The worker did not answer within the request timeout.
     UpstreamTimeout,
+    /// The TLS handshake with an https worker failed (untrusted, wrong host, expired, ...).
+    UpstreamTls { failure: TlsFailure },
     /// The worker's transport is registered but not served by this build (gRPC, ZMQ, TLS).
     UnsupportedTransport { transport: &'static str },
     /// The client's body broke off while the gateway read it (it had to look inside).
@@ -110,6 +113,7 @@ impl GatewayError {
             G::NotImplemented { .. } =>       (S::NOT_IMPLEMENTED,     "not_implemented",                 INTERNAL,       KEEP),
             G::UpstreamConnect =>             (S::BAD_GATEWAY,         "worker_connect_failed",           BACKEND,        KEEP),
             G::UpstreamBroken =>              (S::BAD_GATEWAY,         "worker_connection_error",         BACKEND,        KEEP),
+            G::UpstreamTls { .. } =>          (S::BAD_GATEWAY,         "worker_tls_failed",               BACKEND,        KEEP),
             G::UnsupportedTransport { .. } => (S::BAD_GATEWAY,         "worker_transport_unsupported",    BACKEND,        KEEP),
             G::WorkerStatus { status } =>     (*status,                "upstream_error",                  BACKEND,        KEEP),
             G::UpstreamTimeout =>             (S::GATEWAY_TIMEOUT,     "worker_timeout",                  TIMEOUT,        KEEP),
@@ -175,6 +179,7 @@ impl fmt::Display for GatewayError {
                 )
             }
             GatewayError::UpstreamConnect => f.write_str("could not connect to the worker"),
+            GatewayError::UpstreamTls { failure } => f.write_str(failure.describe()),
             GatewayError::UpstreamBroken => {
                 f.write_str("the worker closed the connection or sent an invalid response")
             }

@@ -8,4 +8,5 @@ pub mod guard;
 pub mod head_rules;
 pub mod reply;
 pub mod route;
+pub mod tls;
 pub mod upload;

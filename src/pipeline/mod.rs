@@ -28,6 +28,7 @@ pub mod select;
 mod send;
 pub mod transport;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -40,6 +41,7 @@ use crate::fleet::{LoadGuard, Registry, Worker};
 use crate::http::body::RespBody;
 use crate::http::error::GatewayError;
 use crate::http::guard::Guard;
+use crate::http::tls::UpstreamTls;
 use crate::metrics::{Metrics, RouteLabels};
 use crate::resilience::RetryConfig;
 use crate::routing::Policy;
@@ -67,6 +69,9 @@ pub struct PipelineSettings {
     pub upstream_pool_idle_timeout: Option<Duration>,
     /// `--max-buffered-request-bytes`: largest body kept for replay.
     pub max_buffered_request_bytes: u64,
+    /// `--upstream-ca-cert-path`: a PEM bundle of CAs trusted for https workers besides
+    /// the platform's roots (read at startup into an [`UpstreamTls`]).
+    pub upstream_ca_cert_path: Option<PathBuf>,
 }
 
 impl Default for PipelineSettings {
@@ -78,6 +83,7 @@ impl Default for PipelineSettings {
             request_body_idle_timeout: Duration::from_secs(30),
             upstream_pool_idle_timeout: Some(Duration::from_secs(3)),
             max_buffered_request_bytes: 16 * 1024 * 1024,
+            upstream_ca_cert_path: None,
         }
     }
 }
@@ -110,6 +116,8 @@ pub struct Pipeline {
     /// Retry settings in force (none under `--disable-retries`).
     pub retry: RetryConfig,
     pub metrics: Arc<Metrics>,
+    /// What the https pools of every thread trust (`--upstream-ca-cert-path`).
+    pub tls: UpstreamTls,
 }
 
 /// What the router metrics need to know of a request once it is over: the model the body

@@ -18,8 +18,10 @@ use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::server::limit::{self, ConnLimit};
+use crate::server::tls::Tls;
 use crate::server::{
     self, listener, tokio_io::CheckedStream, ConnState, Handler, PhaseReport, ServerSettings,
 };
@@ -219,15 +221,29 @@ async fn run_epoll<H: Handler>(
                         continue;
                     };
                     let _ = stream.set_nodelay(true);
+                    let accepted = Instant::now();
                     let state = Arc::new(ConnState::default());
                     let report = PhaseReport::new(state.clone());
-                    let io = TokioIo::new(CheckedStream::new(stream, report));
-                    let (serving, builder, rx) = (serving.clone(), builder.clone(), shutdown.clone());
-                    tokio::task::spawn_local(async move {
-                        let handler = serving.handler.clone();
-                        server::serve(io, state, handler, &serving.settings, &builder, rx).await;
-                        drop(guard);
-                    });
+                    let (serving, builder, mut rx) = (serving.clone(), builder.clone(), shutdown.clone());
+                    match serving.tls.clone() {
+                        None => {
+                            let io = TokioIo::new(CheckedStream::new(stream, report));
+                            tokio::task::spawn_local(async move {
+                                serving.serve(io, state, accepted, &builder, rx).await;
+                                drop(guard);
+                            });
+                        }
+                        Some(tls) => {
+                            tokio::task::spawn_local(async move {
+                                let deadline = serving.handshake_deadline(accepted);
+                                if let Some(stream) = tls.accept(stream, deadline, &mut rx).await {
+                                    let io = TokioIo::new(CheckedStream::new(stream, report));
+                                    serving.serve(io, state, accepted, &builder, rx).await;
+                                }
+                                drop(guard);
+                            });
+                        }
+                    }
                 }
                 Err(err) => accept_failed(err).await,
             },
@@ -261,14 +277,31 @@ async fn run_uring<H: Handler>(
                         continue;
                     };
                     let _ = stream.set_nodelay(true);
+                    let accepted = Instant::now();
                     let state = Arc::new(ConnState::default());
-                    let io = UringIo::new(stream, PhaseReport::new(state.clone()));
-                    let (serving, builder, rx) = (serving.clone(), builder.clone(), shutdown.clone());
-                    tokio_uring::spawn(async move {
-                        let handler = serving.handler.clone();
-                        server::serve(io, state, handler, &serving.settings, &builder, rx).await;
-                        drop(guard);
-                    });
+                    let report = PhaseReport::new(state.clone());
+                    let (serving, builder, mut rx) = (serving.clone(), builder.clone(), shutdown.clone());
+                    match serving.tls.clone() {
+                        None => {
+                            let io = UringIo::new(stream, report);
+                            tokio_uring::spawn(async move {
+                                serving.serve(io, state, accepted, &builder, rx).await;
+                                drop(guard);
+                            });
+                        }
+                        // TLS over the unchecked socket, the check over the decrypted stream.
+                        Some(tls) => {
+                            tokio_uring::spawn(async move {
+                                let deadline = serving.handshake_deadline(accepted);
+                                let raw = TokioIo::new(UringIo::unchecked(stream));
+                                if let Some(stream) = tls.accept(raw, deadline, &mut rx).await {
+                                    let io = TokioIo::new(CheckedStream::new(stream, report));
+                                    serving.serve(io, state, accepted, &builder, rx).await;
+                                }
+                                drop(guard);
+                            });
+                        }
+                    }
                 }
                 Err(err) => accept_failed(err).await,
             },
@@ -296,11 +329,44 @@ pub trait ThreadSetup: Send + Sync + 'static {
     fn parked(&self, index: usize);
 }
 
-/// What a thread's connections share: the handler, the edge settings, the drain grace.
+/// What a thread's connections share: the handler, the edge settings, the listener's TLS
+/// (if on), the drain grace.
 struct Serving<H> {
     handler: Arc<H>,
     settings: ServerSettings,
+    tls: Option<Tls>,
     grace: Duration,
+}
+
+impl<H: Handler> Serving<H> {
+    /// Serves one connection whose IO is ready (past its TLS handshake, if any).
+    async fn serve<I>(
+        &self,
+        io: I,
+        state: Arc<ConnState>,
+        accepted: Instant,
+        builder: &server::ConnBuilder,
+        shutdown: watch::Receiver<bool>,
+    ) where
+        I: hyper::rt::Read + hyper::rt::Write + Unpin + 'static,
+    {
+        let handler = self.handler.clone();
+        server::serve(
+            io,
+            state,
+            accepted,
+            handler,
+            &self.settings,
+            builder,
+            shutdown,
+        )
+        .await;
+    }
+
+    /// A TLS handshake must end within the header-read timeout from accept.
+    fn handshake_deadline(&self, accepted: Instant) -> Instant {
+        accepted + self.settings.header_read_timeout
+    }
 }
 
 /// Runs one data-plane thread until shutdown has drained its connections.
@@ -309,7 +375,7 @@ fn run_thread<S: ThreadSetup>(
     index: usize,
     listener: TcpListener,
     setup: Arc<S>,
-    settings: (ServerSettings, Duration),
+    settings: (ServerSettings, Option<Tls>, Duration),
     limit: Arc<ConnLimit>,
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
@@ -317,7 +383,8 @@ fn run_thread<S: ThreadSetup>(
         Rc::new(Serving {
             handler: Arc::new(setup.clone().handler()),
             settings: settings.0,
-            grace: settings.1,
+            tls: settings.1,
+            grace: settings.2,
         })
     };
     match driver {
@@ -350,11 +417,13 @@ pub struct DataPlane {
 
 impl DataPlane {
     /// Binds the listeners of `server` and starts one data-plane thread per
-    /// `runtime.worker_threads`, each serving with its own handler from `setup`.
+    /// `runtime.worker_threads`, each serving with its own handler from `setup`, over `tls`
+    /// when it is set.
     pub fn start<S: ThreadSetup>(
         setup: Arc<S>,
         driver: IoDriver,
         server: &ServerSettings,
+        tls: Option<Tls>,
         runtime: &RuntimeSettings,
         shutdown: watch::Receiver<bool>,
     ) -> io::Result<DataPlane> {
@@ -368,7 +437,7 @@ impl DataPlane {
         let mut handles = Vec::with_capacity(listeners.len());
         for (i, listener) in listeners.into_iter().enumerate() {
             let (setup, limit, shutdown) = (setup.clone(), conn_limit.clone(), shutdown.clone());
-            let settings = (server.clone(), runtime.shutdown_grace_period);
+            let settings = (server.clone(), tls.clone(), runtime.shutdown_grace_period);
             let handle = std::thread::Builder::new()
                 .name(format!("tollgate-data-{i}"))
                 .spawn(move || run_thread(driver, i, listener, setup, settings, limit, shutdown))?;

@@ -5,9 +5,11 @@
 //! operation and gets it back on completion: no allocation per read or write beyond the
 //! operation's future. Reads are copied into hyper's buffer (leftovers kept for the next
 //! call); writes are copied out of hyper's and completed before the next write or flush,
-//! so a write error surfaces on the following call. The framing check of
-//! [`crate::server::SmugglingGuard`] sits in the read path exactly as on the epoll engine, and
-//! reports to the connection's timers through a [`PhaseReport`].
+//! so a write error surfaces on the following call. On a cleartext connection the framing
+//! check of [`crate::server::SmugglingGuard`] sits in the read path exactly as on the epoll
+//! engine, and reports to the connection's timers through a [`PhaseReport`]. Under TLS the
+//! adapter carries ciphertext and runs no check ([`UringIo::unchecked`]): the check reads the
+//! decrypted stream above the TLS layer instead.
 
 use std::future::Future;
 use std::io;
@@ -40,16 +42,38 @@ enum WriteState {
     Busy(WriteOp),
 }
 
-pub struct UringIo {
-    stream: Rc<TcpStream>,
-    read: ReadState,
-    write: WriteState,
+/// The framing check of the bytes read and its report to the connection's timers.
+struct ReadCheck {
     guard: SmugglingGuard,
     report: PhaseReport,
 }
 
+pub struct UringIo {
+    stream: Rc<TcpStream>,
+    read: ReadState,
+    write: WriteState,
+    /// `None` under TLS (see the module's doc).
+    check: Option<ReadCheck>,
+}
+
 impl UringIo {
+    /// A cleartext connection's IO, checked and reporting to its timers.
     pub fn new(stream: TcpStream, report: PhaseReport) -> UringIo {
+        UringIo::with_check(
+            stream,
+            Some(ReadCheck {
+                guard: SmugglingGuard::default(),
+                report,
+            }),
+        )
+    }
+
+    /// The IO under a TLS layer: bytes pass unchecked.
+    pub fn unchecked(stream: TcpStream) -> UringIo {
+        UringIo::with_check(stream, None)
+    }
+
+    fn with_check(stream: TcpStream, check: Option<ReadCheck>) -> UringIo {
         UringIo {
             stream: Rc::new(stream),
             read: ReadState::Idle {
@@ -57,8 +81,7 @@ impl UringIo {
                 pos: 0,
             },
             write: WriteState::Idle(Vec::with_capacity(READ_BUF)),
-            guard: SmugglingGuard::default(),
-            report,
+            check,
         }
     }
 
@@ -93,13 +116,22 @@ impl UringIo {
     fn poll_reject(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         loop {
             ready!(self.poll_write_done(cx))?;
-            let rest = self.guard.pending_reply();
+            let Some(check) = &self.check else {
+                return Poll::Ready(Ok(()));
+            };
+            let rest = check.guard.pending_reply();
             if rest.is_empty() {
                 return Poll::Ready(Ok(()));
             }
             let n = self.start_write(rest);
-            self.guard.reply_written(n);
+            if let Some(check) = &mut self.check {
+                check.guard.reply_written(n);
+            }
         }
+    }
+
+    fn is_rejecting(&self) -> bool {
+        self.check.as_ref().is_some_and(|c| c.guard.is_rejecting())
     }
 }
 
@@ -120,7 +152,7 @@ impl Read for UringIo {
         mut cursor: ReadBufCursor<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if this.guard.is_rejecting() {
+        if this.is_rejecting() {
             return this.poll_reject(cx);
         }
         loop {
@@ -139,9 +171,11 @@ impl Read for UringIo {
                 }
                 ReadState::Busy(op) => {
                     let (res, buf) = ready!(op.as_mut().poll(cx));
-                    let admitted = match &res {
-                        Ok(n) => this.guard.admit(buf.get(..*n).unwrap_or_default()),
-                        Err(_) => true,
+                    let admitted = match (&res, &mut this.check) {
+                        (Ok(n), Some(check)) => {
+                            check.guard.admit(buf.get(..*n).unwrap_or_default())
+                        }
+                        _ => true,
                     };
                     this.read = ReadState::Idle { buf, pos: 0 };
                     match res {
@@ -154,7 +188,11 @@ impl Read for UringIo {
                             }
                             return this.poll_reject(cx);
                         }
-                        Ok(_) => this.report.update(this.guard.phase()),
+                        Ok(_) => {
+                            if let Some(check) = &mut this.check {
+                                check.report.update(check.guard.phase());
+                            }
+                        }
                     }
                 }
             }

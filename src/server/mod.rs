@@ -1,5 +1,6 @@
-//! Serving one client connection: HTTP/1.1 with keep-alive or h2c by preface, the edge
-//! limits, the header-read and keep-alive timeouts, and graceful drain on shutdown.
+//! Serving one client connection: HTTP/1.1 with keep-alive or h2 by preface (h2c, or over
+//! TLS by ALPN), the edge limits, the header-read and keep-alive timeouts, and graceful
+//! drain on shutdown.
 
 pub mod h1_framing;
 pub mod health;
@@ -8,6 +9,7 @@ pub mod listener;
 pub mod side_listener;
 mod smuggling_guard;
 mod timeouts;
+pub mod tls;
 pub mod tokio_io;
 
 pub use smuggling_guard::{SmugglingGuard, CONFLICT_REPLY};
@@ -53,6 +55,8 @@ pub struct ServerSettings {
     pub max_connections: Option<usize>,
     /// `--health-check-port`: port of the probe-only listener on `--host`; `None`: off.
     pub health_check_port: Option<u16>,
+    /// `--tls-cert-path` / `--tls-key-path`: the main listener speaks TLS when both are set.
+    pub tls: tls::TlsSettings,
 }
 
 impl Default for ServerSettings {
@@ -64,6 +68,7 @@ impl Default for ServerSettings {
             keep_alive_timeout: Duration::from_secs(75),
             max_connections: None,
             health_check_port: None,
+            tls: tls::TlsSettings::default(),
         }
     }
 }
@@ -171,10 +176,12 @@ impl Release for ConnState {
 }
 
 /// Serves one connection until the client leaves, a timeout closes it, or shutdown drains
-/// it. `state` is the one its IO adapter reports to.
+/// it. `state` is the one its IO adapter reports to; `accepted` is when the connection was
+/// accepted, so a TLS handshake counts against the first request's header-read timeout.
 pub async fn serve<I, H>(
     io: I,
     state: Arc<ConnState>,
+    accepted: tokio::time::Instant,
     handler: Arc<H>,
     settings: &ServerSettings,
     builder: &ConnBuilder,
@@ -183,7 +190,11 @@ pub async fn serve<I, H>(
     I: hyper::rt::Read + hyper::rt::Write + Unpin + 'static,
     H: Handler,
 {
-    let mut timeouts = Timeouts::new(settings.header_read_timeout, settings.keep_alive_timeout);
+    let mut timeouts = Timeouts::new(
+        accepted,
+        settings.header_read_timeout,
+        settings.keep_alive_timeout,
+    );
     let sleep = tokio::time::sleep_until(timeouts.first_check());
     tokio::pin!(sleep);
     let svc = {

@@ -2,8 +2,8 @@
 //!
 //! * the header-read timeout (`--header-read-timeout-secs`) bounds the wait for a complete
 //!   request head: from accept for the first request (so a client that never sends a byte,
-//!   or stalls in the h2c preface, is closed too), and from a head's first byte for later
-//!   ones;
+//!   or stalls in the TLS handshake or the h2c preface, is closed too), and from a head's
+//!   first byte for later ones;
 //! * the keep-alive timeout (`--keep-alive-timeout-secs`) bounds the wait between requests
 //!   (HTTP/1 keep-alive and idle h2 connections alike).
 //!
@@ -61,13 +61,13 @@ pub struct Timeouts {
 }
 
 impl Timeouts {
-    /// Timers of a connection accepted now.
-    pub fn new(header: Duration, keep_alive: Duration) -> Timeouts {
+    /// Timers of a connection accepted at `accepted`.
+    pub fn new(accepted: Instant, header: Duration, keep_alive: Duration) -> Timeouts {
         Timeouts {
             header,
             keep_alive,
             step: header.min(keep_alive),
-            accepted: Instant::now(),
+            accepted,
             stage: Stage::First,
             seen: (0, Phase::NoHead, false),
         }
@@ -155,7 +155,7 @@ mod tests {
     #[test]
     fn stages_follow_requests_and_heads() {
         let (h, k) = (Duration::from_secs(2), Duration::from_secs(7));
-        let mut t = Timeouts::new(h, k);
+        let mut t = Timeouts::new(Instant::now(), h, k);
         let state = ConnState::default();
         t.observe(&state);
         assert_eq!(t.deadline(), Some((t.accepted + h, Expiry::Header)));
@@ -176,7 +176,7 @@ mod tests {
         t.observe(&state);
         assert!(matches!(t.deadline(), Some((_, Expiry::Header))));
         // HTTP/2 before any stream: idle, not the first-request deadline.
-        let mut t = Timeouts::new(h, k);
+        let mut t = Timeouts::new(Instant::now(), h, k);
         set(&state, 0, 2, 0);
         t.observe(&state);
         assert!(matches!(t.deadline(), Some((_, Expiry::Idle))));

@@ -1,6 +1,9 @@
-//! The epoll engine's connection IO: a tokio `TcpStream` with the framing check in its read
-//! path, which also tells the connection's timers where the stream stands. hyper sees it
-//! through `hyper_util::rt::TokioIo`.
+//! Connection IO over a tokio stream with the framing check in its read path, which also
+//! tells the connection's timers where the stream stands. hyper sees it through
+//! `hyper_util::rt::TokioIo`.
+//!
+//! On the epoll engine the stream is the `TcpStream` itself. Over TLS (either engine) it is
+//! the TLS stream, so the check reads the decrypted request bytes.
 
 use std::io;
 use std::pin::Pin;
@@ -12,14 +15,14 @@ use tokio::net::TcpStream;
 use super::smuggling_guard::SmugglingGuard;
 use super::PhaseReport;
 
-pub struct CheckedStream {
-    inner: TcpStream,
+pub struct CheckedStream<S = TcpStream> {
+    inner: S,
     guard: SmugglingGuard,
     report: PhaseReport,
 }
 
-impl CheckedStream {
-    pub fn new(inner: TcpStream, report: PhaseReport) -> CheckedStream {
+impl<S: AsyncRead + AsyncWrite + Unpin> CheckedStream<S> {
+    pub fn new(inner: S, report: PhaseReport) -> CheckedStream<S> {
         CheckedStream {
             inner,
             guard: SmugglingGuard::default(),
@@ -28,11 +31,12 @@ impl CheckedStream {
     }
 
     /// Writes the 400 for a conflicting request, then reports end of stream to hyper.
+    /// The flush pushes it out of a TLS stream's buffer (a no-op on a socket).
     fn poll_reject(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         loop {
             let rest = self.guard.pending_reply();
             if rest.is_empty() {
-                return Poll::Ready(Ok(()));
+                return Pin::new(&mut self.inner).poll_flush(cx);
             }
             let n = ready!(Pin::new(&mut self.inner).poll_write(cx, rest))?;
             if n == 0 {
@@ -43,7 +47,7 @@ impl CheckedStream {
     }
 }
 
-impl AsyncRead for CheckedStream {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for CheckedStream<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -64,7 +68,7 @@ impl AsyncRead for CheckedStream {
     }
 }
 
-impl AsyncWrite for CheckedStream {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for CheckedStream<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

@@ -6,6 +6,9 @@
 
 #![allow(dead_code)]
 
+pub mod pki;
+pub mod tls;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
@@ -270,7 +273,10 @@ fn try_gateway(args: &[&str], env: &[(&str, &str)], nofile: Option<Nofile>) -> O
         std::thread::sleep(Duration::from_millis(20));
     };
     let metrics = format!("127.0.0.1:{metrics_port}").parse().ok();
-    wait_for_startup_workers(addr, args);
+    // The wait speaks plain HTTP; `tls::tls_gateway` waits over TLS instead.
+    if !args.contains(&"--tls-cert-path") {
+        wait_for_startup_workers(addr, args);
+    }
     Some(Proc {
         child,
         addr,
@@ -375,13 +381,16 @@ pub fn client(h2: bool) -> Client<hyper_util::client::legacy::connect::HttpConne
         .build_http()
 }
 
-pub async fn send(
-    client: &Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
+pub async fn send<C>(
+    client: &Client<C, Full<Bytes>>,
     method: &str,
     url: &str,
     headers: &[(&str, &str)],
     body: impl Into<Bytes>,
-) -> Reply {
+) -> Reply
+where
+    C: hyper_util::client::legacy::connect::Connect + Clone + Send + Sync + 'static,
+{
     let mut req = http::Request::builder().method(method).uri(url);
     for (k, v) in headers {
         req = req.header(*k, *v);

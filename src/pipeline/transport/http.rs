@@ -1,24 +1,27 @@
-//! HTTP/1.1 and h2c to plain-HTTP workers, over each data-plane thread's own pools.
+//! HTTP/1.1 and h2c to plain-HTTP workers, and HTTPS (HTTP/2 or HTTP/1.1 by ALPN) to TLS
+//! workers and external providers, over each data-plane thread's own pools.
 //!
 //! The upstream URI is the worker's pre-parsed scheme and authority plus the client's path
-//! and query; the worker key is presented when the client sent no `Authorization`. The
-//! answer's body is relayed frame by frame, bounded by the attempt's deadline.
+//! and query; the worker key is presented as [`super::credentials`] decides. The answer's
+//! body is relayed frame by frame, bounded by the attempt's deadline. Cleartext pools have
+//! no TLS layer at all; a failed handshake is reported with what failed
+//! ([`TlsFailure`]).
 
-use std::borrow::Cow;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use http::header::AUTHORIZATION;
 use http::uri::{self, Authority, Scheme, Uri};
 use http::{Request, Version};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::{Client, ResponseFuture};
 
 use super::{Answer, Attempt, SendError, Transport};
 use crate::fleet::{PoolTuning, Worker};
 use crate::http::body::RespBody;
 use crate::http::client::{self, ClientOptions, CONNECT_TIMEOUT};
 use crate::http::error::GatewayError;
+use crate::http::tls::{TlsFailure, UpstreamTls};
 use crate::http::upload::{client_fault, LimitedBody};
 use crate::pipeline::headers;
 use crate::pipeline::PipelineSettings;
@@ -31,54 +34,95 @@ pub const POOL_MAX_IDLE_PER_HOST: usize = 500;
 /// thread build pools without bound.
 pub const MAX_TUNED_POOLS: usize = 32;
 
-/// One pooled client towards plain-HTTP workers, speaking one protocol.
-type UpstreamPool = Client<HttpConnector, LimitedBody>;
+/// How a pool speaks to its workers; one pool cannot choose per request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Wire {
+    /// HTTP/1.1 over TCP.
+    Http1,
+    /// HTTP/2 with prior knowledge over TCP, for workers registered with `http2`.
+    H2c,
+    /// TLS, with HTTP/2 or HTTP/1.1 as ALPN settles.
+    Tls,
+}
 
-/// A thread's clients towards HTTP workers: HTTP/1.1, and HTTP/2 with prior knowledge
-/// (h2c) for workers registered with `http2` (one pool cannot choose per request).
-/// Workers with their own `http_pool` settings get pools of their own, built on first use
-/// and shared by every worker with the same settings.
+impl Wire {
+    fn of(worker: &Worker, scheme: &Scheme) -> Wire {
+        if *scheme == Scheme::HTTPS {
+            Wire::Tls
+        } else if worker.http2 {
+            Wire::H2c
+        } else {
+            Wire::Http1
+        }
+    }
+}
+
+/// One pooled client, cleartext or TLS: the two have different connector types, and the
+/// cleartext one keeps TLS's stream wrapper off its reads and writes.
+#[derive(Clone)]
+enum UpstreamPool {
+    Plain(Client<HttpConnector, LimitedBody>),
+    Tls(Client<HttpsConnector<HttpConnector>, LimitedBody>),
+}
+
+impl UpstreamPool {
+    fn request(&self, request: Request<LimitedBody>) -> ResponseFuture {
+        match self {
+            UpstreamPool::Plain(pool) => pool.request(request),
+            UpstreamPool::Tls(pool) => pool.request(request),
+        }
+    }
+}
+
+/// A thread's clients towards HTTP workers, one per [`Wire`]. Workers with their own
+/// `http_pool` settings get pools of their own, built on first use and shared by every
+/// worker with the same settings.
 pub struct UpstreamClient {
     http1: UpstreamPool,
     h2c: UpstreamPool,
+    tls: UpstreamPool,
+    trust: UpstreamTls,
     idle_timeout: Option<Duration>,
     /// Taken only for workers with a [`PoolTuning`], on this thread only: uncontended.
-    tuned: Mutex<Vec<((PoolTuning, bool), UpstreamPool)>>,
+    tuned: Mutex<Vec<((PoolTuning, Wire), UpstreamPool)>>,
 }
 
 impl UpstreamClient {
-    /// Builds one thread's pools.
-    pub fn new(settings: &PipelineSettings) -> UpstreamClient {
+    /// Builds one thread's pools; TLS ones trust `trust`.
+    pub fn new(settings: &PipelineSettings, trust: &UpstreamTls) -> UpstreamClient {
         let defaults = Tuning::defaults(settings.upstream_pool_idle_timeout);
         UpstreamClient {
-            http1: pool(defaults, false),
-            h2c: pool(defaults, true),
+            http1: pool(defaults, Wire::Http1, trust),
+            h2c: pool(defaults, Wire::H2c, trust),
+            tls: pool(defaults, Wire::Tls, trust),
+            trust: trust.clone(),
             idle_timeout: settings.upstream_pool_idle_timeout,
             tuned: Mutex::new(Vec::new()),
         }
     }
 
-    /// The pool for `worker`: the default one for its protocol unless it has its own
-    /// settings.
-    fn pool_for(&self, worker: &Worker) -> Cow<'_, UpstreamPool> {
-        let default = if worker.http2 { &self.h2c } else { &self.http1 };
-        let Some(tuning) = worker.pool else {
-            return Cow::Borrowed(default);
+    /// The pool for `worker` over `wire`: the default one unless it has its own settings.
+    fn pool_for(&self, worker: &Worker, wire: Wire) -> UpstreamPool {
+        let default = match wire {
+            Wire::Http1 => &self.http1,
+            Wire::H2c => &self.h2c,
+            Wire::Tls => &self.tls,
         };
-        let key = (tuning, worker.http2);
+        let Some(tuning) = worker.pool else {
+            return default.clone();
+        };
+        let key = (tuning, wire);
         let mut tuned = self.tuned.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((_, pool)) = tuned.iter().find(|(k, _)| *k == key) {
-            return Cow::Owned(pool.clone());
+            return pool.clone();
         }
         if tuned.len() >= MAX_TUNED_POOLS {
-            return Cow::Borrowed(default);
+            return default.clone();
         }
-        let built = pool(
-            Tuning::defaults(self.idle_timeout).with(tuning),
-            worker.http2,
-        );
+        let settings = Tuning::defaults(self.idle_timeout).with(tuning);
+        let built = pool(settings, wire, &self.trust);
         tuned.push((key, built.clone()));
-        Cow::Owned(built)
+        built
     }
 }
 
@@ -109,32 +153,50 @@ impl Tuning {
     }
 }
 
-fn pool(tuning: Tuning, http2_only: bool) -> UpstreamPool {
-    client::build(ClientOptions::data_path(
-        http2_only,
+fn pool(tuning: Tuning, wire: Wire, trust: &UpstreamTls) -> UpstreamPool {
+    let (idle, keep, connect) = (
         tuning.max_idle_per_host,
         tuning.idle_timeout,
         tuning.connect_timeout,
-    ))
+    );
+    match wire {
+        Wire::Http1 | Wire::H2c => UpstreamPool::Plain(client::build(ClientOptions::data_path(
+            wire == Wire::H2c,
+            idle,
+            keep,
+            connect,
+        ))),
+        Wire::Tls => UpstreamPool::Tls(client::build(ClientOptions::data_path_tls(
+            trust.clone(),
+            idle,
+            keep,
+            connect,
+        ))),
+    }
 }
 
 impl Transport for UpstreamClient {
-    /// Plain HTTP only in this build: TLS workers have no transport yet.
+    /// `http://` and `https://` workers.
     fn reaches(&self, worker: &Worker) -> Result<(), GatewayError> {
-        cleartext_origin(worker).map(|_| ())
+        origin(worker).map(|_| ())
     }
 
     async fn send(&self, worker: &Worker, attempt: Attempt<'_>) -> Result<Answer, SendError> {
-        let origin = cleartext_origin(worker).map_err(SendError::Exchange)?;
+        let origin = origin(worker).map_err(SendError::Exchange)?;
+        let wire = Wire::of(worker, origin.0);
         let deadline = attempt.deadline;
         let request = request(attempt, origin, worker)?;
-        let sent =
-            tokio::time::timeout_at(deadline.into(), self.pool_for(worker).request(request)).await;
+        let pool = self.pool_for(worker, wire);
+        let sent = tokio::time::timeout_at(deadline.into(), pool.request(request)).await;
         let response = match sent {
             Err(_) => return Err(SendError::Timeout),
             Ok(Err(err)) => {
                 if let Some(fault) = client_fault(&err) {
                     return Err(SendError::ClientBody(fault));
+                }
+                if let Some(failure) = TlsFailure::find(&err) {
+                    tracing::warn!(worker = %worker.url, error = %err, "TLS with the worker failed");
+                    return Err(SendError::Exchange(GatewayError::UpstreamTls { failure }));
                 }
                 tracing::debug!(worker = %worker.url, error = %err, "worker request failed");
                 return Err(SendError::Exchange(if err.is_connect() {
@@ -177,11 +239,7 @@ fn request(
         Version::HTTP_11
     };
     let mut headers = attempt.headers;
-    if !headers.contains_key(AUTHORIZATION) {
-        if let Some(bearer) = &worker.bearer {
-            headers.insert(AUTHORIZATION, bearer.clone());
-        }
-    }
+    super::credentials::present(worker, &mut headers);
     *upstream.headers_mut() = headers;
     Ok(upstream)
 }
@@ -193,12 +251,10 @@ fn relayable(status: http::StatusCode) -> bool {
     (200..=599).contains(&status.as_u16())
 }
 
-/// The scheme and authority of a worker this transport can reach: plain HTTP only.
-fn cleartext_origin(worker: &Worker) -> Result<(&Scheme, &Authority), GatewayError> {
+/// The scheme and authority of a worker this transport can reach: `http://` and
+/// `https://`.
+fn origin(worker: &Worker) -> Result<(&Scheme, &Authority), GatewayError> {
     match worker.http_origin() {
-        Some((scheme, _)) if *scheme == Scheme::HTTPS => {
-            Err(GatewayError::UnsupportedTransport { transport: "https" })
-        }
         Some(origin) => Ok(origin),
         None => Err(GatewayError::UnsupportedTransport {
             transport: worker.connection_mode().as_str(),

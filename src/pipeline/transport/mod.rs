@@ -7,6 +7,7 @@
 //! prefill/decode pairs and TLS providers plug in as further transports behind
 //! [`Transports`], without touching retries, breakers or metrics.
 
+pub mod credentials;
 pub mod http;
 
 use std::future::Future;
