@@ -7,6 +7,7 @@
 //! no TLS layer at all; a failed handshake is reported with what failed
 //! ([`TlsFailure`]).
 
+use std::borrow::Cow;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -101,28 +102,29 @@ impl UpstreamClient {
         }
     }
 
-    /// The pool for `worker` over `wire`: the default one unless it has its own settings.
-    fn pool_for(&self, worker: &Worker, wire: Wire) -> UpstreamPool {
+    /// The pool for `worker` over `wire`: the default one (borrowed, so the common case
+    /// clones nothing) unless it has its own settings.
+    fn pool_for(&self, worker: &Worker, wire: Wire) -> Cow<'_, UpstreamPool> {
         let default = match wire {
             Wire::Http1 => &self.http1,
             Wire::H2c => &self.h2c,
             Wire::Tls => &self.tls,
         };
         let Some(tuning) = worker.pool else {
-            return default.clone();
+            return Cow::Borrowed(default);
         };
         let key = (tuning, wire);
         let mut tuned = self.tuned.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((_, pool)) = tuned.iter().find(|(k, _)| *k == key) {
-            return pool.clone();
+            return Cow::Owned(pool.clone());
         }
         if tuned.len() >= MAX_TUNED_POOLS {
-            return default.clone();
+            return Cow::Borrowed(default);
         }
         let settings = Tuning::defaults(self.idle_timeout).with(tuning);
         let built = pool(settings, wire, &self.trust);
         tuned.push((key, built.clone()));
-        built
+        Cow::Owned(built)
     }
 }
 
