@@ -260,14 +260,13 @@ async fn per_worker_resilience_and_the_patch_rule() {
     assert_eq!(breaker_state(&gw, &m.url()).await, "open");
 }
 
-/// A worker the data plane cannot reach (an `https://` worker in this build) fails before
-/// anything is sent: the request goes to another worker at once, even with retries off
-/// and a streamed body, and the failures open the worker's breaker so it leaves rotation
-/// (issue: 1/N of traffic answered 502 `worker_transport_unsupported` for good).
+/// A worker nobody answers at (an `https://` worker on a closed port) fails before anything
+/// is sent: the request is retried on another worker, and the failures open the dead
+/// worker's breaker so it leaves rotation instead of costing 1/N of traffic a retry for good.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_transport_fails_over_and_opens_the_breaker() {
     let good = mock(&[]);
-    let gw = gateway(&["--disable-retries", "--worker-urls", &good.url()]);
+    let gw = gateway(&["--worker-urls", &good.url()]);
     let tls = format!("https://127.0.0.1:{}", free_port());
     let spec = json!({
         "url": tls,
