@@ -74,18 +74,19 @@ pub struct ClientOptions<T> {
     h2_timer: bool,
 }
 
-impl ClientOptions<Plain> {
-    /// The data path's pools to plain-HTTP workers, one set per data-plane thread: no TLS
-    /// layer on the hot path, no Nagle delay, idle connections evicted on their timer, and
-    /// the pool size and timeouts the gateway flags or the worker's `http_pool` chose.
-    pub fn data_path(
+impl<T> ClientOptions<T> {
+    /// The data path's settings over `tls`: no Nagle delay, idle connections evicted on
+    /// their timer, HTTP/2 connections timed, and the pool size and timeouts the gateway
+    /// flags or the worker's `http_pool` chose.
+    fn data(
+        tls: T,
         http2_only: bool,
         max_idle_per_host: usize,
         idle_timeout: Option<Duration>,
         connect_timeout: Duration,
-    ) -> ClientOptions<Plain> {
+    ) -> ClientOptions<T> {
         ClientOptions {
-            tls: Plain,
+            tls,
             http2_only,
             nodelay: true,
             connect_timeout: Some(connect_timeout),
@@ -94,6 +95,25 @@ impl ClientOptions<Plain> {
             evict_idle: true,
             h2_timer: true,
         }
+    }
+}
+
+impl ClientOptions<Plain> {
+    /// The data path's pools to plain-HTTP workers, one set per data-plane thread, with no
+    /// TLS layer on the hot path.
+    pub fn data_path(
+        http2_only: bool,
+        max_idle_per_host: usize,
+        idle_timeout: Option<Duration>,
+        connect_timeout: Duration,
+    ) -> ClientOptions<Plain> {
+        ClientOptions::data(
+            Plain,
+            http2_only,
+            max_idle_per_host,
+            idle_timeout,
+            connect_timeout,
+        )
     }
 }
 
@@ -115,16 +135,8 @@ impl ClientOptions<Verified> {
         idle_timeout: Option<Duration>,
         connect_timeout: Duration,
     ) -> ClientOptions<Verified> {
-        ClientOptions {
-            tls: Verified { tls, alpn_h2: true },
-            http2_only: false,
-            nodelay: true,
-            connect_timeout: Some(connect_timeout),
-            max_idle_per_host,
-            idle_timeout,
-            evict_idle: true,
-            h2_timer: true,
-        }
+        let tls = Verified { tls, alpn_h2: true };
+        ClientOptions::data(tls, false, max_idle_per_host, idle_timeout, connect_timeout)
     }
 
     /// The control plane's own calls to workers: any worker URL, `https://` included (HTTP/2
