@@ -23,15 +23,11 @@ use rustls_pki_types::CertificateDer;
 #[derive(Clone)]
 pub struct UpstreamTls {
     config: Arc<ClientConfig>,
-    /// Where the extra roots came from, for logs.
-    extra: Option<String>,
 }
 
 impl fmt::Debug for UpstreamTls {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("UpstreamTls")
-            .field("extra_roots", &self.extra)
-            .finish_non_exhaustive()
+        f.debug_struct("UpstreamTls").finish_non_exhaustive()
     }
 }
 
@@ -40,20 +36,16 @@ impl UpstreamTls {
     /// Refuses a bundle that cannot be read or holds no certificate, so a typo in the flag
     /// stops startup instead of failing every request to a private-CA worker later.
     pub fn load(extra: Option<&Path>) -> Result<UpstreamTls, String> {
-        let mut roots = platform_roots().clone();
-        let extra = match extra {
-            None => None,
-            Some(path) => {
-                let shown = path.display().to_string();
-                let added = add_bundle(&mut roots, path)
-                    .map_err(|e| format!("--upstream-ca-cert-path {shown}: {e}"))?;
-                tracing::info!(path = %shown, certificates = added, "trusting extra CA certificates for upstream TLS");
-                Some(shown)
-            }
+        let Some(path) = extra else {
+            return Ok(UpstreamTls::platform());
         };
+        let mut roots = platform_roots().clone();
+        let shown = path.display();
+        let added = add_bundle(&mut roots, path)
+            .map_err(|e| format!("--upstream-ca-cert-path {shown}: {e}"))?;
+        tracing::info!(path = %shown, certificates = added, "trusting extra CA certificates for upstream TLS");
         Ok(UpstreamTls {
             config: Arc::new(client_config(roots)),
-            extra,
         })
     }
 
@@ -63,7 +55,6 @@ impl UpstreamTls {
         let config = PLATFORM.get_or_init(|| Arc::new(client_config(platform_roots().clone())));
         UpstreamTls {
             config: config.clone(),
-            extra: None,
         }
     }
 
