@@ -15,7 +15,7 @@
 //! An OpenAI-compatible server that none of this identifies is `generic`, not a failure,
 //! and a call that fails only costs what it would have told.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use http::{HeaderValue, Method};
@@ -55,18 +55,9 @@ const EXTERNAL_PROVIDER_DOMAINS: &[&str] = &[
 /// is one of [`EXTERNAL_PROVIDER_DOMAINS`] or a subdomain of one, compared
 /// case-insensitively (a trailing root dot is ignored).
 pub fn is_external_provider(url: &WorkerUrl) -> bool {
-    let Transport::Http { authority, .. } = &url.transport else {
-        return false;
-    };
-    // Worker URLs are normalised at parse time: the host is lowercase, without the
-    // root's trailing dot.
-    let host = authority.host();
-    EXTERNAL_PROVIDER_DOMAINS.iter().any(|domain| {
-        host == *domain
-            || host
-                .strip_suffix(domain)
-                .is_some_and(|rest| rest.ends_with('.'))
-    })
+    EXTERNAL_PROVIDER_DOMAINS
+        .iter()
+        .any(|domain| url.host_within(domain))
 }
 
 /// Learns what it can about the engine at `url`, presenting `bearer` (`Bearer <key>`) on
@@ -235,16 +226,26 @@ impl<'a> Engine<'a> {
     }
 }
 
-/// The model IDs of a `/v1/models` reply (`data[].id`), in order, without repeats.
-fn model_ids(reply: &Value) -> Vec<String> {
+/// Most model IDs kept from one `/v1/models` reply: an engine lists one, a provider tens
+/// to a few hundred; the bound keeps one registration from growing the registry without
+/// limit.
+pub const MAX_LISTED_MODELS: usize = 4096;
+
+/// The model IDs of a `/v1/models` reply (`data[].id`, the shape of OpenAI's list and of
+/// Anthropic's alike), in order, without repeats, at most [`MAX_LISTED_MODELS`].
+pub fn model_ids(reply: &Value) -> Vec<String> {
     let mut ids: Vec<String> = Vec::new();
+    let mut seen: HashSet<&str> = HashSet::new();
     let cards = reply.get("data").and_then(Value::as_array);
     for id in cards
         .into_iter()
         .flatten()
         .filter_map(|c| c.get("id")?.as_str())
     {
-        if !id.is_empty() && !ids.iter().any(|known| known == id) {
+        if ids.len() >= MAX_LISTED_MODELS {
+            break;
+        }
+        if !id.is_empty() && seen.insert(id) {
             ids.push(id.to_owned());
         }
     }

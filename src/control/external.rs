@@ -11,13 +11,10 @@ use http::HeaderMap;
 use serde_json::Value;
 
 use super::calls::{get_with_headers, CallPool};
+use super::detect::model_ids;
 use crate::fleet::provider::{KeyStyle, ProviderKey, PROVIDER_LABEL};
 use crate::fleet::spec::WorkerSpec;
 use crate::fleet::{Discovered, RuntimeType};
-
-/// Largest number of models kept from one provider's list (a provider lists tens to a few
-/// hundred; the bound keeps one registration from growing the registry without limit).
-pub const MAX_PROVIDER_MODELS: usize = 4096;
 
 /// Lists the provider's models with the worker's key.
 pub async fn discover(
@@ -55,26 +52,6 @@ pub async fn discover(
         models,
         ..Discovered::default()
     })
-}
-
-/// The ids of a model list in OpenAI's shape or Anthropic's (both `data[].id`), first
-/// occurrence kept, at most [`MAX_PROVIDER_MODELS`].
-fn model_ids(list: &Value) -> Vec<String> {
-    let mut ids: Vec<String> = Vec::new();
-    let cards = list
-        .get("data")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten();
-    for id in cards.filter_map(|card| card.get("id")?.as_str()) {
-        if ids.len() >= MAX_PROVIDER_MODELS {
-            break;
-        }
-        if !id.is_empty() && !ids.iter().any(|known| known == id) {
-            ids.push(id.to_owned());
-        }
-    }
-    ids
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@
 use http::header::{HeaderName, AUTHORIZATION};
 use http::{HeaderMap, HeaderValue};
 
-use super::url::{Transport, WorkerUrl};
+use super::url::WorkerUrl;
 use crate::secret::Secret;
 
 /// Anthropic's API host.
@@ -33,17 +33,9 @@ pub enum KeyStyle {
 impl KeyStyle {
     /// The style of the provider at `url`, with the worker's `provider` label.
     pub fn of(url: &WorkerUrl, label: Option<&str>) -> KeyStyle {
-        let on_host = match &url.transport {
-            Transport::Http { authority, .. } => {
-                let host = authority.host();
-                host == ANTHROPIC_HOST
-                    || host
-                        .strip_suffix(ANTHROPIC_HOST)
-                        .is_some_and(|rest| rest.ends_with('.'))
-            }
-            _ => false,
-        };
-        if on_host || label.is_some_and(|l| l.eq_ignore_ascii_case("anthropic")) {
+        if url.host_within(ANTHROPIC_HOST)
+            || label.is_some_and(|l| l.eq_ignore_ascii_case("anthropic"))
+        {
             KeyStyle::XApiKey
         } else {
             KeyStyle::Bearer

@@ -38,6 +38,21 @@ pub struct WorkerUrl {
     pub transport: Transport,
 }
 
+impl WorkerUrl {
+    /// Whether this is an HTTP(S) URL whose host is `domain` or a subdomain of it. Hosts
+    /// are normalised at parse time (lowercase, no root dot), so `domain` is given that way.
+    pub fn host_within(&self, domain: &str) -> bool {
+        let Transport::Http { authority, .. } = &self.transport else {
+            return false;
+        };
+        let host = authority.host();
+        host == domain
+            || host
+                .strip_suffix(domain)
+                .is_some_and(|rest| rest.ends_with('.'))
+    }
+}
+
 /// Why a worker URL was refused. Messages are shown to operators, so they say what to fix.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WorkerUrlError {
