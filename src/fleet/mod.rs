@@ -370,23 +370,19 @@ impl Worker {
             RuntimeType::Unspecified => RuntimeType::Generic,
             known => known,
         };
-        let model_id = spec
-            .models
+        // Spec 1: external workers ignore `models` (and model labels); they serve what
+        // the provider lists.
+        let external = runtime == RuntimeType::External;
+        let (cards, named) = if external {
+            (&[][..], None)
+        } else {
+            (&spec.models[..], spec.model_id())
+        };
+        let model_id = cards
             .first()
             .map(|card| card.id.clone())
-            .or_else(|| spec.model_id().map(str::to_owned))
+            .or_else(|| named.map(str::to_owned))
             .or_else(|| discovered.models.first().cloned());
-        // Spec 1: external workers ignore `models`; they serve what the provider lists.
-        let cards = if runtime == RuntimeType::External {
-            &[][..]
-        } else {
-            &spec.models[..]
-        };
-        let model_id = if runtime == RuntimeType::External {
-            discovered.models.first().cloned()
-        } else {
-            model_id
-        };
         let mut model_names: Vec<String> = Vec::new();
         for card in cards {
             model_names.push(card.id.clone());
