@@ -56,18 +56,8 @@ async fn register(gw: &Proc, spec: Value) {
 async fn wait_workers(gw: &Proc, n: usize) {
     assert!(
         eventually(Duration::from_secs(15), || async {
-            let url = format!("{}/workers", gw.url());
-            let reply = send(
-                &common::client(false),
-                "GET",
-                &url,
-                &[("authorization", &format!("Bearer {GW_KEY}"))],
-                "",
-            )
-            .await;
-            reply.json()["workers"]
-                .as_array()
-                .is_some_and(|w| w.len() == n && w.iter().all(|w| w["status"] == "ready"))
+            let workers = listed_workers_auth(gw).await;
+            workers.len() == n && workers.iter().all(|w| w["status"] == "ready")
         })
         .await,
         "{n} workers never became ready:\n{}",

@@ -5,7 +5,6 @@
 //! read the same files.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -14,8 +13,6 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use std::sync::atomic::{AtomicU64, Ordering};
-
-use rustls_pki_types::pem::PemObject;
 
 use rcgen::{
     date_time_ymd, BasicConstraints, CertificateParams, DistinguishedName, DnType,
@@ -149,19 +146,10 @@ fn write_server(dir: &Path, name: &str, kind: Kind, issuer: &Issuer<'_, KeyPair>
 pub type HttpsClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 pub fn https_client(ca: &Path) -> HttpsClient {
-    let mut roots = rustls::RootCertStore::empty();
-    let pem = std::fs::read(ca).expect("read ca");
-    for cert in rustls_pki_types::CertificateDer::pem_slice_iter(&pem) {
-        roots.add(cert.expect("ca pem")).expect("add ca");
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("tls versions")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    // No ALPN in the configuration: the connector offers h2 and http/1.1 itself.
+    let config = super::tls::client_config(ca, &[]);
     let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(config)
+        .with_tls_config((*config).clone())
         .https_or_http()
         .enable_http1()
         .enable_http2()

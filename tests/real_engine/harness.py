@@ -82,14 +82,22 @@ class Proc:
             return ""
         return "\n".join(text.splitlines()[-lines:])
 
-    def wait_http(self, path: str, timeout: float, ok=lambda r: r.status_code == 200) -> None:
+    def wait_http(
+        self,
+        path: str,
+        timeout: float,
+        ok=lambda r: r.status_code == 200,
+        base: str | None = None,
+        verify=True,
+    ) -> None:
+        """Polls GET `path` until `ok`; `base` and `verify` reach a TLS listener."""
         deadline = time.monotonic() + timeout
         last = None
         while time.monotonic() < deadline:
             if not self.alive():
                 raise RuntimeError(f"{self.name} exited early:\n{self.log_tail()}")
             try:
-                r = httpx.get(self.url + path, timeout=2)
+                r = httpx.get((base or self.url) + path, timeout=2, verify=verify)
                 if ok(r):
                     return
                 last = f"{r.status_code} {r.text[:200]}"

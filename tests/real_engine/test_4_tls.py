@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ssl
 import subprocess
-import time
 from pathlib import Path
 
 import httpx
@@ -53,22 +52,9 @@ def make_pki(d: Path) -> tuple[Path, Path, Path]:
 
 
 def wait_ready(gw: harness.Proc, ca: Path, timeout: float = 30) -> None:
-    """Like Proc.wait_http, over TLS: until /readiness answers 200."""
+    """Proc.wait_http over TLS: until /readiness answers 200."""
     ctx = ssl.create_default_context(cafile=str(ca))
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        if not gw.alive():
-            raise RuntimeError(f"{gw.name} exited early:\n{gw.log_tail()}")
-        try:
-            r = httpx.get(f"https://127.0.0.1:{gw.port}/readiness", verify=ctx, timeout=2)
-            if r.status_code == 200:
-                return
-            last = f"{r.status_code} {r.text[:200]}"
-        except httpx.HTTPError as e:
-            last = repr(e)
-        time.sleep(0.1)
-    raise RuntimeError(f"{gw.name} not ready over TLS after {timeout}s ({last}):\n{gw.log_tail()}")
+    gw.wait_http("/readiness", timeout, base=f"https://127.0.0.1:{gw.port}", verify=ctx)
 
 
 @pytest.fixture(scope="module")
