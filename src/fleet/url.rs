@@ -212,6 +212,12 @@ fn canonical_host(raw: &str) -> Result<String, WorkerUrlError> {
     if host.is_empty() {
         return Err(WorkerUrlError::MissingHost);
     }
+    // Only the root's one trailing dot is dropped; any other empty label (`a..b`, `.a`,
+    // `a..`) names no host, and keeping it would make the stored form lose a dot each
+    // time it is parsed again.
+    if host.split('.').any(str::is_empty) {
+        return Err(WorkerUrlError::Invalid);
+    }
     Ok(host)
 }
 
@@ -367,5 +373,17 @@ mod tests {
         assert_eq!(parse_worker_url("http://a b"), Err(WorkerUrlError::Invalid));
         assert_eq!(parse_worker_url("ipc:// /"), Err(WorkerUrlError::Invalid));
         assert_eq!(parse_worker_url("ipc://a\t/"), Err(WorkerUrlError::Invalid));
+        for empty_label in [
+            "grpc://10.111..:50051",
+            "http://.h",
+            "http://a..b",
+            "http://h..:1",
+        ] {
+            assert_eq!(
+                parse_worker_url(empty_label),
+                Err(WorkerUrlError::Invalid),
+                "{empty_label}"
+            );
+        }
     }
 }
