@@ -323,7 +323,8 @@ pub trait ThreadSetup: Send + Sync + 'static {
     type Handler: Handler;
     /// Builds this thread's handler, on the thread (it owns per-thread upstream pools).
     fn handler(self: Arc<Self>) -> Self::Handler;
-    /// A task run beside the accept loop of thread `index` (the event-loop canary).
+    /// A task run beside the accept loop of thread `index` (the event-loop canary, the
+    /// upstream pool sweep).
     fn companion(&self, index: usize) -> impl std::future::Future<Output = ()> + 'static;
     /// Thread `index`'s runtime is about to park (epoll only: its busy-ratio sampler).
     fn parked(&self, index: usize);

@@ -19,9 +19,10 @@ use hyper_util::client::legacy::{Client, ResponseFuture};
 
 use super::{Answer, Attempt, SendError, Transport};
 use crate::fleet::{PoolTuning, Worker};
-use crate::http::body::RespBody;
+use crate::http::body::{RespBody, UpstreamBody};
 use crate::http::client::{self, ClientOptions, CONNECT_TIMEOUT};
 use crate::http::error::GatewayError;
+use crate::http::h1::{self, H1Error};
 use crate::http::tls::{TlsFailure, UpstreamTls};
 use crate::http::upload::{client_fault, LimitedBody};
 use crate::pipeline::headers;
@@ -186,6 +187,9 @@ impl Transport for UpstreamClient {
     async fn send(&self, worker: &Worker, attempt: Attempt<'_>) -> Result<Answer, SendError> {
         let origin = origin(worker).map_err(SendError::Exchange)?;
         let wire = Wire::of(worker, origin.0);
+        if wire == Wire::Http1 {
+            return self.send_h1(worker, origin.1, attempt).await;
+        }
         let deadline = attempt.deadline;
         let request = request(attempt, origin, worker)?;
         let pool = self.pool_for(worker, wire);
@@ -215,8 +219,75 @@ impl Transport for UpstreamClient {
         }
         let (mut head, body) = response.into_parts();
         headers::strip_hop_by_hop(&mut head.headers);
-        Ok(Answer::from_parts(head, RespBody::relay(body, deadline)))
+        Ok(Answer::from_parts(
+            head,
+            RespBody::relay(UpstreamBody::Hyper(body), deadline),
+        ))
     }
+}
+
+impl UpstreamClient {
+    /// An attempt on a cleartext HTTP/1.1 worker, over the gateway's own client: the
+    /// response body is read from the worker's connection by the task serving the client.
+    async fn send_h1(
+        &self,
+        worker: &Worker,
+        authority: &Authority,
+        attempt: Attempt<'_>,
+    ) -> Result<Answer, SendError> {
+        let deadline = attempt.deadline;
+        let tuning = match worker.pool {
+            Some(tuning) => Tuning::defaults(self.idle_timeout).with(tuning),
+            None => Tuning::defaults(self.idle_timeout),
+        };
+        let mut headers = attempt.headers;
+        super::credentials::present(worker, &mut headers);
+        let exchange = h1::Exchange {
+            origin: authority,
+            method: &attempt.head.method,
+            target: attempt
+                .head
+                .uri
+                .path_and_query()
+                .map_or("/", |target| target.as_str()),
+            headers: &headers,
+            connect_timeout: tuning.connect_timeout,
+            keep: h1::Keep {
+                max_idle: tuning.max_idle_per_host,
+                idle_timeout: tuning.idle_timeout,
+            },
+        };
+        let sent =
+            tokio::time::timeout_at(deadline.into(), h1::exchange(exchange, attempt.body)).await;
+        let (head, body) = match sent {
+            Err(_) => return Err(SendError::Timeout),
+            Ok(Err(err)) => return Err(h1_failure(worker, err)),
+            Ok(Ok(answer)) => answer,
+        };
+        if !relayable(head.status) {
+            tracing::debug!(worker = %worker.url, status = head.status.as_u16(), "worker answered a status that cannot be relayed");
+            return Err(SendError::Exchange(GatewayError::UpstreamBroken));
+        }
+        let mut answer = Answer::new(RespBody::relay(UpstreamBody::H1(body), deadline));
+        *answer.status_mut() = head.status;
+        *answer.headers_mut() = head.headers;
+        headers::strip_hop_by_hop(answer.headers_mut());
+        Ok(answer)
+    }
+}
+
+/// What a failed HTTP/1.1 exchange means for the attempt loop.
+fn h1_failure(worker: &Worker, err: H1Error) -> SendError {
+    if let H1Error::ClientBody(cause) = &err {
+        if let Some(fault) = client_fault(cause.as_ref()) {
+            return SendError::ClientBody(fault);
+        }
+    }
+    tracing::debug!(worker = %worker.url, error = %err, "worker request failed");
+    SendError::Exchange(match err {
+        H1Error::Connect(_) => GatewayError::UpstreamConnect,
+        _ => GatewayError::UpstreamBroken,
+    })
 }
 
 /// The request of one attempt on `worker`.
