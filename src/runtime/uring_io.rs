@@ -24,6 +24,8 @@ use crate::server::{PhaseReport, SmugglingGuard};
 
 const READ_BUF: usize = 16 * 1024;
 const WRITE_CHUNK: usize = 64 * 1024;
+/// The write buffer's resting size: responses' heads and SSE events fit.
+const WRITE_BUF: usize = 4 * 1024;
 
 type ReadOp = Pin<Box<dyn Future<Output = (io::Result<usize>, Vec<u8>)>>>;
 type WriteOp = Pin<Box<dyn Future<Output = (io::Result<()>, Vec<u8>)>>>;
@@ -80,7 +82,7 @@ impl UringIo {
                 buf: Vec::with_capacity(READ_BUF),
                 pos: 0,
             },
-            write: WriteState::Idle(Vec::with_capacity(READ_BUF)),
+            write: WriteState::Idle(Vec::with_capacity(WRITE_BUF)),
             check,
         }
     }
@@ -90,6 +92,9 @@ impl UringIo {
         if let WriteState::Busy(op) = &mut self.write {
             let (res, mut buf) = ready!(op.as_mut().poll(cx));
             buf.clear();
+            // A large write leaves a large buffer; a connection that streams small events
+            // afterwards must not hold it.
+            buf.shrink_to(WRITE_BUF);
             self.write = WriteState::Idle(buf);
             res?;
         }

@@ -31,9 +31,12 @@ use super::head::{self, HeadError, ReqFraming, RespFraming, ResponseHead};
 use super::pool::{self, Conn, Keep};
 use crate::http::body::BoxError;
 
-/// Read buffer of a connection; a read never asks for less than [`MIN_READ`] bytes.
-const READ_BUF: usize = 8 * 1024;
-const MIN_READ: usize = 1024;
+/// A connection's read buffer starts at this size and is refilled by [`Conn::read_size`],
+/// between this and [`MAX_READ`]; a read never asks for less than [`MIN_READ`] bytes. Small
+/// by default: an SSE event is a few hundred bytes, and every open stream holds one.
+const READ_BUF: usize = 4 * 1024;
+const MAX_READ: usize = 64 * 1024;
+const MIN_READ: usize = 512;
 /// Request bodies up to this size are written together with the head (one copy, one
 /// syscall); larger frames are written as they are.
 const COALESCE: usize = 16 * 1024;
@@ -149,6 +152,7 @@ async fn connect(origin: &Authority, timeout: Duration) -> Result<Conn, H1Error>
     Ok(Conn {
         stream,
         buf: BytesMut::with_capacity(READ_BUF),
+        read_size: READ_BUF,
     })
 }
 
@@ -254,7 +258,7 @@ fn put_chunk_size(out: &mut BytesMut, len: usize) {
 /// bytes that arrive later raise readiness again with their own event).
 fn poll_fill(conn: &mut Conn, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
     if conn.buf.capacity() - conn.buf.len() < MIN_READ {
-        conn.buf.reserve(READ_BUF);
+        conn.buf.reserve(conn.read_size);
     }
     let spare = conn.buf.capacity() - conn.buf.len();
     loop {
@@ -268,6 +272,15 @@ fn poll_fill(conn: &mut Conn, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
                 Ok(got)
             }
         });
+        if got > 0 {
+            conn.read_size = if got == spare {
+                (conn.read_size * 2).min(MAX_READ)
+            } else if got < spare / 4 {
+                (conn.read_size / 2).max(READ_BUF)
+            } else {
+                conn.read_size
+            };
+        }
         match read {
             Ok(n) => return Poll::Ready(Ok(n)),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock && got > 0 => {

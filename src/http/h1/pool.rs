@@ -23,6 +23,9 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 pub struct Conn {
     pub stream: TcpStream,
     pub buf: BytesMut,
+    /// How much the next buffer refill asks for: grows while reads fill what they are
+    /// given (a large body), shrinks back while they do not (a stream of small events).
+    pub read_size: usize,
 }
 
 /// How many idle connections a worker keeps per thread, and for how long.
