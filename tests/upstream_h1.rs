@@ -278,44 +278,67 @@ async fn interim_answers_are_skipped() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn broken_chunk_framing_cuts_the_stream_and_the_connection() {
-    let mut wire = at_once(SSE_HEAD.as_bytes());
-    wire[0].bytes.extend_from_slice(b"d\r\ndata: one\n\n\r\n");
+/// A worker answer whose chunked framing breaks after the first chunk, with `content_type`.
+fn broken_after_one_chunk(content_type: &str) -> Vec<Out> {
+    let head = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\ntransfer-encoding: chunked\r\n\r\n"
+    );
+    let mut wire = at_once(head.as_bytes());
+    wire[0].bytes.extend_from_slice(b"b\r\ndata: one\n\n\r\n");
     wire.push(Out {
         pause_ms: 100,
         bytes: b"ZZ\r\ndata: two\n\n\r\n0\r\n\r\n".to_vec(),
     });
-    let worker = scripted(wire, false);
+    wire
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broken_chunk_framing_cuts_the_stream_and_the_connection() {
+    // An SSE stream ends with the route's terminal error event, cleanly.
+    let worker = scripted(broken_after_one_chunk("text/event-stream"), false);
     let gw = gateway_for(&worker.url, &["--runtime-worker-threads", "1"]).await;
-    let client = common::client(false);
+    let reply = chat_reply(&gw).await;
+    assert_eq!(reply.status, 200);
+    let text = reply.text();
+    assert!(text.starts_with("data: one\n\n"), "{text}");
+    assert!(
+        !text.contains("two"),
+        "nothing past the break is relayed: {text}"
+    );
+    let last = text.trim_end().rsplit("\n\n").next().unwrap_or_default();
+    let event: serde_json::Value = serde_json::from_str(
+        last.strip_prefix("data: ")
+            .unwrap_or_else(|| panic!("an event: {last}")),
+    )
+    .expect("the terminal event is JSON");
+    assert_eq!(event["error"]["code"], "worker_connection_error", "{text}");
+    let metrics = common::scrape(&gw).await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("gw_router_request_errors_total{")
+                && l.contains(r#"error_type="streaming_error""#)
+                && l.ends_with(" 1")),
+        "{metrics}"
+    );
+    // The broken connection is not pooled: the next request opens a new one.
+    let before = worker.seen.connections.load(Ordering::SeqCst);
+    assert_eq!(chat_reply(&gw).await.status, 200);
+    assert_eq!(worker.seen.connections.load(Ordering::SeqCst), before + 1);
+
+    // Any other body never looks complete: the client's connection is cut.
+    let worker = scripted(broken_after_one_chunk("application/json"), false);
+    let gw = gateway_for(&worker.url, &[]).await;
     let req = http::Request::post(format!("{}/v1/chat/completions", gw.url()))
         .header("content-type", "application/json")
         .body(http_body_util::Full::new(bytes::Bytes::from(
-            serde_json::to_vec(&chat(true)).expect("json"),
+            serde_json::to_vec(&chat(false)).expect("json"),
         )))
         .expect("request");
-    let resp = client.request(req).await.expect("head");
+    let resp = common::client(false).request(req).await.expect("head");
     assert_eq!(resp.status(), 200);
     let collected = http_body_util::BodyExt::collect(resp.into_body()).await;
-    assert!(collected.is_err(), "a broken stream never looks complete");
-    // The broken connection is not pooled: the next request opens a new one (and so
-    // does the client, whose connection the gateway had to abort).
-    let before = worker.seen.connections.load(Ordering::SeqCst);
-    let resp = common::client(false)
-        .request(
-            http::Request::post(format!("{}/v1/chat/completions", gw.url()))
-                .header("content-type", "application/json")
-                .body(http_body_util::Full::new(bytes::Bytes::from(
-                    serde_json::to_vec(&chat(true)).expect("json"),
-                )))
-                .expect("request"),
-        )
-        .await
-        .expect("head");
-    assert_eq!(resp.status(), 200);
-    drop(resp);
-    assert_eq!(worker.seen.connections.load(Ordering::SeqCst), before + 1);
+    assert!(collected.is_err(), "a broken body never looks complete");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
