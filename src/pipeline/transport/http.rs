@@ -36,11 +36,18 @@ pub const POOL_MAX_IDLE_PER_HOST: usize = 500;
 /// thread build pools without bound.
 pub const MAX_TUNED_POOLS: usize = 32;
 
-/// How a pool speaks to its workers; one pool cannot choose per request.
+/// How an attempt reaches its worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Wire {
-    /// HTTP/1.1 over TCP.
+    /// HTTP/1.1 over TCP, through the gateway's own client ([`h1`]).
     Http1,
+    /// Through one of hyper's pools.
+    Pooled(PoolWire),
+}
+
+/// How a hyper pool speaks to its workers; one pool cannot choose per request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PoolWire {
     /// HTTP/2 with prior knowledge over TCP, for workers registered with `http2`.
     H2c,
     /// TLS, with HTTP/2 or HTTP/1.1 as ALPN settles.
@@ -50,9 +57,9 @@ enum Wire {
 impl Wire {
     fn of(worker: &Worker, scheme: &Scheme) -> Wire {
         if *scheme == Scheme::HTTPS {
-            Wire::Tls
+            Wire::Pooled(PoolWire::Tls)
         } else if worker.http2 {
-            Wire::H2c
+            Wire::Pooled(PoolWire::H2c)
         } else {
             Wire::Http1
         }
@@ -76,17 +83,17 @@ impl UpstreamPool {
     }
 }
 
-/// A thread's clients towards HTTP workers, one per [`Wire`]. Workers with their own
+/// A thread's hyper clients towards h2c and TLS workers, one per [`PoolWire`] (HTTP/1.1
+/// workers go through [`h1`], whose pool is the thread's own). Workers with their own
 /// `http_pool` settings get pools of their own, built on first use and shared by every
 /// worker with the same settings.
 pub struct UpstreamClient {
-    http1: UpstreamPool,
     h2c: UpstreamPool,
     tls: UpstreamPool,
     trust: UpstreamTls,
     idle_timeout: Option<Duration>,
     /// Taken only for workers with a [`PoolTuning`], on this thread only: uncontended.
-    tuned: Mutex<Vec<((PoolTuning, Wire), UpstreamPool)>>,
+    tuned: Mutex<Vec<((PoolTuning, PoolWire), UpstreamPool)>>,
 }
 
 impl UpstreamClient {
@@ -94,9 +101,8 @@ impl UpstreamClient {
     pub fn new(settings: &PipelineSettings, trust: &UpstreamTls) -> UpstreamClient {
         let defaults = Tuning::defaults(settings.upstream_pool_idle_timeout);
         UpstreamClient {
-            http1: pool(defaults, Wire::Http1, trust),
-            h2c: pool(defaults, Wire::H2c, trust),
-            tls: pool(defaults, Wire::Tls, trust),
+            h2c: pool(defaults, PoolWire::H2c, trust),
+            tls: pool(defaults, PoolWire::Tls, trust),
             trust: trust.clone(),
             idle_timeout: settings.upstream_pool_idle_timeout,
             tuned: Mutex::new(Vec::new()),
@@ -105,11 +111,10 @@ impl UpstreamClient {
 
     /// The pool for `worker` over `wire`: the default one (borrowed, so the common case
     /// clones nothing) unless it has its own settings.
-    fn pool_for(&self, worker: &Worker, wire: Wire) -> Cow<'_, UpstreamPool> {
+    fn pool_for(&self, worker: &Worker, wire: PoolWire) -> Cow<'_, UpstreamPool> {
         let default = match wire {
-            Wire::Http1 => &self.http1,
-            Wire::H2c => &self.h2c,
-            Wire::Tls => &self.tls,
+            PoolWire::H2c => &self.h2c,
+            PoolWire::Tls => &self.tls,
         };
         let Some(tuning) = worker.pool else {
             return Cow::Borrowed(default);
@@ -156,20 +161,17 @@ impl Tuning {
     }
 }
 
-fn pool(tuning: Tuning, wire: Wire, trust: &UpstreamTls) -> UpstreamPool {
+fn pool(tuning: Tuning, wire: PoolWire, trust: &UpstreamTls) -> UpstreamPool {
     let (idle, keep, connect) = (
         tuning.max_idle_per_host,
         tuning.idle_timeout,
         tuning.connect_timeout,
     );
     match wire {
-        Wire::Http1 | Wire::H2c => UpstreamPool::Plain(client::build(ClientOptions::data_path(
-            wire == Wire::H2c,
-            idle,
-            keep,
-            connect,
+        PoolWire::H2c => UpstreamPool::Plain(client::build(ClientOptions::data_path_h2c(
+            idle, keep, connect,
         ))),
-        Wire::Tls => UpstreamPool::Tls(client::build(ClientOptions::data_path_tls(
+        PoolWire::Tls => UpstreamPool::Tls(client::build(ClientOptions::data_path_tls(
             trust.clone(),
             idle,
             keep,
@@ -186,10 +188,10 @@ impl Transport for UpstreamClient {
 
     async fn send(&self, worker: &Worker, attempt: Attempt<'_>) -> Result<Answer, SendError> {
         let origin = origin(worker).map_err(SendError::Exchange)?;
-        let wire = Wire::of(worker, origin.0);
-        if wire == Wire::Http1 {
-            return self.send_h1(worker, origin.1, attempt).await;
-        }
+        let wire = match Wire::of(worker, origin.0) {
+            Wire::Http1 => return self.send_h1(worker, origin.1, attempt).await,
+            Wire::Pooled(wire) => wire,
+        };
         let deadline = attempt.deadline;
         let request = request(attempt, origin, worker)?;
         let pool = self.pool_for(worker, wire);
