@@ -80,7 +80,10 @@ impl ThreadSetup for Gateway {
     }
 
     fn companion(&self, index: usize) -> impl std::future::Future<Output = ()> + 'static {
-        self.metrics.runtime.clone().canary(Some(index))
+        let canary = self.metrics.runtime.clone().canary(Some(index));
+        async move {
+            tokio::join!(canary, crate::http::h1::pool::sweep_forever());
+        }
     }
 
     fn parked(&self, index: usize) {

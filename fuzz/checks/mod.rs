@@ -6,6 +6,7 @@ pub mod cache_tree;
 pub mod dp_pin;
 pub mod flags;
 pub mod h1_framing;
+pub mod h1_response;
 pub mod json_peek;
 pub mod jwt_claims;
 pub mod prom_text;
@@ -21,6 +22,7 @@ pub fn by_target(name: &str) -> Option<fn(&[u8])> {
         "dp_pin" => dp_pin::check,
         "flags" => flags::check,
         "h1_framing" => h1_framing::check,
+        "h1_response" => h1_response::check,
         "json_peek" => json_peek::check,
         "jwt_claims" => jwt_claims::check,
         "prom_text" => prom_text::check,

@@ -110,6 +110,7 @@ pub struct Flags {
     pub fail_rate: f64,
     pub fail_status: u16,
     pub drop_after_tokens: Option<u64>,
+    pub stall_after_tokens: Option<u64>,
     pub stall: bool,
     pub slow_headers_ms: u64,
     pub unhealthy: bool,
@@ -166,6 +167,7 @@ Faults (also settable with POST /mock/config):
   --fail-rate P               fraction 0.0-1.0 of inference requests failing
   --fail-status CODE          status used for failures (default 500)
   --drop-after-tokens N       drop the connection after N streamed tokens
+  --stall-after-tokens N      stream N tokens, then send nothing more (connection kept open)
   --stall                     never answer inference requests
   --slow-headers-ms N         delay the response head of inference requests
   --unhealthy                 /health and /health_generate answer 503
@@ -194,6 +196,7 @@ impl Default for Flags {
             fail_rate: 0.0,
             fail_status: 500,
             drop_after_tokens: None,
+            stall_after_tokens: None,
             stall: false,
             slow_headers_ms: 0,
             unhealthy: false,
@@ -247,6 +250,9 @@ where
             Long("fail-status") => flags.fail_status = parsed_value(&mut parser, "--fail-status")?,
             Long("drop-after-tokens") => {
                 flags.drop_after_tokens = Some(parsed_value(&mut parser, "--drop-after-tokens")?)
+            }
+            Long("stall-after-tokens") => {
+                flags.stall_after_tokens = Some(parsed_value(&mut parser, "--stall-after-tokens")?)
             }
             Long("stall") => flags.stall = true,
             Long("slow-headers-ms") => {

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use crate::cli::Flags;
 
-/// Sentinel stored in `drop_after_tokens` for "no drop".
+/// Sentinel stored in `drop_after_tokens` and `stall_after_tokens` for "never".
 const NO_DROP: u64 = u64::MAX;
 
 /// The live, shared settings.
@@ -24,6 +24,7 @@ pub struct LiveConfig {
     fail_rate_bits: AtomicU64,
     fail_status: AtomicU16,
     drop_after_tokens: AtomicU64,
+    stall_after_tokens: AtomicU64,
     stall: AtomicBool,
     slow_headers_ms: AtomicU64,
     unhealthy: AtomicBool,
@@ -53,6 +54,8 @@ pub struct ConfigPatch {
     fail_status: Option<u16>,
     /// `Some(None)` clears the setting (JSON `null`).
     drop_after_tokens: Option<Option<u64>>,
+    /// `Some(None)` clears the setting (JSON `null`).
+    stall_after_tokens: Option<Option<u64>>,
     stall: Option<bool>,
     slow_headers_ms: Option<u64>,
     unhealthy: Option<bool>,
@@ -72,6 +75,7 @@ pub struct RequestOverrides {
     pub output_tokens: Option<u64>,
     pub fail_status: Option<u16>,
     pub drop_after_tokens: Option<Option<u64>>,
+    pub stall_after_tokens: Option<Option<u64>>,
     pub stall: Option<bool>,
     pub slow_headers_ms: Option<u64>,
 }
@@ -88,6 +92,8 @@ pub struct Knobs {
     /// Set when the request itself asked to fail: it always fails.
     pub forced_fail: bool,
     pub drop_after_tokens: Option<u64>,
+    /// Go silent after this many token events, keeping the connection open.
+    pub stall_after_tokens: Option<u64>,
     pub stall: bool,
     pub slow_headers_ms: u64,
 }
@@ -101,6 +107,7 @@ impl LiveConfig {
             fail_rate_bits: AtomicU64::new(flags.fail_rate.to_bits()),
             fail_status: AtomicU16::new(flags.fail_status),
             drop_after_tokens: AtomicU64::new(flags.drop_after_tokens.unwrap_or(NO_DROP)),
+            stall_after_tokens: AtomicU64::new(flags.stall_after_tokens.unwrap_or(NO_DROP)),
             stall: AtomicBool::new(flags.stall),
             slow_headers_ms: AtomicU64::new(flags.slow_headers_ms),
             unhealthy: AtomicBool::new(flags.unhealthy),
@@ -138,13 +145,8 @@ impl LiveConfig {
 
     /// Global settings merged with one request's overrides.
     pub fn knobs(&self, overrides: &RequestOverrides) -> Knobs {
-        let drop_after = match overrides.drop_after_tokens {
-            Some(value) => value,
-            None => match self.drop_after_tokens.load(Relaxed) {
-                NO_DROP => None,
-                n => Some(n),
-            },
-        };
+        let drop_after = optional(overrides.drop_after_tokens, &self.drop_after_tokens);
+        let stall_after = optional(overrides.stall_after_tokens, &self.stall_after_tokens);
         Knobs {
             ttft_ms: overrides
                 .ttft_ms
@@ -161,6 +163,7 @@ impl LiveConfig {
                 .unwrap_or_else(|| self.fail_status.load(Relaxed)),
             forced_fail: overrides.fail_status.is_some(),
             drop_after_tokens: drop_after,
+            stall_after_tokens: stall_after,
             stall: overrides.stall.unwrap_or_else(|| self.stall.load(Relaxed)),
             slow_headers_ms: overrides
                 .slow_headers_ms
@@ -185,6 +188,9 @@ impl LiveConfig {
         set(patch.fail_status, |v| self.fail_status.store(v, Relaxed));
         set(patch.drop_after_tokens, |v| {
             self.drop_after_tokens.store(v.unwrap_or(NO_DROP), Relaxed)
+        });
+        set(patch.stall_after_tokens, |v| {
+            self.stall_after_tokens.store(v.unwrap_or(NO_DROP), Relaxed)
         });
         set(patch.stall, |v| self.stall.store(v, Relaxed));
         set(patch.slow_headers_ms, |v| {
@@ -215,6 +221,7 @@ impl LiveConfig {
             "fail_rate": knobs.fail_rate,
             "fail_status": knobs.fail_status,
             "drop_after_tokens": knobs.drop_after_tokens,
+            "stall_after_tokens": knobs.stall_after_tokens,
             "stall": knobs.stall,
             "slow_headers_ms": knobs.slow_headers_ms,
             "unhealthy": self.unhealthy(),
@@ -245,6 +252,7 @@ impl ConfigPatch {
                 "fail_rate" => patch.fail_rate = Some(rate(key, v)?),
                 "fail_status" => patch.fail_status = Some(status(key, v)?),
                 "drop_after_tokens" => patch.drop_after_tokens = Some(optional_uint(key, v)?),
+                "stall_after_tokens" => patch.stall_after_tokens = Some(optional_uint(key, v)?),
                 "stall" => patch.stall = Some(boolean(key, v)?),
                 "slow_headers_ms" => patch.slow_headers_ms = Some(uint(key, v)?),
                 "unhealthy" => patch.unhealthy = Some(boolean(key, v)?),
@@ -293,12 +301,24 @@ impl RequestOverrides {
                 "output_tokens" => overrides.output_tokens = Some(uint(key, v)?),
                 "fail_status" => overrides.fail_status = Some(status(key, v)?),
                 "drop_after_tokens" => overrides.drop_after_tokens = Some(optional_uint(key, v)?),
+                "stall_after_tokens" => overrides.stall_after_tokens = Some(optional_uint(key, v)?),
                 "stall" => overrides.stall = Some(boolean(key, v)?),
                 "slow_headers_ms" => overrides.slow_headers_ms = Some(uint(key, v)?),
                 other => return Err(format!("unknown mock override '{other}'")),
             }
         }
         Ok(overrides)
+    }
+}
+
+/// A request's override of an optional count, else the live setting (`NO_DROP`: none).
+fn optional(over: Option<Option<u64>>, live: &AtomicU64) -> Option<u64> {
+    match over {
+        Some(value) => value,
+        None => match live.load(Relaxed) {
+            NO_DROP => None,
+            n => Some(n),
+        },
     }
 }
 
@@ -387,6 +407,22 @@ mod tests {
             None
         );
         assert_eq!(cfg.to_json()["drop_after_tokens"], Value::Null);
+    }
+
+    #[test]
+    fn stall_after_tokens_is_set_overridden_and_cleared() {
+        let cfg = live();
+        cfg.apply(&ConfigPatch::parse(&json!({"stall_after_tokens": 3})).unwrap());
+        assert_eq!(
+            cfg.knobs(&RequestOverrides::default()).stall_after_tokens,
+            Some(3)
+        );
+        assert_eq!(cfg.to_json()["stall_after_tokens"], 3);
+        let body = json!({"mock": {"stall_after_tokens": null}});
+        let overrides = RequestOverrides::from_body(&body).unwrap();
+        assert_eq!(cfg.knobs(&overrides).stall_after_tokens, None);
+        cfg.apply(&ConfigPatch::parse(&json!({"stall_after_tokens": null})).unwrap());
+        assert_eq!(cfg.to_json()["stall_after_tokens"], Value::Null);
     }
 
     #[test]

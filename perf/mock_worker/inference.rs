@@ -5,7 +5,8 @@
 //! (400 on bad JSON), resolve the knobs (global config + `"mock"`
 //! overrides), then `stall` (hang forever), `slow_headers_ms` (delay the
 //! head), failure injection (error status), and finally the route's work,
-//! where `drop_after_tokens` cuts the connection.
+//! where `drop_after_tokens` cuts the connection and `stall_after_tokens`
+//! silences a stream.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -101,6 +102,7 @@ async fn generate(
             ttft_ms: knobs.ttft_ms,
             itl_ms: knobs.itl_ms,
             drop_after_tokens: knobs.drop_after_tokens,
+            stall_after_tokens: knobs.stall_after_tokens,
         };
         return Ok(respond::event_stream(stream::spawn(
             completion, pacing, inflight,
@@ -209,6 +211,7 @@ mod tests {
             fail_status: 500,
             forced_fail: false,
             drop_after_tokens: None,
+            stall_after_tokens: None,
             stall: false,
             slow_headers_ms: 0,
         };

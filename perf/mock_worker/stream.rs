@@ -22,6 +22,8 @@ pub struct Pacing {
     pub itl_ms: u64,
     /// Cut the connection after this many token events.
     pub drop_after_tokens: Option<u64>,
+    /// Go silent after this many token events, the connection kept open (a hung engine).
+    pub stall_after_tokens: Option<u64>,
 }
 
 /// Starts generating in the background and returns the response body.
@@ -43,6 +45,11 @@ async fn drive(tx: Sender<StreamItem>, c: Completion, pacing: Pacing) {
     for i in 0..total {
         if cut == Some(i) {
             abort_after_flush(&tx).await;
+            return;
+        }
+        if pacing.stall_after_tokens == Some(i) {
+            // Silent until the client gives up; the receiver's drop ends the task.
+            tx.closed().await;
             return;
         }
         let delay = if i == 0 {
@@ -159,6 +166,7 @@ mod tests {
             ttft_ms,
             itl_ms,
             drop_after_tokens,
+            stall_after_tokens: None,
         }
     }
 
@@ -206,6 +214,35 @@ mod tests {
             assert_eq!(tokens, 2);
             drop(body);
             assert_eq!(stats.to_json()["cancelled"], 0);
+        });
+    }
+
+    #[test]
+    fn stall_after_tokens_goes_silent_without_ending() {
+        rt().block_on(async {
+            let stats = Arc::new(Stats::default());
+            let mut body = spawn(
+                completion(5),
+                Pacing {
+                    stall_after_tokens: Some(2),
+                    ..pacing(0, 0, None)
+                },
+                Inflight::new(stats.clone()),
+            );
+            let mut text = String::new();
+            let silent = loop {
+                match tokio::time::timeout(Duration::from_millis(300), body.frame()).await {
+                    Ok(Some(Ok(frame))) => {
+                        let data = frame.into_data().unwrap_or_default();
+                        text.push_str(&String::from_utf8_lossy(&data));
+                    }
+                    Ok(other) => panic!("stream ended despite stall_after_tokens: {other:?}"),
+                    Err(_) => break true,
+                }
+            };
+            assert!(silent);
+            assert_eq!(text.matches("tok").count(), 2);
+            assert!(!text.contains("[DONE]"));
         });
     }
 

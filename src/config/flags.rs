@@ -883,6 +883,18 @@ pub static FLAGS: &[Flag] = &[
         },
     ),
     Flag::one(
+        "stream-stall-timeout-secs",
+        "SECS",
+        "300",
+        Group::LimitsAndTimeouts,
+        "A relayed response whose worker sends nothing for this long in the middle of it fails; an SSE stream then ends with an error event in the route's dialect (0: no stall limit)",
+        |c, v| {
+            let stall = seconds(v, 0)?;
+            c.pipeline.stream_stall_timeout = (!stall.is_zero()).then_some(stall);
+            Ok(())
+        },
+    ),
+    Flag::one(
         "header-read-timeout-secs",
         "SECS",
         "30",

@@ -49,6 +49,10 @@ fn defaults() {
         c.pipeline.upstream_pool_idle_timeout,
         Some(Duration::from_secs(3))
     );
+    assert_eq!(
+        c.pipeline.stream_stall_timeout,
+        Some(Duration::from_secs(300))
+    );
     assert_eq!(c.server.header_read_timeout, Duration::from_secs(30));
     assert_eq!(c.server.keep_alive_timeout, Duration::from_secs(75));
     assert_eq!(c.server.max_connections, None);
@@ -86,6 +90,8 @@ fn every_flag_parsed() {
         "0",
         "--upstream-pool-idle-timeout-secs",
         "0",
+        "--stream-stall-timeout-secs",
+        "7",
         "--header-read-timeout-secs",
         "5",
         "--keep-alive-timeout-secs",
@@ -119,6 +125,10 @@ fn every_flag_parsed() {
     assert_eq!(c.pipeline.max_payload_size, 4 * 1024 * 1024);
     assert_eq!(c.runtime.shutdown_grace_period, Duration::ZERO);
     assert_eq!(c.pipeline.upstream_pool_idle_timeout, None);
+    assert_eq!(
+        c.pipeline.stream_stall_timeout,
+        Some(Duration::from_secs(7))
+    );
     assert_eq!(c.server.header_read_timeout, Duration::from_secs(5));
     assert_eq!(c.server.keep_alive_timeout, Duration::from_secs(9));
     assert_eq!(c.server.max_connections, Some(5000));
@@ -319,6 +329,11 @@ fn bad_values_name_the_flag() {
         (
             &["--upstream-pool-idle-timeout-secs", "x"],
             "--upstream-pool-idle-timeout-secs",
+            "0-",
+        ),
+        (
+            &["--stream-stall-timeout-secs", "-1"],
+            "--stream-stall-timeout-secs",
             "0-",
         ),
         (
@@ -992,4 +1007,10 @@ fn request_body_flags() {
     ] {
         assert!(error(&[flag, "0"]).contains(flag));
     }
+}
+
+#[test]
+fn stream_stall_timeout_zero_is_off() {
+    let c = run(&["--stream-stall-timeout-secs", "0"]);
+    assert_eq!(c.pipeline.stream_stall_timeout, None);
 }

@@ -5,18 +5,23 @@
 //! without re-chunking or buffering, so SSE events reach the client as soon as the worker
 //! writes them; or a stream the gateway produces itself through a [`FrameSender`]. On any
 //! of them a [`Tap`] may watch the frames go by, and what must be released at the last
-//! byte rides as [`Guard`]s. (Request bodies: [`super::upload`].)
+//! byte rides as [`Guard`]s. A relay fails when the worker stalls, breaks off or outlasts
+//! the deadline; a relayed SSE stream given a [`Terminal`] then ends with an error event in
+//! its dialect rather than truncated. (Request bodies: [`super::upload`].)
+//!
+//! Backpressure is hyper's: it polls a body for its next frame only once the previous one
+//! is written, so a client that stops reading stops the relay, and the worker's socket
+//! buffers fill up instead of the gateway's memory.
 
 use std::error::Error as StdError;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
 use pin_project_lite::pin_project;
 use tokio::sync::mpsc;
 use tokio::time::Sleep;
@@ -24,10 +29,14 @@ use tokio::time::Sleep;
 use super::guard::Guard;
 use generated::Msg;
 pub use generated::{FrameSender, StreamClosed, Unfinished};
+pub use terminal::{CountFailure, Dialect, Terminal};
+pub use upstream::UpstreamBody;
 
 mod generated;
+pub mod terminal;
 #[cfg(test)]
 mod tests;
+mod upstream;
 
 /// Boxed error type of both bodies; allocated only when an error actually happens.
 pub type BoxError = Box<dyn StdError + Send + Sync>;
@@ -43,6 +52,24 @@ impl fmt::Display for DeadlineExceeded {
 }
 
 impl StdError for DeadlineExceeded {}
+
+/// The worker sent nothing for the stall timeout (`after`) in the middle of its response.
+#[derive(Debug)]
+pub struct Stalled {
+    pub after: Duration,
+}
+
+impl fmt::Display for Stalled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the worker sent nothing for {} s in the middle of the response",
+            self.after.as_secs()
+        )
+    }
+}
+
+impl StdError for Stalled {}
 
 /// Watches a response's data frames as the client is given them, by reference (for
 /// storing a response or counting its usage without copying it).
@@ -70,15 +97,55 @@ pin_project! {
     #[project = KindProj]
     enum Kind<B> {
         Full { data: Option<Bytes> },
-        /// A worker's body, bounded by the request deadline.
+        /// A worker's body, bounded by the request deadline and the stall timeout.
         Relay {
             #[pin]
             inner: B,
+            // The one timer of the relay, set for the earlier of the deadline and the
+            // stall limit; frames only move `last_frame`, and the timer is re-armed when
+            // it fires early, so the hot path touches no timer.
             #[pin]
-            deadline: Sleep,
+            timer: Sleep,
+            limits: Limits,
         },
         /// Frames a producer task sends; `None` once the producer has ended the stream.
         Generated { rx: Option<mpsc::Receiver<Msg>> },
+        /// A relay that failed: the worker's body is dropped at once (which cancels the
+        /// upstream request), and nothing more comes.
+        Failed,
+    }
+}
+
+/// When a relay gives up on its worker.
+struct Limits {
+    deadline: tokio::time::Instant,
+    /// `--stream-stall-timeout-secs`; `None` when off.
+    stall: Option<Duration>,
+    /// When the worker last sent a frame (or its head, before the first frame).
+    last_frame: tokio::time::Instant,
+}
+
+impl Limits {
+    /// When the timer should next fire.
+    fn next_check(&self) -> tokio::time::Instant {
+        match self.stall {
+            Some(stall) => self.deadline.min(self.last_frame + stall),
+            None => self.deadline,
+        }
+    }
+
+    /// The timer fired at `now`: the relay's failure if a limit has passed, else `None`
+    /// (it fired for a stall check, and a frame came since).
+    fn check(&self, now: tokio::time::Instant) -> Option<BoxError> {
+        if now >= self.deadline {
+            return Some(Box::new(DeadlineExceeded));
+        }
+        match self.stall {
+            Some(stall) if now >= self.last_frame + stall => {
+                Some(Box::new(Stalled { after: stall }))
+            }
+            _ => None,
+        }
     }
 }
 
@@ -93,6 +160,8 @@ struct Riders {
     /// A slot of its own so that neither has to know about the other: one slot would make
     /// the server box the pair again, a second allocation per request.
     activity: Option<Guard>,
+    /// For a relayed SSE stream: how to end it should the relay fail.
+    terminal: Option<Terminal>,
 }
 
 impl Riders {
@@ -100,22 +169,30 @@ impl Riders {
         tap: None,
         held: [None, None],
         activity: None,
+        terminal: None,
     };
 
     /// Tells the tap how the body ended and releases the guards; later calls do nothing.
     fn end(&mut self, end: End<'_>) {
+        self.settle(end);
+        self.activity = None;
+    }
+
+    /// Tells the tap how the request ended and releases its holdings (the worker's load,
+    /// the admission ticket), keeping the connection active: a terminal event may still
+    /// be on its way to the client.
+    fn settle(&mut self, end: End<'_>) {
         if let Some(mut tap) = self.tap.take() {
             tap.on_end(end);
         }
         self.held = [None, None];
-        self.activity = None;
     }
 }
 
 pin_project! {
-    /// A response body: generated by the gateway or relayed from a worker (`B`, a hyper
-    /// body in production; tests relay bodies of their own).
-    pub struct RespBody<B: Body = Incoming> {
+    /// A response body: generated by the gateway or relayed from a worker (`B`, an
+    /// [`UpstreamBody`] in production; tests relay bodies of their own).
+    pub struct RespBody<B: Body = UpstreamBody> {
         #[pin]
         kind: Kind<B>,
         riders: Riders,
@@ -160,7 +237,7 @@ impl RespBody {
     pub fn into_full(mut self) -> Option<Bytes> {
         match &mut self.kind {
             Kind::Full { data } => Some(data.take().unwrap_or_default()),
-            Kind::Relay { .. } | Kind::Generated { .. } => None,
+            Kind::Relay { .. } | Kind::Generated { .. } | Kind::Failed => None,
         }
     }
 }
@@ -175,10 +252,33 @@ impl<B: Body> RespBody<B> {
 
     /// Relays a worker's body until it ends, errors, or `deadline` passes.
     pub fn relay(inner: B, deadline: Instant) -> RespBody<B> {
+        let deadline = tokio::time::Instant::from_std(deadline);
         RespBody::of(Kind::Relay {
             inner,
-            deadline: tokio::time::sleep_until(deadline.into()),
+            timer: tokio::time::sleep_until(deadline),
+            limits: Limits {
+                deadline,
+                stall: None,
+                last_frame: tokio::time::Instant::now(),
+            },
         })
+    }
+
+    /// Fails a relay whose worker sends nothing for `stall` (`None`: never) in the middle
+    /// of its response; other bodies are not waiting on a worker and stay as they are.
+    pub fn stalling_after(mut self, stall: Option<Duration>) -> RespBody<B> {
+        if let Kind::Relay { timer, limits, .. } = &mut self.kind {
+            limits.stall = stall;
+            *timer = tokio::time::sleep_until(limits.next_check());
+        }
+        self
+    }
+
+    /// Ends the stream with `terminal`'s error event, and cleanly, should the relay fail
+    /// (for relayed SSE streams: a body of another type ends with an error, as it must).
+    pub fn ending_with(mut self, terminal: Terminal) -> RespBody<B> {
+        self.riders.terminal = Some(terminal);
+        self
     }
 
     /// Lets `tap` watch the frames and the end.
@@ -220,19 +320,32 @@ where
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.project() {
             KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
-            KindProj::Relay { inner, deadline } => match inner.poll_frame(cx) {
-                Poll::Ready(Some(Ok(frame))) => Poll::Ready(Some(Ok(frame))),
+            KindProj::Relay {
+                inner,
+                mut timer,
+                limits,
+            } => match inner.poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    if limits.stall.is_some() {
+                        limits.last_frame = tokio::time::Instant::now();
+                    }
+                    Poll::Ready(Some(Ok(frame)))
+                }
                 Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
                 Poll::Ready(None) => Poll::Ready(None),
-                Poll::Pending => {
-                    if deadline.poll(cx).is_ready() {
-                        Poll::Ready(Some(Err(Box::new(DeadlineExceeded) as BoxError)))
-                    } else {
-                        Poll::Pending
+                Poll::Pending => loop {
+                    if timer.as_mut().poll(cx).is_pending() {
+                        break Poll::Pending;
                     }
-                }
+                    if let Some(err) = limits.check(tokio::time::Instant::now()) {
+                        break Poll::Ready(Some(Err(err)));
+                    }
+                    // Fired for a stall check, but frames came since: wait for the next.
+                    timer.as_mut().reset(limits.next_check());
+                },
             },
             KindProj::Generated { rx } => generated::poll(rx, cx),
+            KindProj::Failed => Poll::Ready(None),
         }
     }
 }
@@ -245,6 +358,8 @@ impl<B: Body> Kind<B> {
             Kind::Full { data } => data.is_none(),
             Kind::Relay { inner, .. } => inner.is_end_stream(),
             Kind::Generated { rx } => rx.is_none(),
+            // Ended by an error: never as if complete.
+            Kind::Failed => false,
         }
     }
 }
@@ -261,15 +376,25 @@ where
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = self.project();
-        let polled = this.kind.poll_frame(cx);
+        let mut this = self.project();
+        let polled = this.kind.as_mut().poll_frame(cx);
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
-                if let (Some(tap), Some(data)) = (this.riders.tap.as_mut(), frame.data_ref()) {
-                    tap.on_frame(data);
+                if let Some(data) = frame.data_ref() {
+                    if let Some(tap) = this.riders.tap.as_mut() {
+                        tap.on_frame(data);
+                    }
+                    if let Some(terminal) = this.riders.terminal.as_mut() {
+                        terminal.saw(data);
+                    }
                 }
             }
-            Poll::Ready(Some(Err(err))) => this.riders.end(End::Failed(err.as_ref())),
+            Poll::Ready(Some(Err(err))) => {
+                if matches!(*this.kind, Kind::Relay { .. }) {
+                    return relay_failed(this.kind, this.riders, polled);
+                }
+                this.riders.end(End::Failed(err.as_ref()));
+            }
             Poll::Ready(None) => this.riders.end(End::Completed),
             Poll::Pending => {}
         }
@@ -286,7 +411,34 @@ where
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
             Kind::Relay { inner, .. } => inner.size_hint(),
-            Kind::Generated { .. } => SizeHint::default(),
+            Kind::Generated { .. } | Kind::Failed => SizeHint::default(),
+        }
+    }
+}
+
+/// A relay failed (`polled` holds the error): the worker's body goes at once, cancelling
+/// the upstream request; the request's holdings are released; and the client gets the
+/// terminal event and a clean end, or, without a [`Terminal`], the error.
+fn relay_failed<B: Body>(
+    mut kind: Pin<&mut Kind<B>>,
+    riders: &mut Riders,
+    polled: Poll<Option<Result<Frame<Bytes>, BoxError>>>,
+) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    kind.set(Kind::Failed);
+    let Poll::Ready(Some(Err(err))) = polled else {
+        return polled;
+    };
+    match riders.terminal.take() {
+        Some(terminal) => {
+            riders.settle(End::Failed(err.as_ref()));
+            let event = terminal.broke_off(&err);
+            // The event is the body's last frame: hyper ends the chunked body after it.
+            kind.set(Kind::Full { data: None });
+            Poll::Ready(Some(Ok(Frame::data(event))))
+        }
+        None => {
+            riders.end(End::Failed(err.as_ref()));
+            Poll::Ready(Some(Err(err)))
         }
     }
 }

@@ -99,17 +99,16 @@ impl<T> ClientOptions<T> {
 }
 
 impl ClientOptions<Plain> {
-    /// The data path's pools to plain-HTTP workers, one set per data-plane thread, with no
-    /// TLS layer on the hot path.
-    pub fn data_path(
-        http2_only: bool,
+    /// The data path's pools to h2c workers (HTTP/2 with prior knowledge), one per
+    /// data-plane thread, with no TLS layer. (HTTP/1.1 workers go through `http::h1`.)
+    pub fn data_path_h2c(
         max_idle_per_host: usize,
         idle_timeout: Option<Duration>,
         connect_timeout: Duration,
     ) -> ClientOptions<Plain> {
         ClientOptions::data(
             Plain,
-            http2_only,
+            true,
             max_idle_per_host,
             idle_timeout,
             connect_timeout,
@@ -234,16 +233,16 @@ mod tests {
     #[test]
     fn data_path_is_plain_fast_and_takes_its_tuning() {
         let idle = Some(Duration::from_secs(7));
-        let options = ClientOptions::data_path(true, 500, idle, SECS_10);
+        let options = ClientOptions::data_path_h2c(500, idle, SECS_10);
         assert_eq!(options.tls, Plain);
         assert_eq!(
             settings(&options),
             (true, true, Some(SECS_10), 500, idle, true, true)
         );
-        let unbounded = ClientOptions::data_path(false, 3, None, SECS_10);
+        let unbounded = ClientOptions::data_path_h2c(3, None, SECS_10);
         assert_eq!(
             settings(&unbounded),
-            (false, true, Some(SECS_10), 3, None, true, true),
+            (true, true, Some(SECS_10), 3, None, true, true),
             "no idle timeout stays none"
         );
     }

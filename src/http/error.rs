@@ -38,6 +38,9 @@ pub enum GatewayError {
     UpstreamBroken,
     /// The worker did not answer within the request timeout.
     UpstreamTimeout,
+    /// The worker sent nothing for `--stream-stall-timeout-secs` (`secs`) in the middle of
+    /// its response.
+    UpstreamStalled { secs: u64 },
     /// The TLS handshake with an https worker failed (untrusted, wrong host, expired, ...).
     UpstreamTls { failure: TlsFailure },
     /// The worker's transport is registered but not served by this build (gRPC, ZMQ, TLS).
@@ -117,6 +120,7 @@ impl GatewayError {
             G::UnsupportedTransport { .. } => (S::BAD_GATEWAY,         "worker_transport_unsupported",    BACKEND,        KEEP),
             G::WorkerStatus { status } =>     (*status,                "upstream_error",                  BACKEND,        KEEP),
             G::UpstreamTimeout =>             (S::GATEWAY_TIMEOUT,     "worker_timeout",                  TIMEOUT,        KEEP),
+            G::UpstreamStalled { .. } =>      (S::GATEWAY_TIMEOUT,     "worker_timeout",                  TIMEOUT,        KEEP),
             G::PayloadTooLarge { .. } =>      (S::PAYLOAD_TOO_LARGE,   "payload_too_large",               VALIDATION,     CLOSE),
             G::ClientBodyBroken =>            (S::BAD_REQUEST,         "invalid_request_body",            VALIDATION,     CLOSE),
             G::BodyNotJsonObject =>           (S::BAD_REQUEST,         "invalid_request_body",            VALIDATION,     KEEP),
@@ -185,6 +189,9 @@ impl fmt::Display for GatewayError {
             }
             GatewayError::UpstreamTimeout => {
                 f.write_str("the worker did not answer within the request timeout")
+            }
+            GatewayError::UpstreamStalled { secs } => {
+                write!(f, "the worker sent nothing for {secs} s in the middle of the response")
             }
             GatewayError::UnsupportedTransport { transport } => {
                 write!(f, "{transport} workers are not served by this gateway yet")
@@ -258,11 +265,13 @@ impl ErrorCode {
     }
 }
 
-/// Builds the enveloped error response.
-pub fn error_response(err: &GatewayError) -> Response<RespBody> {
+/// The gateway envelope `{error:{type,code,message,param:null}}` of `err`, as JSON: the
+/// body of [`error_response`], and the payload of the terminal event that ends a relayed
+/// OpenAI-style stream which broke off (`super::body`).
+pub fn envelope_json(err: &GatewayError) -> Vec<u8> {
     let spec = err.spec();
     let message = err.to_string();
-    let body = serde_json::to_vec(&Envelope {
+    serde_json::to_vec(&Envelope {
         error: Inner {
             kind: spec.status.canonical_reason().unwrap_or("Error"),
             code: spec.code,
@@ -270,8 +279,13 @@ pub fn error_response(err: &GatewayError) -> Response<RespBody> {
             param: None,
         },
     })
-    .unwrap_or_default();
-    let mut resp = reply::json(spec.status, body);
+    .unwrap_or_default()
+}
+
+/// Builds the enveloped error response.
+pub fn error_response(err: &GatewayError) -> Response<RespBody> {
+    let spec = err.spec();
+    let mut resp = reply::json(spec.status, envelope_json(err));
     resp.extensions_mut().insert(ErrorCode(spec.code));
     let headers = resp.headers_mut();
     headers.insert(ERROR_CODE_HEADER, HeaderValue::from_static(spec.code));

@@ -5,6 +5,7 @@ pub mod body;
 pub mod client;
 pub mod error;
 pub mod guard;
+pub mod h1;
 pub mod head_rules;
 pub mod reply;
 pub mod route;

@@ -13,10 +13,13 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
+use std::sync::Arc;
+
 use prometheus_client::metrics::counter::Counter;
 
 use super::histogram::Histogram;
 use super::labels::Label;
+use super::StreamErrors;
 
 /// Entries per map beyond which nothing more is cached.
 const MAX_ENTRIES: usize = 4096;
@@ -87,6 +90,8 @@ struct Cache {
     /// streaming values hold clones of the same duration histogram.
     routes: HashMap<(RouteKey, bool), (Counter, Histogram), Quick>,
     selections: HashMap<SelectKey, Counter, Quick>,
+    /// The `streaming_error` handle of each route, shared by its relayed streams.
+    stream_errors: HashMap<RouteKey, Arc<StreamErrors>, Quick>,
 }
 
 thread_local! {
@@ -151,6 +156,15 @@ pub fn route(
             (requests(k), duration(k))
         })
     })
+}
+
+/// The `streaming_error` handle of `key`.
+pub fn stream_errors(
+    owner: usize,
+    key: RouteKey,
+    resolve: impl FnOnce(&RouteKey) -> Arc<StreamErrors>,
+) -> Arc<StreamErrors> {
+    with(owner, |c| cached(&mut c.stream_errors, key, resolve))
 }
 
 /// The selection counter of `key`.

@@ -29,6 +29,7 @@ use prometheus_client::registry::Registry;
 
 use crate::admission::{Admission, AdmissionEvents};
 use crate::fleet::{Fleet, Worker};
+use crate::http::body::CountFailure;
 use crate::http::route::Route;
 use crate::routing::{Branch, Policy, Selection};
 use labels::{Label, Labels, ModelLabels};
@@ -471,6 +472,24 @@ impl Metrics {
         duration.observe(seconds);
     }
 
+    /// What a relayed stream of `route` tells when it breaks off mid-way: one handle per
+    /// route shared by its streams (per thread), so a stream carries it without an
+    /// allocation, and the series is created only when a stream first fails.
+    pub fn stream_errors(&self, route: &RouteLabels<'_>) -> Arc<StreamErrors> {
+        let key = local::RouteKey {
+            connection_mode: route.connection_mode,
+            model: self.model(route.model),
+            endpoint: route.endpoint,
+        };
+        local::stream_errors(self.id, key, |k| {
+            let [a, b, c, d, e] = router_labels(k.connection_mode, k.model.clone(), k.endpoint);
+            Arc::new(StreamErrors {
+                family: self.router_errors.clone(),
+                labels: [a, b, c, d, e, ("error_type", "streaming_error".into())],
+            })
+        })
+    }
+
     /// A routed request that ended in an error of `error_type` (`no_workers`, `timeout`,
     /// `backend_error`, `validation_error`, `internal_error`).
     pub fn router_error(&self, route: &RouteLabels<'_>, error_type: &'static str) {
@@ -661,6 +680,19 @@ fn router_labels(connection_mode: &'static str, model: Label, endpoint: &'static
         ("model", model),
         ("endpoint", endpoint.into()),
     ]
+}
+
+/// `gw_router_request_errors_total{error_type="streaming_error"}` of one route: counts a
+/// relayed stream that broke off after its head was sent (spec 3).
+pub struct StreamErrors {
+    family: Counters<6>,
+    labels: Labels<6>,
+}
+
+impl CountFailure for StreamErrors {
+    fn count(&self) {
+        self.family.get_or_create(&self.labels).inc();
+    }
 }
 
 /// The `worker` label: the worker's URL, shared rather than copied.

@@ -146,13 +146,21 @@ impl RuntimeMetrics {
     }
 }
 
-/// Reads the current runtime and thread into `stats`.
+/// Tasks every data-plane thread runs beside its connections on its local task set: the
+/// companion that runs this sampler.
+const COMPANIONS: usize = 1;
+
+/// Reads the current runtime and thread into `stats`. Alive tasks are the runtime's own
+/// (spawned with `tokio::spawn`: hyper's connections to h2c and TLS workers, its h2
+/// streams) plus the thread's client connections and its companion task (this sampler),
+/// both spawned on its local task set.
 fn sample(stats: &ThreadStats, last_cpu: &mut Option<(Instant, u64)>) {
     let metrics = tokio::runtime::Handle::current().metrics();
     let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-    stats
-        .alive_tasks
-        .store(count(metrics.num_alive_tasks()), Ordering::Relaxed);
+    stats.alive_tasks.store(
+        count(metrics.num_alive_tasks() + crate::runtime::connection_tasks() + COMPANIONS),
+        Ordering::Relaxed,
+    );
     stats
         .global_queue
         .store(count(metrics.global_queue_depth()), Ordering::Relaxed);

@@ -13,7 +13,8 @@
 //!    the worker's [`transport`], classify the outcome for its breaker, retry elsewhere
 //!    while nothing has been relayed;
 //! 4. **respond** — the winning answer becomes the client's response: the release guard
-//!    (the worker's load, the admission ticket) and any tap ride on its body;
+//!    (the worker's load, the admission ticket) and any tap ride on its body, and once the
+//!    route is known, the stall limit and (SSE) the terminal error of its dialect;
 //! 5. **record** — the router metrics, once the answer is known.
 //!
 //! Each data-plane thread owns its own upstream pools ([`transport::http`]), so pooled
@@ -38,9 +39,10 @@ use hyper::body::Incoming;
 
 use crate::admission::{Admission, Ticket};
 use crate::fleet::{LoadGuard, Registry, Worker};
-use crate::http::body::RespBody;
+use crate::http::body::{Dialect, RespBody, Terminal};
 use crate::http::error::GatewayError;
 use crate::http::guard::Guard;
+use crate::http::route::Endpoint;
 use crate::http::tls::UpstreamTls;
 use crate::metrics::{Metrics, RouteLabels};
 use crate::resilience::RetryConfig;
@@ -69,6 +71,9 @@ pub struct PipelineSettings {
     pub upstream_pool_idle_timeout: Option<Duration>,
     /// `--max-buffered-request-bytes`: largest body kept for replay.
     pub max_buffered_request_bytes: u64,
+    /// `--stream-stall-timeout-secs`: longest silence of a worker in the middle of a
+    /// relayed response; `None` (flag value 0) waits as long as the request deadline.
+    pub stream_stall_timeout: Option<Duration>,
     /// `--upstream-ca-cert-path`: a PEM bundle of CAs trusted for https workers besides
     /// the platform's roots (read at startup into an [`UpstreamTls`]).
     pub upstream_ca_cert_path: Option<PathBuf>,
@@ -83,6 +88,7 @@ impl Default for PipelineSettings {
             request_body_idle_timeout: Duration::from_secs(30),
             upstream_pool_idle_timeout: Some(Duration::from_secs(3)),
             max_buffered_request_bytes: 16 * 1024 * 1024,
+            stream_stall_timeout: Some(Duration::from_secs(300)),
             upstream_ca_cert_path: None,
         }
     }
@@ -148,7 +154,7 @@ impl Pipeline {
         }
         .await;
         self.record(endpoint, &seen, &result, started);
-        result
+        result.map(|resp| self.guard_relay(endpoint, &seen, resp))
     }
 
     /// Phase 2: an admission token (perhaps after a wait in the queue) and, for a JSON
@@ -182,6 +188,28 @@ impl Pipeline {
         })
     }
 
+    /// Phase 4, once the route's labels are known: a relayed answer fails when its worker
+    /// stalls (`--stream-stall-timeout-secs`); a relayed SSE stream that fails ends with an
+    /// error event in the route's dialect and counts as a `streaming_error`. The counter is
+    /// a handle the route's streams share, so a stream costs no allocation here.
+    fn guard_relay(
+        &self,
+        endpoint: &'static str,
+        seen: &Seen,
+        resp: Response<RespBody>,
+    ) -> Response<RespBody> {
+        let failures =
+            is_sse(&resp).then(|| self.metrics.stream_errors(&route_labels(endpoint, seen)));
+        let stall = self.settings.stream_stall_timeout;
+        resp.map(|body| {
+            let body = body.stalling_after(stall);
+            match failures {
+                Some(failures) => body.ending_with(Terminal::new(dialect(endpoint), failures)),
+                None => body,
+            }
+        })
+    }
+
     /// Phase 5: the router metrics of the finished request.
     fn record(
         &self,
@@ -190,25 +218,11 @@ impl Pipeline {
         result: &Result<Response<RespBody>, GatewayError>,
         started: Instant,
     ) {
-        let route = RouteLabels {
-            connection_mode: seen
-                .worker
-                .as_ref()
-                .map_or("http", |w| w.connection_mode().as_str()),
-            model: seen
-                .model
-                .as_deref()
-                .or_else(|| seen.worker.as_ref().and_then(|w| w.model_id.as_deref())),
-            endpoint,
-        };
+        let route = route_labels(endpoint, seen);
         match result {
             Ok(resp) => {
-                let streaming = resp
-                    .headers()
-                    .get(http::header::CONTENT_TYPE)
-                    .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
                 self.metrics
-                    .routed(&route, streaming, started.elapsed().as_secs_f64());
+                    .routed(&route, is_sse(resp), started.elapsed().as_secs_f64());
             }
             Err(err) => {
                 if let Some(kind) = err.router_error() {
@@ -216,5 +230,40 @@ impl Pipeline {
                 }
             }
         }
+    }
+}
+
+/// The router labels of a request: the model it named (else its worker's), the worker's
+/// connection mode, the route's endpoint.
+fn route_labels<'a>(endpoint: &'static str, seen: &'a Seen) -> RouteLabels<'a> {
+    RouteLabels {
+        connection_mode: seen
+            .worker
+            .as_ref()
+            .map_or("http", |w| w.connection_mode().as_str()),
+        model: seen
+            .model
+            .as_deref()
+            .or_else(|| seen.worker.as_ref().and_then(|w| w.model_id.as_deref())),
+        endpoint,
+    }
+}
+
+/// Whether a response is a server-sent event stream.
+fn is_sse<B>(resp: &Response<B>) -> bool {
+    resp.headers()
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"))
+}
+
+/// The stream dialect of the route whose endpoint label is `endpoint`: the shape its
+/// terminal error event takes.
+fn dialect(endpoint: &str) -> Dialect {
+    if endpoint == Endpoint::Messages.as_str() {
+        Dialect::Messages
+    } else if endpoint == Endpoint::Responses.as_str() {
+        Dialect::Responses
+    } else {
+        Dialect::OpenAi
     }
 }

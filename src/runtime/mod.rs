@@ -132,47 +132,45 @@ pub fn choose_io_driver(requested: IoEngine) -> Result<(IoDriver, String), Strin
     }
 }
 
+thread_local! {
+    /// Client connections open on this thread, each served by a task of its own.
+    static OPEN_HERE: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Client connections open on the calling data-plane thread. Each is a task spawned on the
+/// thread's local task set, which the runtime's own count of alive tasks does not see.
+pub fn connection_tasks() -> usize {
+    OPEN_HERE.with(Cell::get)
+}
+
 /// Counts a thread's open connections, so shutdown can wait for them, and every
 /// thread's together against `--max-connections`.
 #[derive(Clone)]
-struct OpenConns(Rc<Conns>);
-
-struct Conns {
-    here: Cell<usize>,
-    all: Arc<ConnLimit>,
-}
+struct OpenConns(Arc<ConnLimit>);
 
 /// One open connection, counted until dropped.
 struct OpenConn(OpenConns);
 
 impl OpenConns {
-    fn new(all: Arc<ConnLimit>) -> OpenConns {
-        OpenConns(Rc::new(Conns {
-            here: Cell::new(0),
-            all,
-        }))
-    }
-
     /// Counts a new connection; `None` when `--max-connections` are open already.
     fn open(&self) -> Option<OpenConn> {
-        if !self.0.all.try_open() {
-            self.0.all.log_refusal();
+        if !self.0.try_open() {
+            self.0.log_refusal();
             return None;
         }
-        self.0.here.set(self.0.here.get() + 1);
+        OPEN_HERE.with(|here| here.set(here.get() + 1));
         Some(OpenConn(self.clone()))
     }
 
     fn count(&self) -> usize {
-        self.0.here.get()
+        connection_tasks()
     }
 }
 
 impl Drop for OpenConn {
     fn drop(&mut self) {
-        let conns = &(self.0).0;
-        conns.here.set(conns.here.get().saturating_sub(1));
-        conns.all.close();
+        OPEN_HERE.with(|here| here.set(here.get().saturating_sub(1)));
+        (self.0).0.close();
     }
 }
 
@@ -323,7 +321,8 @@ pub trait ThreadSetup: Send + Sync + 'static {
     type Handler: Handler;
     /// Builds this thread's handler, on the thread (it owns per-thread upstream pools).
     fn handler(self: Arc<Self>) -> Self::Handler;
-    /// A task run beside the accept loop of thread `index` (the event-loop canary).
+    /// A task run beside the accept loop of thread `index` (the event-loop canary, the
+    /// upstream pool sweep).
     fn companion(&self, index: usize) -> impl std::future::Future<Output = ()> + 'static;
     /// Thread `index`'s runtime is about to park (epoll only: its busy-ratio sampler).
     fn parked(&self, index: usize);
@@ -397,12 +396,12 @@ fn run_thread<S: ThreadSetup>(
             let local = tokio::task::LocalSet::new();
             local.block_on(&rt, async move {
                 tokio::task::spawn_local(setup.companion(index));
-                run_epoll(listener, serving(&setup), OpenConns::new(limit), shutdown).await
+                run_epoll(listener, serving(&setup), OpenConns(limit), shutdown).await
             })
         }
         IoDriver::Uring => tokio_uring::start(async move {
             tokio::task::spawn_local(setup.companion(index));
-            run_uring(listener, serving(&setup), OpenConns::new(limit), shutdown).await
+            run_uring(listener, serving(&setup), OpenConns(limit), shutdown).await
         }),
     }
 }

@@ -4,7 +4,8 @@
 //! keeps one read and one write buffer per connection, lends each to the in-flight
 //! operation and gets it back on completion: no allocation per read or write beyond the
 //! operation's future. Reads are copied into hyper's buffer (leftovers kept for the next
-//! call); writes are copied out of hyper's and completed before the next write or flush,
+//! call); writes are gathered from hyper's queue of buffers (vectored: hyper does not
+//! flatten them first) and completed before the next write or flush,
 //! so a write error surfaces on the following call. On a cleartext connection the framing
 //! check of [`crate::server::SmugglingGuard`] sits in the read path exactly as on the epoll
 //! engine, and reports to the connection's timers through a [`PhaseReport`]. Under TLS the
@@ -12,7 +13,7 @@
 //! decrypted stream above the TLS layer instead.
 
 use std::future::Future;
-use std::io;
+use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{ready, Context, Poll};
@@ -24,6 +25,8 @@ use crate::server::{PhaseReport, SmugglingGuard};
 
 const READ_BUF: usize = 16 * 1024;
 const WRITE_CHUNK: usize = 64 * 1024;
+/// The write buffer's resting size: responses' heads and SSE events fit.
+const WRITE_BUF: usize = 4 * 1024;
 
 type ReadOp = Pin<Box<dyn Future<Output = (io::Result<usize>, Vec<u8>)>>>;
 type WriteOp = Pin<Box<dyn Future<Output = (io::Result<()>, Vec<u8>)>>>;
@@ -80,7 +83,7 @@ impl UringIo {
                 buf: Vec::with_capacity(READ_BUF),
                 pos: 0,
             },
-            write: WriteState::Idle(Vec::with_capacity(READ_BUF)),
+            write: WriteState::Idle(Vec::with_capacity(WRITE_BUF)),
             check,
         }
     }
@@ -90,20 +93,30 @@ impl UringIo {
         if let WriteState::Busy(op) = &mut self.write {
             let (res, mut buf) = ready!(op.as_mut().poll(cx));
             buf.clear();
+            // A large write leaves a large buffer; a connection that streams small events
+            // afterwards must not hold it.
+            buf.shrink_to(WRITE_BUF);
             self.write = WriteState::Idle(buf);
             res?;
         }
         Poll::Ready(Ok(()))
     }
 
-    /// Starts writing `data` (copied into the connection's write buffer).
-    fn start_write(&mut self, data: &[u8]) -> usize {
+    /// Starts writing `data` (gathered into the connection's write buffer, up to
+    /// [`WRITE_CHUNK`] bytes); returns how much was taken.
+    fn start_write(&mut self, data: &[IoSlice<'_>]) -> usize {
         let WriteState::Idle(buf) = &mut self.write else {
             return 0;
         };
-        let n = data.len().min(WRITE_CHUNK);
         let mut buf = std::mem::take(buf);
-        buf.extend_from_slice(&data[..n]);
+        for slice in data {
+            let room = WRITE_CHUNK - buf.len();
+            if room == 0 {
+                break;
+            }
+            buf.extend_from_slice(&slice[..slice.len().min(room)]);
+        }
+        let n = buf.len();
         let stream = self.stream.clone();
         self.write = WriteState::Busy(Box::pin(async move {
             let (res, buf) = stream.write_all(buf).await;
@@ -123,7 +136,7 @@ impl UringIo {
             if rest.is_empty() {
                 return Poll::Ready(Ok(()));
             }
-            let n = self.start_write(rest);
+            let n = self.start_write(&[IoSlice::new(rest)]);
             if let Some(check) = &mut self.check {
                 check.guard.reply_written(n);
             }
@@ -208,7 +221,24 @@ impl Write for UringIo {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         ready!(this.poll_write_done(cx))?;
+        Poll::Ready(Ok(this.start_write(&[IoSlice::new(data)])))
+    }
+
+    /// hyper hands over its queue of buffers (head, chunk sizes, the body's frames) as they
+    /// are; they are gathered straight into the operation's buffer, the one copy io_uring
+    /// needs (hyper would otherwise flatten them into a buffer of its own first).
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        ready!(this.poll_write_done(cx))?;
         Poll::Ready(Ok(this.start_write(data)))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

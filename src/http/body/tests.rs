@@ -356,3 +356,145 @@ async fn every_held_guard_is_kept_to_the_end_and_released_once() {
         (2, 1)
     );
 }
+
+/// Counts the failures a terminal reports.
+#[derive(Default)]
+struct FailureCount(AtomicUsize);
+
+impl CountFailure for FailureCount {
+    fn count(&self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn relay_silent_past_the_stall_limit_fails_as_stalled() {
+    let watch = Watch::default();
+    let (feed, up) = upstream();
+    let stall = Duration::from_millis(60);
+    let mut body = Box::pin(watch.on(RespBody::relay(up, far()).stalling_after(Some(stall))));
+    feed.send(Ok(Frame::data(Bytes::from_static(b"a"))))
+        .expect("feed");
+    assert_eq!(next_data(&mut body).await, "a");
+    let quiet_from = Instant::now();
+    let err = next_error(&mut body).await;
+    assert!(err.is::<Stalled>(), "{err}");
+    assert!(quiet_from.elapsed() >= stall);
+    assert!(
+        feed.is_closed(),
+        "the worker's body is dropped at the failure"
+    );
+    drop(body);
+    watch.assert_settled(&["a"], &format!("failed: {}", Stalled { after: stall }));
+}
+
+#[tokio::test]
+async fn frames_keep_a_relay_from_stalling_without_a_timer_per_frame() {
+    let (feed, up) = upstream();
+    let stall = Duration::from_millis(80);
+    let mut body = Box::pin(RespBody::relay(up, far()).stalling_after(Some(stall)));
+    // Frames every 30 ms for well past the stall limit: the timer fires early, is re-armed
+    // from the last frame, and never fails the relay.
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        feed.send(Ok(Frame::data(Bytes::from_static(b"t"))))
+            .expect("feed");
+        assert_eq!(next_data(&mut body).await, "t");
+    }
+    drop(feed);
+    assert!(body.frame().await.is_none());
+}
+
+#[tokio::test]
+async fn without_a_stall_limit_only_the_deadline_ends_a_silent_relay() {
+    let (_feed, up) = upstream();
+    let deadline = Instant::now() + Duration::from_millis(120);
+    let mut body = Box::pin(RespBody::relay(up, deadline).stalling_after(None));
+    let err = next_error(&mut body).await;
+    assert!(err.is::<DeadlineExceeded>());
+    assert!(Instant::now() >= deadline);
+}
+
+#[tokio::test]
+async fn a_deadline_before_the_stall_limit_wins() {
+    let (_feed, up) = upstream();
+    let deadline = Instant::now() + Duration::from_millis(50);
+    let mut body =
+        Box::pin(RespBody::relay(up, deadline).stalling_after(Some(Duration::from_secs(60))));
+    assert!(next_error(&mut body).await.is::<DeadlineExceeded>());
+}
+
+#[tokio::test]
+async fn relayed_sse_that_breaks_off_ends_with_its_terminal_event_and_cleanly() {
+    let watch = Watch::default();
+    let failures = Arc::new(FailureCount::default());
+    let (feed, up) = upstream();
+    let mut body = Box::pin(watch.on(
+        RespBody::relay(up, far()).ending_with(Terminal::new(Dialect::OpenAi, failures.clone())),
+    ));
+    feed.send(Ok(Frame::data(Bytes::from_static(b"data: a\n\n"))))
+        .expect("feed");
+    assert_eq!(next_data(&mut body).await, "data: a\n\n");
+    feed.send(Err("worker reset".into())).expect("feed");
+    let event = next_data(&mut body).await;
+    assert_eq!(
+        event,
+        terminal::render(
+            Dialect::OpenAi,
+            &crate::http::error::GatewayError::UpstreamBroken,
+            0
+        )
+    );
+    assert!(
+        feed.is_closed(),
+        "the worker's body is dropped at the failure"
+    );
+    assert_eq!(
+        watch.released(),
+        (1, 0),
+        "the request's holdings go at once"
+    );
+    assert!(body.is_end_stream(), "the event is the last frame");
+    assert!(body.frame().await.is_none());
+    assert_eq!(failures.0.load(Ordering::SeqCst), 1);
+    drop(body);
+    watch.assert_settled(&["data: a\n\n"], "failed: worker reset");
+}
+
+#[tokio::test]
+async fn a_stalled_responses_stream_continues_its_sequence() {
+    let failures = Arc::new(FailureCount::default());
+    let (feed, up) = upstream();
+    let mut body = Box::pin(
+        RespBody::relay(up, far())
+            .stalling_after(Some(Duration::from_millis(40)))
+            .ending_with(Terminal::new(Dialect::Responses, failures.clone())),
+    );
+    let event = Bytes::from_static(
+        b"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":5}\n\n",
+    );
+    feed.send(Ok(Frame::data(event.clone()))).expect("feed");
+    assert_eq!(next_data(&mut body).await, event);
+    let last = next_data(&mut body).await;
+    let text = String::from_utf8_lossy(&last);
+    assert!(text.starts_with("event: response.failed\n"), "{text}");
+    assert!(text.contains("\"sequence_number\":6"), "{text}");
+    assert!(text.contains("\"worker_timeout\""), "{text}");
+    assert!(body.frame().await.is_none());
+    assert_eq!(failures.0.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_client_gone_is_no_stream_failure() {
+    let failures = Arc::new(FailureCount::default());
+    let (feed, up) = upstream();
+    let mut body = Box::pin(
+        RespBody::relay(up, far()).ending_with(Terminal::new(Dialect::Messages, failures.clone())),
+    );
+    feed.send(Ok(Frame::data(Bytes::from_static(b"x"))))
+        .expect("feed");
+    assert_eq!(next_data(&mut body).await, "x");
+    drop(body);
+    assert!(feed.is_closed());
+    assert_eq!(failures.0.load(Ordering::SeqCst), 0);
+}

@@ -19,9 +19,10 @@ use hyper_util::client::legacy::{Client, ResponseFuture};
 
 use super::{Answer, Attempt, SendError, Transport};
 use crate::fleet::{PoolTuning, Worker};
-use crate::http::body::RespBody;
+use crate::http::body::{RespBody, UpstreamBody};
 use crate::http::client::{self, ClientOptions, CONNECT_TIMEOUT};
 use crate::http::error::GatewayError;
+use crate::http::h1::{self, H1Error};
 use crate::http::tls::{TlsFailure, UpstreamTls};
 use crate::http::upload::{client_fault, LimitedBody};
 use crate::pipeline::headers;
@@ -35,11 +36,18 @@ pub const POOL_MAX_IDLE_PER_HOST: usize = 500;
 /// thread build pools without bound.
 pub const MAX_TUNED_POOLS: usize = 32;
 
-/// How a pool speaks to its workers; one pool cannot choose per request.
+/// How an attempt reaches its worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Wire {
-    /// HTTP/1.1 over TCP.
+    /// HTTP/1.1 over TCP, through the gateway's own client ([`h1`]).
     Http1,
+    /// Through one of hyper's pools.
+    Pooled(PoolWire),
+}
+
+/// How a hyper pool speaks to its workers; one pool cannot choose per request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PoolWire {
     /// HTTP/2 with prior knowledge over TCP, for workers registered with `http2`.
     H2c,
     /// TLS, with HTTP/2 or HTTP/1.1 as ALPN settles.
@@ -49,9 +57,9 @@ enum Wire {
 impl Wire {
     fn of(worker: &Worker, scheme: &Scheme) -> Wire {
         if *scheme == Scheme::HTTPS {
-            Wire::Tls
+            Wire::Pooled(PoolWire::Tls)
         } else if worker.http2 {
-            Wire::H2c
+            Wire::Pooled(PoolWire::H2c)
         } else {
             Wire::Http1
         }
@@ -75,17 +83,17 @@ impl UpstreamPool {
     }
 }
 
-/// A thread's clients towards HTTP workers, one per [`Wire`]. Workers with their own
+/// A thread's hyper clients towards h2c and TLS workers, one per [`PoolWire`] (HTTP/1.1
+/// workers go through [`h1`], whose pool is the thread's own). Workers with their own
 /// `http_pool` settings get pools of their own, built on first use and shared by every
 /// worker with the same settings.
 pub struct UpstreamClient {
-    http1: UpstreamPool,
     h2c: UpstreamPool,
     tls: UpstreamPool,
     trust: UpstreamTls,
     idle_timeout: Option<Duration>,
     /// Taken only for workers with a [`PoolTuning`], on this thread only: uncontended.
-    tuned: Mutex<Vec<((PoolTuning, Wire), UpstreamPool)>>,
+    tuned: Mutex<Vec<((PoolTuning, PoolWire), UpstreamPool)>>,
 }
 
 impl UpstreamClient {
@@ -93,9 +101,8 @@ impl UpstreamClient {
     pub fn new(settings: &PipelineSettings, trust: &UpstreamTls) -> UpstreamClient {
         let defaults = Tuning::defaults(settings.upstream_pool_idle_timeout);
         UpstreamClient {
-            http1: pool(defaults, Wire::Http1, trust),
-            h2c: pool(defaults, Wire::H2c, trust),
-            tls: pool(defaults, Wire::Tls, trust),
+            h2c: pool(defaults, PoolWire::H2c, trust),
+            tls: pool(defaults, PoolWire::Tls, trust),
             trust: trust.clone(),
             idle_timeout: settings.upstream_pool_idle_timeout,
             tuned: Mutex::new(Vec::new()),
@@ -104,11 +111,10 @@ impl UpstreamClient {
 
     /// The pool for `worker` over `wire`: the default one (borrowed, so the common case
     /// clones nothing) unless it has its own settings.
-    fn pool_for(&self, worker: &Worker, wire: Wire) -> Cow<'_, UpstreamPool> {
+    fn pool_for(&self, worker: &Worker, wire: PoolWire) -> Cow<'_, UpstreamPool> {
         let default = match wire {
-            Wire::Http1 => &self.http1,
-            Wire::H2c => &self.h2c,
-            Wire::Tls => &self.tls,
+            PoolWire::H2c => &self.h2c,
+            PoolWire::Tls => &self.tls,
         };
         let Some(tuning) = worker.pool else {
             return Cow::Borrowed(default);
@@ -155,20 +161,17 @@ impl Tuning {
     }
 }
 
-fn pool(tuning: Tuning, wire: Wire, trust: &UpstreamTls) -> UpstreamPool {
+fn pool(tuning: Tuning, wire: PoolWire, trust: &UpstreamTls) -> UpstreamPool {
     let (idle, keep, connect) = (
         tuning.max_idle_per_host,
         tuning.idle_timeout,
         tuning.connect_timeout,
     );
     match wire {
-        Wire::Http1 | Wire::H2c => UpstreamPool::Plain(client::build(ClientOptions::data_path(
-            wire == Wire::H2c,
-            idle,
-            keep,
-            connect,
+        PoolWire::H2c => UpstreamPool::Plain(client::build(ClientOptions::data_path_h2c(
+            idle, keep, connect,
         ))),
-        Wire::Tls => UpstreamPool::Tls(client::build(ClientOptions::data_path_tls(
+        PoolWire::Tls => UpstreamPool::Tls(client::build(ClientOptions::data_path_tls(
             trust.clone(),
             idle,
             keep,
@@ -185,7 +188,10 @@ impl Transport for UpstreamClient {
 
     async fn send(&self, worker: &Worker, attempt: Attempt<'_>) -> Result<Answer, SendError> {
         let origin = origin(worker).map_err(SendError::Exchange)?;
-        let wire = Wire::of(worker, origin.0);
+        let wire = match Wire::of(worker, origin.0) {
+            Wire::Http1 => return self.send_h1(worker, origin.1, attempt).await,
+            Wire::Pooled(wire) => wire,
+        };
         let deadline = attempt.deadline;
         let request = request(attempt, origin, worker)?;
         let pool = self.pool_for(worker, wire);
@@ -215,8 +221,75 @@ impl Transport for UpstreamClient {
         }
         let (mut head, body) = response.into_parts();
         headers::strip_hop_by_hop(&mut head.headers);
-        Ok(Answer::from_parts(head, RespBody::relay(body, deadline)))
+        Ok(Answer::from_parts(
+            head,
+            RespBody::relay(UpstreamBody::Hyper(body), deadline),
+        ))
     }
+}
+
+impl UpstreamClient {
+    /// An attempt on a cleartext HTTP/1.1 worker, over the gateway's own client: the
+    /// response body is read from the worker's connection by the task serving the client.
+    async fn send_h1(
+        &self,
+        worker: &Worker,
+        authority: &Authority,
+        attempt: Attempt<'_>,
+    ) -> Result<Answer, SendError> {
+        let deadline = attempt.deadline;
+        let tuning = match worker.pool {
+            Some(tuning) => Tuning::defaults(self.idle_timeout).with(tuning),
+            None => Tuning::defaults(self.idle_timeout),
+        };
+        let mut headers = attempt.headers;
+        super::credentials::present(worker, &mut headers);
+        let exchange = h1::Exchange {
+            origin: authority,
+            method: &attempt.head.method,
+            target: attempt
+                .head
+                .uri
+                .path_and_query()
+                .map_or("/", |target| target.as_str()),
+            headers: &headers,
+            connect_timeout: tuning.connect_timeout,
+            keep: h1::Keep {
+                max_idle: tuning.max_idle_per_host,
+                idle_timeout: tuning.idle_timeout,
+            },
+        };
+        let sent =
+            tokio::time::timeout_at(deadline.into(), h1::exchange(exchange, attempt.body)).await;
+        let (head, body) = match sent {
+            Err(_) => return Err(SendError::Timeout),
+            Ok(Err(err)) => return Err(h1_failure(worker, err)),
+            Ok(Ok(answer)) => answer,
+        };
+        if !relayable(head.status) {
+            tracing::debug!(worker = %worker.url, status = head.status.as_u16(), "worker answered a status that cannot be relayed");
+            return Err(SendError::Exchange(GatewayError::UpstreamBroken));
+        }
+        let mut answer = Answer::new(RespBody::relay(UpstreamBody::H1(body), deadline));
+        *answer.status_mut() = head.status;
+        *answer.headers_mut() = head.headers;
+        headers::strip_hop_by_hop(answer.headers_mut());
+        Ok(answer)
+    }
+}
+
+/// What a failed HTTP/1.1 exchange means for the attempt loop.
+fn h1_failure(worker: &Worker, err: H1Error) -> SendError {
+    if let H1Error::ClientBody(cause) = &err {
+        if let Some(fault) = client_fault(cause.as_ref()) {
+            return SendError::ClientBody(fault);
+        }
+    }
+    tracing::debug!(worker = %worker.url, error = %err, "worker request failed");
+    SendError::Exchange(match err {
+        H1Error::Connect(_) => GatewayError::UpstreamConnect,
+        _ => GatewayError::UpstreamBroken,
+    })
 }
 
 /// The request of one attempt on `worker`.

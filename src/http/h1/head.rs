@@ -1,0 +1,427 @@
+//! Heads of the HTTP/1.1 exchange with a worker: the request head written out in one
+//! buffer, and the response head parsed (with `httparse`, hyper's own parser) into a
+//! status, headers that share the read buffer, and the body's framing.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, StatusCode};
+
+/// Largest response head accepted from a worker (as for client request heads).
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+/// Most header fields accepted in a worker's response head.
+pub const MAX_HEAD_FIELDS: usize = 100;
+
+/// How the request body is framed on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReqFraming {
+    /// No body and no length header (`GET` and the like without one).
+    None,
+    Length(u64),
+    Chunked,
+}
+
+/// Writes the request head into `out`: request line, `host`, the given headers (framing
+/// headers among them are replaced by `framing`'s), and the blank line.
+pub fn encode_request(
+    out: &mut BytesMut,
+    method: &Method,
+    target: &str,
+    authority: &str,
+    headers: &HeaderMap,
+    framing: ReqFraming,
+) {
+    out.put_slice(method.as_str().as_bytes());
+    out.put_u8(b' ');
+    out.put_slice(if target.is_empty() { "/" } else { target }.as_bytes());
+    out.put_slice(b" HTTP/1.1\r\nhost: ");
+    out.put_slice(authority.as_bytes());
+    out.put_slice(b"\r\n");
+    for (name, value) in headers {
+        if matches!(
+            *name,
+            header::HOST | header::CONTENT_LENGTH | header::TRANSFER_ENCODING
+        ) {
+            continue;
+        }
+        out.put_slice(name.as_str().as_bytes());
+        out.put_slice(b": ");
+        out.put_slice(value.as_bytes());
+        out.put_slice(b"\r\n");
+    }
+    match framing {
+        ReqFraming::None => {}
+        ReqFraming::Length(n) => {
+            out.put_slice(b"content-length: ");
+            out.put_slice(itoa_u64(n).as_slice());
+            out.put_slice(b"\r\n");
+        }
+        ReqFraming::Chunked => out.put_slice(b"transfer-encoding: chunked\r\n"),
+    }
+    out.put_slice(b"\r\n");
+}
+
+/// A `u64` in decimal digits, on the stack.
+fn itoa_u64(mut n: u64) -> Digits {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    Digits { buf, start: i }
+}
+
+struct Digits {
+    buf: [u8; 20],
+    start: usize,
+}
+
+impl Digits {
+    fn as_slice(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+}
+
+/// How the response body is delimited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RespFraming {
+    /// No body (`HEAD`, 204, 304).
+    Empty,
+    Length(u64),
+    Chunked,
+    /// Until the worker closes the connection.
+    UntilClose,
+}
+
+/// A parsed response head.
+#[derive(Debug)]
+pub struct ResponseHead {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub framing: RespFraming,
+    /// Whether the connection may carry another request after this response.
+    pub reusable: bool,
+}
+
+/// Why a worker's response head was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeadError {
+    /// Not an HTTP/1.x response head.
+    Malformed,
+    /// Longer than [`MAX_HEAD_BYTES`] or with more than [`MAX_HEAD_FIELDS`] fields.
+    TooLarge,
+    /// `Content-Length` unparsable, or several that disagree.
+    BadLength,
+    /// `101 Switching Protocols`: never asked for.
+    Upgrade,
+}
+
+impl std::fmt::Display for HeadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            HeadError::Malformed => "malformed response head from the worker",
+            HeadError::TooLarge => "response head from the worker too large",
+            HeadError::BadLength => "invalid content-length from the worker",
+            HeadError::Upgrade => "the worker switched protocols unasked",
+        })
+    }
+}
+
+impl std::error::Error for HeadError {}
+
+/// Parses one response head from the front of `buf`. `Ok(None)`: incomplete, read more.
+/// On success the head's bytes are taken off `buf` (header values share them), interim
+/// `1xx` answers included: they are skipped, as the client never asked for them.
+pub fn parse_response(
+    buf: &mut BytesMut,
+    method: &Method,
+) -> Result<Option<ResponseHead>, HeadError> {
+    loop {
+        let mut fields = [httparse::EMPTY_HEADER; MAX_HEAD_FIELDS];
+        let mut parsed = httparse::Response::new(&mut fields);
+        let len = match parsed.parse(buf) {
+            Ok(httparse::Status::Complete(len)) => len,
+            Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD_BYTES => {
+                return Err(HeadError::TooLarge)
+            }
+            Ok(httparse::Status::Partial) => return Ok(None),
+            Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
+            Err(_) => return Err(HeadError::Malformed),
+        };
+        if len > MAX_HEAD_BYTES {
+            return Err(HeadError::TooLarge);
+        }
+        let code = parsed.code.ok_or(HeadError::Malformed)?;
+        let status = StatusCode::from_u16(code).map_err(|_| HeadError::Malformed)?;
+        if status == StatusCode::SWITCHING_PROTOCOLS {
+            return Err(HeadError::Upgrade);
+        }
+        if status.is_informational() {
+            let _ = buf.split_to(len);
+            continue;
+        }
+        let http11 = parsed.version == Some(1);
+        // Offsets into the head, so the values can share its bytes once it is frozen.
+        let mut spans = [(0usize, 0usize, 0usize, 0usize); MAX_HEAD_FIELDS];
+        let count = parsed.headers.len();
+        let base = buf.as_ptr() as usize;
+        for (span, field) in spans.iter_mut().zip(parsed.headers.iter()) {
+            let name = field.name.as_ptr() as usize - base;
+            let value = field.value.as_ptr() as usize - base;
+            *span = (name, field.name.len(), value, field.value.len());
+        }
+        let head = buf.split_to(len).freeze();
+        return finish(status, http11, &head, &spans[..count], method);
+    }
+}
+
+fn finish(
+    status: StatusCode,
+    http11: bool,
+    head: &Bytes,
+    spans: &[(usize, usize, usize, usize)],
+    method: &Method,
+) -> Result<Option<ResponseHead>, HeadError> {
+    let mut headers = HeaderMap::with_capacity(spans.len());
+    let mut length: Option<u64> = None;
+    let mut chunked = false;
+    let mut transfer_coded = false;
+    let mut close = !http11;
+    for &(name_at, name_len, value_at, value_len) in spans {
+        let name = HeaderName::from_bytes(&head[name_at..name_at + name_len])
+            .map_err(|_| HeadError::Malformed)?;
+        let raw = head.slice(value_at..value_at + value_len);
+        if name == header::CONTENT_LENGTH {
+            let n = parse_length(&raw).ok_or(HeadError::BadLength)?;
+            if length.is_some_and(|seen| seen != n) {
+                return Err(HeadError::BadLength);
+            }
+            length = Some(n);
+        } else if name == header::TRANSFER_ENCODING {
+            transfer_coded = true;
+            // Only the last coding decides; a later field's codings come after.
+            chunked = last_coding_is_chunked(&raw);
+        } else if name == header::CONNECTION {
+            close |= has_token(&raw, b"close");
+            if !http11 && has_token(&raw, b"keep-alive") {
+                close = false;
+            }
+        }
+        let value = HeaderValue::from_maybe_shared(raw).map_err(|_| HeadError::Malformed)?;
+        headers.append(name, value);
+    }
+    let no_body = *method == Method::HEAD
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED;
+    let framing = if no_body {
+        RespFraming::Empty
+    } else if transfer_coded {
+        // RFC 9112 §6.3: Transfer-Encoding overrides Content-Length; without `chunked`
+        // last the body runs until the connection closes.
+        if chunked {
+            RespFraming::Chunked
+        } else {
+            RespFraming::UntilClose
+        }
+    } else if let Some(n) = length {
+        RespFraming::Length(n)
+    } else {
+        RespFraming::UntilClose
+    };
+    // A response framed both ways may have been meant for another parser: its
+    // connection carries nothing more.
+    let reusable =
+        !close && framing != RespFraming::UntilClose && !(transfer_coded && length.is_some());
+    Ok(Some(ResponseHead {
+        status,
+        headers,
+        framing,
+        reusable,
+    }))
+}
+
+fn parse_length(raw: &[u8]) -> Option<u64> {
+    let trimmed = raw.trim_ascii();
+    if trimmed.is_empty() {
+        return None;
+    }
+    // A list of equal values (`5, 5`) is one length (RFC 9110 §8.6).
+    let mut value: Option<u64> = None;
+    for part in trimmed.split(|&b| b == b',') {
+        let part = part.trim_ascii();
+        if part.is_empty() || !part.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        let n = part.iter().try_fold(0u64, |n, &d| {
+            n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+        })?;
+        if value.is_some_and(|v| v != n) {
+            return None;
+        }
+        value = Some(n);
+    }
+    value
+}
+
+fn last_coding_is_chunked(raw: &[u8]) -> bool {
+    raw.rsplit(|&b| b == b',')
+        .next()
+        .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"))
+}
+
+fn has_token(raw: &[u8], token: &[u8]) -> bool {
+    raw.split(|&b| b == b',')
+        .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(raw: &str) -> Result<Option<ResponseHead>, HeadError> {
+        parse_response(&mut BytesMut::from(raw), &Method::POST)
+    }
+
+    #[test]
+    fn request_head_carries_host_and_framing() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("999"));
+        headers.insert(header::HOST, HeaderValue::from_static("client.example"));
+        let mut out = BytesMut::new();
+        encode_request(
+            &mut out,
+            &Method::POST,
+            "/v1/chat/completions?x=1",
+            "10.0.0.1:8000",
+            &headers,
+            ReqFraming::Length(42),
+        );
+        assert_eq!(
+            &out[..],
+            b"POST /v1/chat/completions?x=1 HTTP/1.1\r\nhost: 10.0.0.1:8000\r\n\
+content-type: application/json\r\ncontent-length: 42\r\n\r\n"
+        );
+        out.clear();
+        encode_request(
+            &mut out,
+            &Method::GET,
+            "",
+            "h",
+            &HeaderMap::new(),
+            ReqFraming::None,
+        );
+        assert_eq!(&out[..], b"GET / HTTP/1.1\r\nhost: h\r\n\r\n");
+        out.clear();
+        encode_request(
+            &mut out,
+            &Method::POST,
+            "/",
+            "h",
+            &HeaderMap::new(),
+            ReqFraming::Chunked,
+        );
+        assert!(out.ends_with(b"transfer-encoding: chunked\r\n\r\n"));
+        assert_eq!(itoa_u64(0).as_slice(), b"0");
+        assert_eq!(itoa_u64(u64::MAX).as_slice(), b"18446744073709551615");
+    }
+
+    #[test]
+    fn framing_of_each_kind() {
+        let head = parse("HTTP/1.1 200 OK\r\ncontent-length: 12\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (head.framing, head.reusable),
+            (RespFraming::Length(12), true)
+        );
+        let head = parse("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, Chunked\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!((head.framing, head.reusable), (RespFraming::Chunked, true));
+        let head = parse("HTTP/1.1 200 OK\r\n\r\n").unwrap().unwrap();
+        assert_eq!(
+            (head.framing, head.reusable),
+            (RespFraming::UntilClose, false)
+        );
+        let head = parse("HTTP/1.1 204 No Content\r\ncontent-length: 5\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(head.framing, RespFraming::Empty);
+        let head = parse("HTTP/1.1 200 OK\r\ncontent-length: 3\r\nconnection: Close\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(!head.reusable);
+        let head = parse("HTTP/1.0 200 OK\r\ncontent-length: 3\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(!head.reusable);
+        let head =
+            parse("HTTP/1.1 200 OK\r\ncontent-length: 3\r\ntransfer-encoding: chunked\r\n\r\n")
+                .unwrap()
+                .unwrap();
+        assert_eq!((head.framing, head.reusable), (RespFraming::Chunked, false));
+    }
+
+    #[test]
+    fn interim_answers_are_skipped_and_the_rest_stays() {
+        let mut buf = BytesMut::from(
+            "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nx-a: 1\r\ncontent-length: 2\r\n\r\nok",
+        );
+        let head = parse_response(&mut buf, &Method::POST).unwrap().unwrap();
+        assert_eq!(head.status, StatusCode::CREATED);
+        assert_eq!(head.headers["x-a"], "1");
+        assert_eq!(&buf[..], b"ok");
+    }
+
+    #[test]
+    fn bad_heads_are_refused() {
+        assert!(matches!(parse("HTTP/1.1 200 OK\r\ncontent-"), Ok(None)));
+        assert_eq!(
+            parse("HTTP/1.1 2000 OK\r\n\r\n").unwrap_err(),
+            HeadError::Malformed
+        );
+        assert_eq!(parse("NOPE\r\n\r\n").unwrap_err(), HeadError::Malformed);
+        assert_eq!(
+            parse("HTTP/1.1 101 Switching\r\n\r\n").unwrap_err(),
+            HeadError::Upgrade
+        );
+        for length in ["x", "", "-1", "1, 2", "99999999999999999999999"] {
+            assert_eq!(
+                parse(&format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {length}\r\n\r\n"
+                ))
+                .unwrap_err(),
+                HeadError::BadLength,
+                "{length:?}"
+            );
+        }
+        assert_eq!(
+            parse("HTTP/1.1 200 OK\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n").unwrap_err(),
+            HeadError::BadLength
+        );
+        let head = parse("HTTP/1.1 200 OK\r\ncontent-length: 7, 7\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(head.framing, RespFraming::Length(7));
+        let many: String = (0..=MAX_HEAD_FIELDS)
+            .map(|i| format!("x-{i}: v\r\n"))
+            .collect();
+        assert_eq!(
+            parse(&format!("HTTP/1.1 200 OK\r\n{many}\r\n")).unwrap_err(),
+            HeadError::TooLarge
+        );
+        let long = "v".repeat(MAX_HEAD_BYTES);
+        assert_eq!(
+            parse(&format!("HTTP/1.1 200 OK\r\nx: {long}")).unwrap_err(),
+            HeadError::TooLarge
+        );
+    }
+}
