@@ -250,28 +250,19 @@ impl<B: Body> RespBody<B> {
         }
     }
 
-    /// Relays a worker's body until it ends, errors, or `deadline` passes.
-    pub fn relay(inner: B, deadline: Instant) -> RespBody<B> {
-        let deadline = tokio::time::Instant::from_std(deadline);
+    /// Relays a worker's body until it ends, errors, `deadline` passes, or the worker sends
+    /// nothing for `stall` (`None`: no such limit) in the middle of its response.
+    pub fn relay(inner: B, deadline: Instant, stall: Option<Duration>) -> RespBody<B> {
+        let limits = Limits {
+            deadline: tokio::time::Instant::from_std(deadline),
+            stall,
+            last_frame: tokio::time::Instant::now(),
+        };
         RespBody::of(Kind::Relay {
             inner,
-            timer: tokio::time::sleep_until(deadline),
-            limits: Limits {
-                deadline,
-                stall: None,
-                last_frame: tokio::time::Instant::now(),
-            },
+            timer: tokio::time::sleep_until(limits.next_check()),
+            limits,
         })
-    }
-
-    /// Fails a relay whose worker sends nothing for `stall` (`None`: never) in the middle
-    /// of its response; other bodies are not waiting on a worker and stay as they are.
-    pub fn stalling_after(mut self, stall: Option<Duration>) -> RespBody<B> {
-        if let Kind::Relay { timer, limits, .. } = &mut self.kind {
-            limits.stall = stall;
-            *timer = tokio::time::sleep_until(limits.next_check());
-        }
-        self
     }
 
     /// Ends the stream with `terminal`'s error event, and cleanly, should the relay fail

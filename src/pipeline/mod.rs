@@ -14,7 +14,7 @@
 //!    while nothing has been relayed;
 //! 4. **respond** — the winning answer becomes the client's response: the release guard
 //!    (the worker's load, the admission ticket) and any tap ride on its body, and once the
-//!    route is known, the stall limit and (SSE) the terminal error of its dialect;
+//!    route is known, for SSE, the terminal error of its dialect;
 //! 5. **record** — the router metrics, once the answer is known.
 //!
 //! Each data-plane thread owns its own upstream pools ([`transport::http`]), so pooled
@@ -188,26 +188,21 @@ impl Pipeline {
         })
     }
 
-    /// Phase 4, once the route's labels are known: a relayed answer fails when its worker
-    /// stalls (`--stream-stall-timeout-secs`); a relayed SSE stream that fails ends with an
-    /// error event in the route's dialect and counts as a `streaming_error`. The counter is
-    /// a handle the route's streams share, so a stream costs no allocation here.
+    /// Phase 4, once the route's labels are known: a relayed SSE stream that fails (its
+    /// worker stalled or died, the deadline passed) ends with an error event in the route's
+    /// dialect and counts as a `streaming_error`. The counter is a handle the route's
+    /// streams share, so a stream costs no allocation here.
     fn guard_relay(
         &self,
         endpoint: &'static str,
         seen: &Seen,
         resp: Response<RespBody>,
     ) -> Response<RespBody> {
-        let failures =
-            is_sse(&resp).then(|| self.metrics.stream_errors(&route_labels(endpoint, seen)));
-        let stall = self.settings.stream_stall_timeout;
-        resp.map(|body| {
-            let body = body.stalling_after(stall);
-            match failures {
-                Some(failures) => body.ending_with(Terminal::new(dialect(endpoint), failures)),
-                None => body,
-            }
-        })
+        if !is_sse(&resp) {
+            return resp;
+        }
+        let failures = self.metrics.stream_errors(&route_labels(endpoint, seen));
+        resp.map(|body| body.ending_with(Terminal::new(dialect(endpoint), failures)))
     }
 
     /// Phase 5: the router metrics of the finished request.

@@ -130,7 +130,7 @@ impl Watch {
     /// read.
     async fn relay_after_a(&self, deadline: Instant) -> (Feed, Pin<Box<RespBody<Upstream>>>) {
         let (feed, up) = upstream();
-        let mut body = Box::pin(self.on(RespBody::relay(up, deadline)));
+        let mut body = Box::pin(self.on(RespBody::relay(up, deadline, None)));
         feed.send(Ok(Frame::data(Bytes::from_static(b"a"))))
             .expect("feed");
         assert_eq!(next_data(&mut body).await, "a");
@@ -188,7 +188,7 @@ async fn relay_passes_frames_untouched_and_in_order() {
         .expect("feed");
     drop(feed);
 
-    let mut body = Box::pin(RespBody::relay(up, far()));
+    let mut body = Box::pin(RespBody::relay(up, far(), None));
     for chunk in &chunks {
         let got = next_data(&mut body).await;
         assert_eq!(got, chunk);
@@ -372,7 +372,7 @@ async fn relay_silent_past_the_stall_limit_fails_as_stalled() {
     let watch = Watch::default();
     let (feed, up) = upstream();
     let stall = Duration::from_millis(60);
-    let mut body = Box::pin(watch.on(RespBody::relay(up, far()).stalling_after(Some(stall))));
+    let mut body = Box::pin(watch.on(RespBody::relay(up, far(), Some(stall))));
     feed.send(Ok(Frame::data(Bytes::from_static(b"a"))))
         .expect("feed");
     assert_eq!(next_data(&mut body).await, "a");
@@ -392,7 +392,7 @@ async fn relay_silent_past_the_stall_limit_fails_as_stalled() {
 async fn frames_keep_a_relay_from_stalling_without_a_timer_per_frame() {
     let (feed, up) = upstream();
     let stall = Duration::from_millis(80);
-    let mut body = Box::pin(RespBody::relay(up, far()).stalling_after(Some(stall)));
+    let mut body = Box::pin(RespBody::relay(up, far(), Some(stall)));
     // Frames every 30 ms for well past the stall limit: the timer fires early, is re-armed
     // from the last frame, and never fails the relay.
     for _ in 0..8 {
@@ -409,7 +409,7 @@ async fn frames_keep_a_relay_from_stalling_without_a_timer_per_frame() {
 async fn without_a_stall_limit_only_the_deadline_ends_a_silent_relay() {
     let (_feed, up) = upstream();
     let deadline = Instant::now() + Duration::from_millis(120);
-    let mut body = Box::pin(RespBody::relay(up, deadline).stalling_after(None));
+    let mut body = Box::pin(RespBody::relay(up, deadline, None));
     let err = next_error(&mut body).await;
     assert!(err.is::<DeadlineExceeded>());
     assert!(Instant::now() >= deadline);
@@ -419,8 +419,7 @@ async fn without_a_stall_limit_only_the_deadline_ends_a_silent_relay() {
 async fn a_deadline_before_the_stall_limit_wins() {
     let (_feed, up) = upstream();
     let deadline = Instant::now() + Duration::from_millis(50);
-    let mut body =
-        Box::pin(RespBody::relay(up, deadline).stalling_after(Some(Duration::from_secs(60))));
+    let mut body = Box::pin(RespBody::relay(up, deadline, Some(Duration::from_secs(60))));
     assert!(next_error(&mut body).await.is::<DeadlineExceeded>());
 }
 
@@ -429,9 +428,10 @@ async fn relayed_sse_that_breaks_off_ends_with_its_terminal_event_and_cleanly() 
     let watch = Watch::default();
     let failures = Arc::new(FailureCount::default());
     let (feed, up) = upstream();
-    let mut body = Box::pin(watch.on(
-        RespBody::relay(up, far()).ending_with(Terminal::new(Dialect::OpenAi, failures.clone())),
-    ));
+    let mut body = Box::pin(
+        watch.on(RespBody::relay(up, far(), None)
+            .ending_with(Terminal::new(Dialect::OpenAi, failures.clone()))),
+    );
     feed.send(Ok(Frame::data(Bytes::from_static(b"data: a\n\n"))))
         .expect("feed");
     assert_eq!(next_data(&mut body).await, "data: a\n\n");
@@ -466,8 +466,7 @@ async fn a_stalled_responses_stream_continues_its_sequence() {
     let failures = Arc::new(FailureCount::default());
     let (feed, up) = upstream();
     let mut body = Box::pin(
-        RespBody::relay(up, far())
-            .stalling_after(Some(Duration::from_millis(40)))
+        RespBody::relay(up, far(), Some(Duration::from_millis(40)))
             .ending_with(Terminal::new(Dialect::Responses, failures.clone())),
     );
     let event = Bytes::from_static(
@@ -489,7 +488,8 @@ async fn a_client_gone_is_no_stream_failure() {
     let failures = Arc::new(FailureCount::default());
     let (feed, up) = upstream();
     let mut body = Box::pin(
-        RespBody::relay(up, far()).ending_with(Terminal::new(Dialect::Messages, failures.clone())),
+        RespBody::relay(up, far(), None)
+            .ending_with(Terminal::new(Dialect::Messages, failures.clone())),
     );
     feed.send(Ok(Frame::data(Bytes::from_static(b"x"))))
         .expect("feed");

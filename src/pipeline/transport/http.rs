@@ -92,6 +92,8 @@ pub struct UpstreamClient {
     tls: UpstreamPool,
     trust: UpstreamTls,
     idle_timeout: Option<Duration>,
+    /// `--stream-stall-timeout-secs`: the relay's limit on a silent worker.
+    stall: Option<Duration>,
     /// Taken only for workers with a [`PoolTuning`], on this thread only: uncontended.
     tuned: Mutex<Vec<((PoolTuning, PoolWire), UpstreamPool)>>,
 }
@@ -105,6 +107,7 @@ impl UpstreamClient {
             tls: pool(defaults, PoolWire::Tls, trust),
             trust: trust.clone(),
             idle_timeout: settings.upstream_pool_idle_timeout,
+            stall: settings.stream_stall_timeout,
             tuned: Mutex::new(Vec::new()),
         }
     }
@@ -223,7 +226,7 @@ impl Transport for UpstreamClient {
         headers::strip_hop_by_hop(&mut head.headers);
         Ok(Answer::from_parts(
             head,
-            RespBody::relay(UpstreamBody::Hyper(body), deadline),
+            RespBody::relay(UpstreamBody::Hyper(body), deadline, self.stall),
         ))
     }
 }
@@ -270,7 +273,11 @@ impl UpstreamClient {
             tracing::debug!(worker = %worker.url, status = head.status.as_u16(), "worker answered a status that cannot be relayed");
             return Err(SendError::Exchange(GatewayError::UpstreamBroken));
         }
-        let mut answer = Answer::new(RespBody::relay(UpstreamBody::H1(body), deadline));
+        let mut answer = Answer::new(RespBody::relay(
+            UpstreamBody::H1(body),
+            deadline,
+            self.stall,
+        ));
         *answer.status_mut() = head.status;
         *answer.headers_mut() = head.headers;
         headers::strip_hop_by_hop(answer.headers_mut());
