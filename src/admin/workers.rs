@@ -149,14 +149,17 @@ pub fn get(admin: &Admin, raw_id: Option<&str>) -> Response<RespBody> {
     let Some(id) = worker_id(raw_id) else {
         return bad_id();
     };
+    // The job board is read before the registry: a registration publishes its worker
+    // before it leaves the board, so a worker is always found in one or the other.
+    let registering = admin.jobs.registering(&id);
     if let Some(worker) = admin.registry.snapshot().by_id(&id) {
         let body = worker_object(admin, worker);
         return reply::json(StatusCode::OK, Bytes::from(body.to_string()));
     }
-    match admin.jobs.registering(&id) {
+    match registering {
         // Registration still runs: a placeholder with the id, URL, status and job; the
         // other fields hold the spec defaults.
-        Some(url) => {
+        Some((url, job)) => {
             let mut object = match parse_worker_url(&url) {
                 Ok(parsed) => WorkerSpec::new(parsed).echo_json(),
                 Err(_) => Map::new(),
@@ -170,7 +173,7 @@ pub fn get(admin: &Admin, raw_id: Option<&str>) -> Response<RespBody> {
             object.insert("status".into(), json!(Status::Pending.as_str()));
             object.insert("load".into(), json!(0));
             object.insert("http2".into(), json!(false));
-            if let Some(job) = admin.jobs.status(&id) {
+            if let Some(job) = job {
                 object.insert("job_status".into(), job.to_json());
             }
             reply::json(

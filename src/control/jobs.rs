@@ -194,14 +194,18 @@ impl Jobs {
         board.entries.get(id).map(|e| e.status.clone())
     }
 
-    /// The URL being registered under `id`, while its registration job runs.
-    pub fn registering(&self, id: &Uuid) -> Option<String> {
+    /// The URL being registered under `id` and its job's status, while the registration
+    /// job runs. Both are read under one lock: read apart, a job finishing in between
+    /// showed a registering worker without its job.
+    pub fn registering(&self, id: &Uuid) -> Option<(String, Option<JobStatus>)> {
         let board = self.board();
-        board
+        let url = board
             .registering
             .iter()
             .find(|(_, job)| *job == id)
-            .map(|(url, _)| url.clone())
+            .map(|(url, _)| url.clone())?;
+        let status = board.entries.get(id).map(|e| e.status.clone());
+        Some((url, status))
     }
 
     /// Whether `url` is being registered (and under which id).
@@ -281,7 +285,9 @@ mod tests {
             ),
             Err(SubmitError::InProgress(a))
         );
-        assert_eq!(jobs.registering(&a).as_deref(), Some(url));
+        let (registering, job) = jobs.registering(&a).unwrap();
+        assert_eq!(registering, url);
+        assert_eq!(job.map(|j| j.state), Some(JobState::Pending));
         assert_eq!(jobs.registering_url(url), Some(a));
         assert_eq!(jobs.status(&a).unwrap().state, JobState::Pending);
         jobs.processing(&a);
