@@ -225,6 +225,67 @@ fn an_idle_keep_alive_connection_lives_until_the_keep_alive_timeout() {
     );
 }
 
+/// A keep-alive connection idle past the park delay (100 ms) gives its buffers back and
+/// resumes when the client comes back: whatever the client sends then — pipelined
+/// requests in one write, a head split across the delay, a body that trickles in after
+/// it — is served on the same connection, in order, with nothing lost.
+#[test]
+fn parked_keep_alive_connections_resume_with_nothing_lost() {
+    let m = mock(&[]);
+    let gw = gateway(&["--worker-urls", &m.url()]);
+    let park = Duration::from_millis(300);
+    let mut conn = RawConn::connect(gw.addr);
+    assert_eq!(health_on(&mut conn), 200);
+
+    // Parked, then two requests in one write.
+    std::thread::sleep(park);
+    let mut two = HEALTH.to_vec();
+    two.extend_from_slice(b"GET /v1/models HTTP/1.1\r\nHost: gw\r\n\r\n");
+    conn.write(&two).expect("write");
+    let first = conn.read_response(Duration::from_secs(5)).expect("first");
+    let second = conn.read_response(Duration::from_secs(5)).expect("second");
+    assert_eq!((first.status, second.status), (200, 200));
+    let models: Value = serde_json::from_slice(&second.body).expect("models json");
+    assert_eq!(models["object"], "list", "{models}");
+
+    // A head split across the park delay.
+    std::thread::sleep(park);
+    conn.write(b"GET /health HT").expect("write");
+    std::thread::sleep(park);
+    conn.write(b"TP/1.1\r\nHost: gw\r\n\r\n").expect("write");
+    let split = conn
+        .read_response(Duration::from_secs(5))
+        .expect("split head");
+    assert_eq!(split.status, 200);
+
+    // A body that arrives well after its head.
+    std::thread::sleep(park);
+    let body = br#"{"model":"mock-model","messages":[{"role":"user","content":"hi"}]}"#;
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    conn.write(head.as_bytes()).expect("write");
+    std::thread::sleep(park);
+    conn.write(&body[..10]).expect("write");
+    std::thread::sleep(park);
+    conn.write(&body[10..]).expect("write");
+    let chat = conn.read_response(Duration::from_secs(10)).expect("chat");
+    assert_eq!(
+        chat.status,
+        200,
+        "{:?}",
+        String::from_utf8_lossy(&chat.body)
+    );
+    let reply: Value = serde_json::from_slice(&chat.body).expect("chat json");
+    assert_eq!(reply["object"], "chat.completion", "{reply}");
+
+    // And once more after a last idle period; the connection is still the first one.
+    std::thread::sleep(park);
+    assert_eq!(health_on(&mut conn), 200);
+    assert!(conn.pending().is_empty());
+}
+
 /// Once a head has begun, the header-read timeout runs from its first byte, also on a
 /// connection that idled before (a slowloris after an idle period).
 #[test]

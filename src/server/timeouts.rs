@@ -5,14 +5,18 @@
 //!   or stalls in the TLS handshake or the h2c preface, is closed too), and from a head's
 //!   first byte for later ones;
 //! * the keep-alive timeout (`--keep-alive-timeout-secs`) bounds the wait between requests
-//!   (HTTP/1 keep-alive and idle h2 connections alike).
+//!   (HTTP/1 keep-alive and idle h2 connections alike);
+//! * an HTTP/1.1 connection idle for [`PARK_AFTER`] is parked: it gives back its hyper
+//!   state and buffers until its next request arrives.
 //!
 //! The connection's IO adapter publishes where the byte stream stands ([`Phase`]), and the
 //! requests count themselves in and out ([`ConnState`]). [`Timeouts`] looks at both each
 //! time the connection task wakes, which is cheap (three relaxed loads compared with the
 //! last ones) and reads the clock only when a stage begins. One `Sleep` serves every stage:
 //! it is only ever moved later, never earlier, because it never sleeps past the nearest
-//! deadline that a stage beginning meanwhile could have (`step`, the shorter timeout).
+//! deadline that a stage beginning meanwhile could have (`step`, the shorter timeout). The
+//! one exception is the park deadline, short by design: a new idle stage brings the sleep
+//! forward to it.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -32,7 +36,15 @@ pub enum Expiry {
     Header,
     /// Idle past the keep-alive timeout (or past the goodbye after it).
     Idle,
+    /// Idle for [`PARK_AFTER`]: time to give the connection's buffers back.
+    Park,
 }
+
+/// How long an HTTP/1.1 connection stays idle before it is parked. A client that sends its
+/// next request sooner (an agent's tool loop, a benchmark) finds the connection as it left
+/// it; one that waits longer costs a fresh hyper connection state when it comes back,
+/// about a microsecond, instead of its buffers for as long as it stays away.
+pub const PARK_AFTER: Duration = Duration::from_millis(100);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stage {
@@ -56,6 +68,11 @@ pub struct Timeouts {
     step: Duration,
     accepted: Instant,
     stage: Stage,
+    /// [`PARK_AFTER`] on a connection that can park (HTTP/1.1, and a keep-alive timeout
+    /// longer than it).
+    park_after: Option<Duration>,
+    /// The current idle stage has not been parked yet.
+    park_due: bool,
     /// Request epoch, stream phase and "requests in flight" as last seen.
     seen: (u64, Phase, bool),
 }
@@ -69,6 +86,8 @@ impl Timeouts {
             step: header.min(keep_alive),
             accepted,
             stage: Stage::First,
+            park_after: None,
+            park_due: false,
             seen: (0, Phase::NoHead, false),
         }
     }
@@ -78,15 +97,21 @@ impl Timeouts {
         self.accepted + self.step
     }
 
+    /// The connection turned out to speak HTTP/1.1: its idle stages end in
+    /// [`Expiry::Park`] first.
+    pub fn enable_parking(&mut self) {
+        self.park_after = Some(PARK_AFTER).filter(|park| *park < self.keep_alive);
+    }
+
     /// The connection was asked to close after [`Expiry::Idle`].
     pub fn closing(&mut self) {
         self.stage = Stage::Closing(Instant::now());
     }
 
-    /// Takes in what changed since the last look.
-    fn observe(&mut self, state: &ConnState) {
+    /// Takes in what changed since the last look; whether a new idle stage began.
+    fn observe(&mut self, state: &ConnState) -> bool {
         if matches!(self.stage, Stage::Closing(_)) {
-            return;
+            return false;
         }
         let seen = (
             state.epoch.load(Ordering::Relaxed),
@@ -94,10 +119,11 @@ impl Timeouts {
             state.active.load(Ordering::Relaxed) > 0,
         );
         if seen == self.seen {
-            return;
+            return false;
         }
         let (epoch, phase, busy) = seen;
         let same_epoch = epoch == self.seen.0;
+        let before = self.stage;
         self.stage = match (busy, phase, self.stage) {
             (true, _, _) => Stage::Busy,
             (false, Phase::NoHead | Phase::InHead, _) if epoch == 0 => Stage::First,
@@ -107,6 +133,11 @@ impl Timeouts {
             (false, _, _) => Stage::Idle(Instant::now()),
         };
         self.seen = seen;
+        let idle_began = matches!(self.stage, Stage::Idle(_)) && self.stage != before;
+        if idle_began {
+            self.park_due = self.park_after.is_some();
+        }
+        idle_began
     }
 
     /// The deadline of the current stage and what its passing means.
@@ -114,7 +145,10 @@ impl Timeouts {
         match self.stage {
             Stage::First => Some((self.accepted + self.header, Expiry::Header)),
             Stage::Busy => None,
-            Stage::Idle(since) => Some((since + self.keep_alive, Expiry::Idle)),
+            Stage::Idle(since) => match self.park_after {
+                Some(park) if self.park_due => Some((since + park, Expiry::Park)),
+                _ => Some((since + self.keep_alive, Expiry::Idle)),
+            },
             Stage::Head(since) => Some((since + self.header, Expiry::Header)),
             Stage::Closing(since) => Some((since + self.header, Expiry::Idle)),
         }
@@ -128,13 +162,24 @@ impl Timeouts {
         mut sleep: Pin<&mut Sleep>,
         cx: &mut Context<'_>,
     ) -> Poll<Expiry> {
-        self.observe(state);
+        if self.observe(state) && self.park_due {
+            if let Some((at, _)) = self.deadline() {
+                if at < sleep.deadline() {
+                    sleep.as_mut().reset(at);
+                }
+            }
+        }
         loop {
             ready!(sleep.as_mut().poll(cx));
             let now = Instant::now();
             let next_look = now + self.step;
             match self.deadline() {
-                Some((at, expiry)) if at <= now => return Poll::Ready(expiry),
+                Some((at, expiry)) if at <= now => {
+                    if expiry == Expiry::Park {
+                        self.park_due = false;
+                    }
+                    return Poll::Ready(expiry);
+                }
                 Some((at, _)) => sleep.as_mut().reset(at.min(next_look)),
                 None => sleep.as_mut().reset(next_look),
             }
@@ -181,5 +226,37 @@ mod tests {
         t.observe(&state);
         assert!(matches!(t.deadline(), Some((_, Expiry::Idle))));
         assert_eq!(t.step, h);
+    }
+
+    #[test]
+    fn an_http1_idle_stage_parks_once_then_keeps_the_keep_alive_deadline() {
+        let (h, k) = (Duration::from_secs(2), Duration::from_secs(7));
+        let mut t = Timeouts::new(Instant::now(), h, k);
+        t.enable_parking();
+        let state = ConnState::default();
+        set(&state, 1, 0, 1);
+        assert!(!t.observe(&state));
+        set(&state, 2, 0, 0);
+        assert!(t.observe(&state), "the request ended: idle");
+        let Stage::Idle(since) = t.stage else {
+            panic!("idle after the request: {:?}", t.stage);
+        };
+        assert_eq!(t.deadline(), Some((since + PARK_AFTER, Expiry::Park)));
+        t.park_due = false;
+        assert_eq!(t.deadline(), Some((since + k, Expiry::Idle)));
+        // Bytes of the next head, then its request: the next idle stage parks again.
+        set(&state, 2, 1, 0);
+        assert!(!t.observe(&state));
+        set(&state, 3, 0, 1);
+        t.observe(&state);
+        set(&state, 4, 0, 0);
+        assert!(t.observe(&state));
+        assert!(matches!(t.deadline(), Some((_, Expiry::Park))));
+        // A keep-alive timeout no longer than the park delay never parks.
+        let mut t = Timeouts::new(Instant::now(), h, PARK_AFTER);
+        t.enable_parking();
+        set(&state, 5, 0, 0);
+        t.observe(&state);
+        assert!(matches!(t.deadline(), Some((_, Expiry::Idle))));
     }
 }
