@@ -286,6 +286,77 @@ fn parked_keep_alive_connections_resume_with_nothing_lost() {
     assert!(conn.pending().is_empty());
 }
 
+/// A client that reads a long stream slowly, through a small receive window, pausing:
+/// the stream arrives whole and the connection serves the next request. (Whether the end
+/// of the body is still in the gateway's buffers when the park comes due depends on the
+/// kernel's socket buffers here; `server::tests` pins that case down over an in-memory
+/// connection.)
+#[test]
+fn a_slow_reader_gets_its_whole_response_before_the_connection_parks() {
+    const TOKENS: usize = 100_000;
+    let m = mock(&[]);
+    let gw = gateway(&["--worker-urls", &m.url()]);
+    let socket =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    socket
+        .set_recv_buffer_size(4096)
+        .expect("small receive buffer");
+    socket.connect(&gw.addr.into()).expect("connect");
+    let mut stream: TcpStream = socket.into();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let body = format!(
+        r#"{{"model":"mock-model","stream":true,"max_tokens":{TOKENS},"messages":[{{"role":"user","content":"hi"}}],"mock":{{"output_tokens":{TOKENS}}}}}"#
+    );
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).expect("write");
+    stream.write_all(body.as_bytes()).expect("write");
+    // Read everything, pausing 30 ms after every 512 KiB; the chunked body ends with
+    // the zero-length chunk after `data: [DONE]`.
+    let mut got = Vec::new();
+    let mut since_pause = 0;
+    let mut buf = vec![0u8; 16 * 1024];
+    while !got.ends_with(b"data: [DONE]\n\n\r\n0\r\n\r\n") {
+        let n = stream.read(&mut buf).expect("the response breaks off");
+        assert!(n > 0, "closed after {} bytes", got.len());
+        got.extend_from_slice(&buf[..n]);
+        since_pause += n;
+        if since_pause >= 512 * 1024 {
+            since_pause = 0;
+            std::thread::sleep(Duration::from_millis(30));
+        }
+    }
+    let text = String::from_utf8_lossy(&got);
+    assert!(
+        text.starts_with("HTTP/1.1 200"),
+        "{}",
+        &text[..200.min(text.len())]
+    );
+    assert_eq!(
+        text.matches("\"finish_reason\":\"").count(),
+        1,
+        "one final chunk"
+    );
+    assert!(
+        text.contains(&format!("tok{} ", TOKENS - 1)),
+        "the last token arrived"
+    );
+    stream.write_all(HEALTH).expect("write");
+    let mut reply = [0u8; 512];
+    let n = stream
+        .read(&mut reply)
+        .expect("the next request is answered");
+    assert!(
+        reply[..n].starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&reply[..n])
+    );
+}
+
 /// Once a head has begun, the header-read timeout runs from its first byte, also on a
 /// connection that idled before (a slowloris after an idle period).
 #[test]

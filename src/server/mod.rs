@@ -125,23 +125,24 @@ pub struct ConnState {
     epoch: AtomicU64,
     /// The stream's [`Phase`] as the IO adapter last saw it.
     phase: AtomicU8,
-    /// [`serve`] is taking an idle HTTP/1.1 connection back from hyper ([`Parkable`]).
-    parking: AtomicBool,
+    /// [`serve`] asks to take an idle HTTP/1.1 connection back from hyper ([`Parkable`]).
+    park: AtomicBool,
 }
 
 impl ConnState {
-    fn parking(&self) -> bool {
-        self.parking.load(Ordering::Relaxed)
+    fn park_requested(&self) -> bool {
+        self.park.load(Ordering::Relaxed)
     }
 
-    fn set_parking(&self, parking: bool) {
-        self.parking.store(parking, Ordering::Relaxed);
+    fn request_park(&self, park: bool) {
+        self.park.store(park, Ordering::Relaxed);
     }
 
     fn phase(&self) -> Phase {
         match self.phase.load(Ordering::Relaxed) {
             1 => Phase::InHead,
             2 => Phase::Unfollowed,
+            3 => Phase::InBody,
             _ => Phase::NoHead,
         }
     }
@@ -169,6 +170,7 @@ impl PhaseReport {
                 Phase::NoHead => 0,
                 Phase::InHead => 1,
                 Phase::Unfollowed => 2,
+                Phase::InBody => 3,
             };
             self.state.phase.store(code, Ordering::Relaxed);
         }
@@ -245,7 +247,7 @@ pub async fn serve<I, H>(
     let mut draining = false;
     let mut closing = false;
     loop {
-        let step = std::future::poll_fn(|cx| conn.poll_step(cx, builder, &svc, &state));
+        let step = std::future::poll_fn(|cx| conn.poll_step(cx, builder, &svc));
         let expiry = std::future::poll_fn(|cx| timeouts.poll_expired(&state, sleep.as_mut(), cx));
         // `biased`: the connection runs first, so the timers see what it just read.
         tokio::select! {
@@ -324,13 +326,7 @@ where
 {
     /// Drives the connection: reads a waiting connection's first bytes and hands it to
     /// hyper, runs hyper, and takes a parked connection back when hyper lets go of it.
-    fn poll_step(
-        &mut self,
-        cx: &mut Context<'_>,
-        builder: &ConnBuilder,
-        svc: &S,
-        state: &ConnState,
-    ) -> Poll<Step> {
+    fn poll_step(&mut self, cx: &mut Context<'_>, builder: &ConnBuilder, svc: &S) -> Poll<Step> {
         loop {
             match self {
                 Conn::Waiting { io, fresh } => {
@@ -357,8 +353,7 @@ where
                 }
                 Conn::H1(hyper) => {
                     let ended = std::task::ready!(Pin::new(&mut **hyper).poll(cx));
-                    let parked = ended.is_ok() && state.parking();
-                    if !parked {
+                    if ended.is_err() {
                         log_end(ended);
                         return Poll::Ready(Step::Closed);
                     }
@@ -367,6 +362,11 @@ where
                     };
                     let parts = hyper.into_parts();
                     let mut io = parts.io;
+                    // hyper also ends when the client leaves or asked to close; only an
+                    // end the parking caused goes on.
+                    if !io.parked() {
+                        return Poll::Ready(Step::Closed);
+                    }
                     io.unpark(parts.read_buf);
                     tracing::trace!("idle connection parked");
                     *self = Conn::Waiting { io, fresh: false };
@@ -380,10 +380,11 @@ where
         }
     }
 
-    /// Asks an idle HTTP/1.1 connection to let go of hyper (see [`Parkable`]).
+    /// Asks an idle HTTP/1.1 connection to let go of hyper once its response is flushed
+    /// (see [`Parkable`]).
     fn park(&mut self, state: &ConnState) {
         if let Conn::H1(_) = self {
-            state.set_parking(true);
+            state.request_park(true);
         }
     }
 
@@ -407,5 +408,93 @@ where
 fn log_end(ended: hyper::Result<()>) {
     if let Err(err) = ended {
         tracing::debug!(error = %err, "connection ended with an error");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+
+    use super::*;
+    use crate::server::tokio_io::CheckedStream;
+
+    /// Answers every request with the same body.
+    struct Fixed(Bytes);
+
+    impl Handler for Fixed {
+        fn handle(
+            &self,
+            _req: Request<Incoming>,
+        ) -> impl Future<Output = Response<RespBody>> + Send {
+            let body = self.0.clone();
+            async move { Response::new(RespBody::full(body)) }
+        }
+    }
+
+    const GET: &[u8] = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n";
+
+    /// Reads one response with a `Content-Length` body; its body.
+    async fn response(client: &mut DuplexStream) -> Vec<u8> {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length: "))
+                    .and_then(|v| v.trim().parse().ok())
+                    .expect("a content-length");
+                if got.len() >= end + 4 + length {
+                    return got[end + 4..end + 4 + length].to_vec();
+                }
+            }
+            let read = tokio::time::timeout(Duration::from_secs(5), client.read(&mut buf));
+            let n = read.await.expect("the response stalled").expect("read");
+            assert!(n > 0, "closed after {} bytes", got.len());
+            got.extend_from_slice(&buf[..n]);
+        }
+    }
+
+    /// The client reads nothing for a while after its request: the whole body is with
+    /// hyper, the connection counts as idle, and the park comes due while most of the
+    /// response is still unflushed. It must wait for the flush: the response arrives
+    /// whole, and the (then parked) connection serves the next request.
+    #[tokio::test]
+    async fn a_park_waits_until_the_response_is_flushed() {
+        let body = Bytes::from(vec![b'x'; 32 * 1024]);
+        let (mut client, server) = tokio::io::duplex(1024);
+        let state = Arc::new(ConnState::default());
+        let io = hyper_util::rt::TokioIo::new(CheckedStream::new(
+            server,
+            PhaseReport::new(state.clone()),
+        ));
+        let drain = drain::Drain::default();
+        let (settings, builder) = (ServerSettings::default(), builder());
+        let handler = Arc::new(Fixed(body.clone()));
+        let serving = serve(
+            io,
+            state,
+            tokio::time::Instant::now(),
+            handler,
+            &settings,
+            &builder,
+            drain.waiter(),
+        );
+        let client_side = async {
+            client.write_all(GET).await.expect("write");
+            tokio::time::sleep(timeouts::PARK_AFTER * 20).await;
+            assert_eq!(response(&mut client).await, body);
+            tokio::time::sleep(timeouts::PARK_AFTER * 5).await;
+            client.write_all(GET).await.expect("write");
+            assert_eq!(response(&mut client).await, body);
+        };
+        tokio::select! {
+            () = serving => panic!("the connection closed"),
+            () = client_side => {}
+        }
     }
 }

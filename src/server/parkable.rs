@@ -3,9 +3,12 @@
 //!
 //! * bytes read before hyper took over (the first bytes that decided the protocol, or
 //!   what hyper had read but not parsed when it let go) are handed to hyper first;
-//! * while the connection is being parked ([`ConnState::parking`]), reads report end of
-//!   stream and shutdown does nothing, so hyper, idle, ends its connection as if the client
-//!   had left, without touching the socket; its parts are then taken back intact.
+//! * once a park is requested ([`ConnState::request_park`]) and everything hyper wrote
+//!   has been flushed, a read reports end of stream and the shutdown that follows does
+//!   nothing, so hyper, idle, ends its connection as if the client had left, without
+//!   touching the socket; its parts are then taken back intact. Until the flush, reads go
+//!   on as usual (hyper would count an end of stream while its response is still going
+//!   out as a broken message), and bytes from the client call the park off.
 //!
 //! Waiting for the next request reads into one per-thread scratch buffer ([`poll_fill`]),
 //! so a parked connection holds the socket and a few words, not a read buffer.
@@ -39,6 +42,10 @@ pub struct Parkable<I> {
     /// Read from the client, not yet handed to hyper.
     prefix: Bytes,
     state: Arc<ConnState>,
+    /// hyper has written since its last completed flush.
+    unflushed: bool,
+    /// A read reported end of stream for the park.
+    parked: bool,
 }
 
 impl<I: Read + Write + Unpin> Parkable<I> {
@@ -47,7 +54,14 @@ impl<I: Read + Write + Unpin> Parkable<I> {
             io,
             prefix: Bytes::new(),
             state,
+            unflushed: false,
+            parked: false,
         }
+    }
+
+    /// Whether hyper's end was the park's doing.
+    pub fn parked(&self) -> bool {
+        self.parked
     }
 
     /// Whether bytes wait to be handed to hyper.
@@ -69,7 +83,8 @@ impl<I: Read + Write + Unpin> Parkable<I> {
     /// used, to be handed to the next connection first; reads and shutdown act again.
     pub fn unpark(&mut self, unread: Bytes) {
         self.append(&unread);
-        self.state.set_parking(false);
+        self.parked = false;
+        self.state.request_park(false);
     }
 
     /// Reads what the client sends next into the waiting bytes, through the per-thread
@@ -78,12 +93,8 @@ impl<I: Read + Write + Unpin> Parkable<I> {
     pub fn poll_fill(&mut self, cx: &mut Context<'_>, preface: bool) -> Poll<io::Result<bool>> {
         loop {
             let read = SCRATCH.with_borrow_mut(|scratch| {
-                let mut buf = ReadBuf::new(scratch);
-                ready!(Pin::new(&mut self.io).poll_read(cx, buf.unfilled()))?;
-                let got = buf.filled();
-                if !got.is_empty() {
-                    self.append(got);
-                }
+                let got = ready!(read_into(&mut self.io, cx, scratch))?;
+                self.append(got);
                 Poll::Ready(Ok::<_, io::Error>(got.len()))
             });
             if ready!(read)? == 0 {
@@ -110,6 +121,18 @@ impl<I: Read + Write + Unpin> Parkable<I> {
     }
 }
 
+/// One read from `io` into `scratch`; the bytes read.
+fn read_into<'s, I: Read + Unpin>(
+    io: &mut I,
+    cx: &mut Context<'_>,
+    scratch: &'s mut [u8],
+) -> Poll<io::Result<&'s [u8]>> {
+    let mut buf = ReadBuf::new(scratch);
+    ready!(Pin::new(io).poll_read(cx, buf.unfilled()))?;
+    let n = buf.filled().len();
+    Poll::Ready(Ok(&scratch[..n]))
+}
+
 impl<I: Read + Unpin> Read for Parkable<I> {
     fn poll_read(
         self: Pin<&mut Self>,
@@ -117,16 +140,30 @@ impl<I: Read + Unpin> Read for Parkable<I> {
         mut buf: ReadBufCursor<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if this.state.parking() {
-            return Poll::Ready(Ok(()));
-        }
         if !this.prefix.is_empty() {
             let n = this.prefix.len().min(buf.remaining());
             buf.put_slice(&this.prefix[..n]);
             this.prefix.advance(n);
             return Poll::Ready(Ok(()));
         }
-        Pin::new(&mut this.io).poll_read(cx, buf)
+        if !this.state.park_requested() {
+            return Pin::new(&mut this.io).poll_read(cx, buf);
+        }
+        if !this.unflushed {
+            this.parked = true;
+            return Poll::Ready(Ok(()));
+        }
+        // A park waits for the flush; the client's bytes call it off (they are hyper's
+        // next request). Read through the scratch buffer to see whether any came.
+        SCRATCH.with_borrow_mut(|scratch| {
+            let room = buf.remaining().min(scratch.len());
+            let got = ready!(read_into(&mut this.io, cx, &mut scratch[..room]))?;
+            if !got.is_empty() {
+                this.state.request_park(false);
+            }
+            buf.put_slice(got);
+            Poll::Ready(Ok(()))
+        })
     }
 }
 
@@ -136,7 +173,9 @@ impl<I: Write + Unpin> Write for Parkable<I> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+        let this = self.get_mut();
+        this.unflushed = true;
+        Pin::new(&mut this.io).poll_write(cx, buf)
     }
 
     fn poll_write_vectored(
@@ -144,20 +183,33 @@ impl<I: Write + Unpin> Write for Parkable<I> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        this.unflushed = true;
+        Pin::new(&mut this.io).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
         self.io.is_write_vectored()
     }
 
+    /// hyper flushes the IO only once its own buffer is written out, so a completed flush
+    /// means every byte it wrote has left.
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+        let this = self.get_mut();
+        ready!(Pin::new(&mut this.io).poll_flush(cx))?;
+        if this.unflushed {
+            this.unflushed = false;
+            if this.state.park_requested() {
+                // The park waited for this: hyper must read once more to see it.
+                cx.waker().wake_by_ref();
+            }
+        }
+        Poll::Ready(Ok(()))
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if this.state.parking() {
+        if this.parked {
             return Poll::Ready(Ok(()));
         }
         Pin::new(&mut this.io).poll_shutdown(cx)
@@ -177,9 +229,13 @@ mod tests {
             _: &mut Context<'_>,
             mut buf: ReadBufCursor<'_>,
         ) -> Poll<io::Result<()>> {
-            if !self.0.is_empty() {
-                let piece = self.0.remove(0);
-                buf.put_slice(piece);
+            if let Some(piece) = self.0.first_mut() {
+                let n = piece.len().min(buf.remaining());
+                buf.put_slice(&piece[..n]);
+                *piece = &piece[n..];
+                if piece.is_empty() {
+                    self.0.remove(0);
+                }
             }
             Poll::Ready(Ok(()))
         }
@@ -257,23 +313,56 @@ mod tests {
         assert!(!fill(&mut p, false));
     }
 
+    fn write_and_flush(p: &mut Parkable<Script>, flush: bool) {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(Pin::new(&mut *p)
+            .poll_write(&mut cx, b"response")
+            .is_ready());
+        if flush {
+            assert!(Pin::new(&mut *p).poll_flush(&mut cx).is_ready());
+        }
+    }
+
     #[test]
-    fn parking_reads_as_end_of_stream_and_unparking_hands_back_what_hyper_kept() {
+    fn a_park_reads_as_end_of_stream_once_flushed_and_unparking_hands_back_what_hyper_kept() {
         let state = Arc::new(ConnState::default());
         let mut p = Parkable::new(Script(vec![b"next"]), state.clone());
-        state.set_parking(true);
-        assert!(
-            read_all(&mut p).is_empty(),
-            "parking reads as end of stream"
-        );
+        write_and_flush(&mut p, true);
+        state.request_park(true);
+        assert!(read_all(&mut p).is_empty(), "a park reads as end of stream");
+        assert!(p.parked());
         let mut cx = Context::from_waker(std::task::Waker::noop());
         assert!(matches!(
             Pin::new(&mut p).poll_shutdown(&mut cx),
             Poll::Ready(Ok(()))
         ));
         p.unpark(Bytes::from_static(b"GET / HT"));
-        assert!(!state.parking());
+        assert!(!state.park_requested() && !p.parked());
         assert!(p.has_prefix());
         assert_eq!(read_all(&mut p), b"GET / HTnext");
+    }
+
+    #[test]
+    fn a_park_waits_for_the_flush_and_the_clients_bytes_call_it_off() {
+        let state = Arc::new(ConnState::default());
+        let mut p = Parkable::new(Script(vec![b"GET /", b" HTTP/1.1"]), state.clone());
+        write_and_flush(&mut p, false);
+        state.request_park(true);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut raw = [0u8; 64];
+        let mut buf = ReadBuf::new(&mut raw);
+        assert!(Pin::new(&mut p)
+            .poll_read(&mut cx, buf.unfilled())
+            .is_ready());
+        assert_eq!(buf.filled(), b"GET /", "unflushed: the read goes on");
+        assert!(
+            !state.park_requested(),
+            "the client's bytes called the park off"
+        );
+        assert!(!p.parked());
+        // Flushed, no park asked: reads go on.
+        write_and_flush(&mut p, true);
+        assert_eq!(read_all(&mut p), b" HTTP/1.1");
+        assert!(!p.parked());
     }
 }

@@ -44,7 +44,7 @@ pub enum Expiry {
 /// next request sooner (an agent's tool loop, a benchmark) finds the connection as it left
 /// it; one that waits longer costs a fresh hyper connection state when it comes back,
 /// about a microsecond, instead of its buffers for as long as it stays away.
-pub const PARK_AFTER: Duration = Duration::from_millis(100);
+pub const PARK_AFTER: Duration = Duration::from_millis(10);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stage {
@@ -71,8 +71,10 @@ pub struct Timeouts {
     /// [`PARK_AFTER`] on a connection that can park (HTTP/1.1, and a keep-alive timeout
     /// longer than it).
     park_after: Option<Duration>,
-    /// The current idle stage has not been parked yet.
-    park_due: bool,
+    /// When the current idle stage asks to park; `None` outside one, or once asked.
+    park_at: Option<Instant>,
+    /// The current idle stage has asked to park.
+    park_asked: bool,
     /// Request epoch, stream phase and "requests in flight" as last seen.
     seen: (u64, Phase, bool),
 }
@@ -87,7 +89,8 @@ impl Timeouts {
             accepted,
             stage: Stage::First,
             park_after: None,
-            park_due: false,
+            park_at: None,
+            park_asked: false,
             seen: (0, Phase::NoHead, false),
         }
     }
@@ -108,7 +111,7 @@ impl Timeouts {
         self.stage = Stage::Closing(Instant::now());
     }
 
-    /// Takes in what changed since the last look; whether a new idle stage began.
+    /// Takes in what changed since the last look; whether a park deadline was set.
     fn observe(&mut self, state: &ConnState) -> bool {
         if matches!(self.stage, Stage::Closing(_)) {
             return false;
@@ -126,18 +129,29 @@ impl Timeouts {
         let before = self.stage;
         self.stage = match (busy, phase, self.stage) {
             (true, _, _) => Stage::Busy,
-            (false, Phase::NoHead | Phase::InHead, _) if epoch == 0 => Stage::First,
+            (false, Phase::NoHead | Phase::InHead | Phase::InBody, _) if epoch == 0 => Stage::First,
             (false, Phase::InHead, Stage::Head(since)) if same_epoch => Stage::Head(since),
             (false, Phase::InHead, _) => Stage::Head(Instant::now()),
             (false, _, Stage::Idle(since)) if same_epoch => Stage::Idle(since),
             (false, _, _) => Stage::Idle(Instant::now()),
         };
         self.seen = seen;
-        let idle_began = matches!(self.stage, Stage::Idle(_)) && self.stage != before;
-        if idle_began {
-            self.park_due = self.park_after.is_some();
+        // A connection parks once per idle stage, and only between requests: the rest of
+        // an unwanted request body may still be arriving after its response.
+        if !matches!(self.stage, Stage::Idle(_)) || self.stage != before {
+            self.park_at = None;
+            self.park_asked = false;
         }
-        idle_began
+        if !matches!(self.stage, Stage::Idle(_)) || phase != Phase::NoHead {
+            return false;
+        }
+        match self.park_after {
+            Some(after) if !self.park_asked && self.park_at.is_none() => {
+                self.park_at = Some(Instant::now() + after);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// The deadline of the current stage and what its passing means.
@@ -145,9 +159,9 @@ impl Timeouts {
         match self.stage {
             Stage::First => Some((self.accepted + self.header, Expiry::Header)),
             Stage::Busy => None,
-            Stage::Idle(since) => match self.park_after {
-                Some(park) if self.park_due => Some((since + park, Expiry::Park)),
-                _ => Some((since + self.keep_alive, Expiry::Idle)),
+            Stage::Idle(since) => match self.park_at {
+                Some(at) => Some((at, Expiry::Park)),
+                None => Some((since + self.keep_alive, Expiry::Idle)),
             },
             Stage::Head(since) => Some((since + self.header, Expiry::Header)),
             Stage::Closing(since) => Some((since + self.header, Expiry::Idle)),
@@ -162,11 +176,9 @@ impl Timeouts {
         mut sleep: Pin<&mut Sleep>,
         cx: &mut Context<'_>,
     ) -> Poll<Expiry> {
-        if self.observe(state) && self.park_due {
-            if let Some((at, _)) = self.deadline() {
-                if at < sleep.deadline() {
-                    sleep.as_mut().reset(at);
-                }
+        if self.observe(state) {
+            if let Some(at) = self.park_at.filter(|at| *at < sleep.deadline()) {
+                sleep.as_mut().reset(at);
             }
         }
         loop {
@@ -176,7 +188,8 @@ impl Timeouts {
             match self.deadline() {
                 Some((at, expiry)) if at <= now => {
                     if expiry == Expiry::Park {
-                        self.park_due = false;
+                        self.park_at = None;
+                        self.park_asked = true;
                     }
                     return Poll::Ready(expiry);
                 }
@@ -229,34 +242,43 @@ mod tests {
     }
 
     #[test]
-    fn an_http1_idle_stage_parks_once_then_keeps_the_keep_alive_deadline() {
+    fn an_http1_idle_stage_parks_once_and_only_between_requests() {
         let (h, k) = (Duration::from_secs(2), Duration::from_secs(7));
         let mut t = Timeouts::new(Instant::now(), h, k);
         t.enable_parking();
         let state = ConnState::default();
         set(&state, 1, 0, 1);
         assert!(!t.observe(&state));
-        set(&state, 2, 0, 0);
-        assert!(t.observe(&state), "the request ended: idle");
+        // The response is out while the rest of the request body still arrives: no park.
+        set(&state, 2, 3, 0);
+        assert!(!t.observe(&state));
         let Stage::Idle(since) = t.stage else {
             panic!("idle after the request: {:?}", t.stage);
         };
-        assert_eq!(t.deadline(), Some((since + PARK_AFTER, Expiry::Park)));
-        t.park_due = false;
         assert_eq!(t.deadline(), Some((since + k, Expiry::Idle)));
-        // Bytes of the next head, then its request: the next idle stage parks again.
+        // The body ended: between requests, in the same idle stage.
+        set(&state, 2, 0, 0);
+        assert!(t.observe(&state), "a park deadline is set");
+        let Some((at, Expiry::Park)) = t.deadline() else {
+            panic!("park first: {:?}", t.deadline());
+        };
+        assert!(at >= since + PARK_AFTER);
+        // Asked once; then the keep-alive deadline of the same stage.
+        t.park_at = None;
+        t.park_asked = true;
+        assert_eq!(t.deadline(), Some((since + k, Expiry::Idle)));
         set(&state, 2, 1, 0);
-        assert!(!t.observe(&state));
+        assert!(!t.observe(&state), "a head begins");
         set(&state, 3, 0, 1);
         t.observe(&state);
         set(&state, 4, 0, 0);
-        assert!(t.observe(&state));
+        assert!(t.observe(&state), "the next idle stage parks again");
         assert!(matches!(t.deadline(), Some((_, Expiry::Park))));
         // A keep-alive timeout no longer than the park delay never parks.
         let mut t = Timeouts::new(Instant::now(), h, PARK_AFTER);
         t.enable_parking();
         set(&state, 5, 0, 0);
-        t.observe(&state);
+        assert!(!t.observe(&state));
         assert!(matches!(t.deadline(), Some((_, Expiry::Idle))));
     }
 }
