@@ -341,14 +341,14 @@ where
                         }
                     }
                     let h2 = *fresh && io.starts_h2();
-                    let Conn::Waiting { io, .. } = std::mem::replace(self, Conn::Closed) else {
-                        unreachable!("matched as waiting just above")
-                    };
-                    *self = if h2 {
-                        Conn::H2(Box::pin(builder.h2.serve_connection(io, svc.clone())))
-                    } else {
-                        Conn::H1(Box::new(builder.h1.serve_connection(io, svc.clone())))
-                    };
+                    // Moves the IO out (the state was just matched as waiting).
+                    if let Conn::Waiting { io, .. } = std::mem::replace(self, Conn::Closed) {
+                        *self = if h2 {
+                            Conn::H2(Box::pin(builder.h2.serve_connection(io, svc.clone())))
+                        } else {
+                            Conn::H1(Box::new(builder.h1.serve_connection(io, svc.clone())))
+                        };
+                    }
                     return Poll::Ready(Step::Started { h1: !h2 });
                 }
                 Conn::H1(hyper) => {
@@ -358,7 +358,7 @@ where
                         return Poll::Ready(Step::Closed);
                     }
                     let Conn::H1(hyper) = std::mem::replace(self, Conn::Closed) else {
-                        unreachable!("matched as HTTP/1.1 just above")
+                        return Poll::Ready(Step::Closed);
                     };
                     let parts = hyper.into_parts();
                     let mut io = parts.io;
