@@ -225,6 +225,138 @@ fn an_idle_keep_alive_connection_lives_until_the_keep_alive_timeout() {
     );
 }
 
+/// A keep-alive connection idle past the park delay (100 ms) gives its buffers back and
+/// resumes when the client comes back: whatever the client sends then — pipelined
+/// requests in one write, a head split across the delay, a body that trickles in after
+/// it — is served on the same connection, in order, with nothing lost.
+#[test]
+fn parked_keep_alive_connections_resume_with_nothing_lost() {
+    let m = mock(&[]);
+    let gw = gateway(&["--worker-urls", &m.url()]);
+    let park = Duration::from_millis(300);
+    let mut conn = RawConn::connect(gw.addr);
+    assert_eq!(health_on(&mut conn), 200);
+
+    // Parked, then two requests in one write.
+    std::thread::sleep(park);
+    let mut two = HEALTH.to_vec();
+    two.extend_from_slice(b"GET /v1/models HTTP/1.1\r\nHost: gw\r\n\r\n");
+    conn.write(&two).expect("write");
+    let first = conn.read_response(Duration::from_secs(5)).expect("first");
+    let second = conn.read_response(Duration::from_secs(5)).expect("second");
+    assert_eq!((first.status, second.status), (200, 200));
+    let models: Value = serde_json::from_slice(&second.body).expect("models json");
+    assert_eq!(models["object"], "list", "{models}");
+
+    // A head split across the park delay.
+    std::thread::sleep(park);
+    conn.write(b"GET /health HT").expect("write");
+    std::thread::sleep(park);
+    conn.write(b"TP/1.1\r\nHost: gw\r\n\r\n").expect("write");
+    let split = conn
+        .read_response(Duration::from_secs(5))
+        .expect("split head");
+    assert_eq!(split.status, 200);
+
+    // A body that arrives well after its head.
+    std::thread::sleep(park);
+    let body = br#"{"model":"mock-model","messages":[{"role":"user","content":"hi"}]}"#;
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    conn.write(head.as_bytes()).expect("write");
+    std::thread::sleep(park);
+    conn.write(&body[..10]).expect("write");
+    std::thread::sleep(park);
+    conn.write(&body[10..]).expect("write");
+    let chat = conn.read_response(Duration::from_secs(10)).expect("chat");
+    assert_eq!(
+        chat.status,
+        200,
+        "{:?}",
+        String::from_utf8_lossy(&chat.body)
+    );
+    let reply: Value = serde_json::from_slice(&chat.body).expect("chat json");
+    assert_eq!(reply["object"], "chat.completion", "{reply}");
+
+    // And once more after a last idle period; the connection is still the first one.
+    std::thread::sleep(park);
+    assert_eq!(health_on(&mut conn), 200);
+    assert!(conn.pending().is_empty());
+}
+
+/// A client that reads a long stream slowly, through a small receive window, pausing:
+/// the stream arrives whole and the connection serves the next request. (Whether the end
+/// of the body is still in the gateway's buffers when the park comes due depends on the
+/// kernel's socket buffers here; `server::tests` pins that case down over an in-memory
+/// connection.)
+#[test]
+fn a_slow_reader_gets_its_whole_response_before_the_connection_parks() {
+    const TOKENS: usize = 100_000;
+    let m = mock(&[]);
+    let gw = gateway(&["--worker-urls", &m.url()]);
+    let socket =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    socket
+        .set_recv_buffer_size(4096)
+        .expect("small receive buffer");
+    socket.connect(&gw.addr.into()).expect("connect");
+    let mut stream: TcpStream = socket.into();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let body = format!(
+        r#"{{"model":"mock-model","stream":true,"max_tokens":{TOKENS},"messages":[{{"role":"user","content":"hi"}}],"mock":{{"output_tokens":{TOKENS}}}}}"#
+    );
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).expect("write");
+    stream.write_all(body.as_bytes()).expect("write");
+    // Read everything, pausing 30 ms after every 512 KiB; the chunked body ends with
+    // the zero-length chunk after `data: [DONE]`.
+    let mut got = Vec::new();
+    let mut since_pause = 0;
+    let mut buf = vec![0u8; 16 * 1024];
+    while !got.ends_with(b"data: [DONE]\n\n\r\n0\r\n\r\n") {
+        let n = stream.read(&mut buf).expect("the response breaks off");
+        assert!(n > 0, "closed after {} bytes", got.len());
+        got.extend_from_slice(&buf[..n]);
+        since_pause += n;
+        if since_pause >= 512 * 1024 {
+            since_pause = 0;
+            std::thread::sleep(Duration::from_millis(30));
+        }
+    }
+    let text = String::from_utf8_lossy(&got);
+    assert!(
+        text.starts_with("HTTP/1.1 200"),
+        "{}",
+        &text[..200.min(text.len())]
+    );
+    assert_eq!(
+        text.matches("\"finish_reason\":\"").count(),
+        1,
+        "one final chunk"
+    );
+    assert!(
+        text.contains(&format!("tok{} ", TOKENS - 1)),
+        "the last token arrived"
+    );
+    stream.write_all(HEALTH).expect("write");
+    let mut reply = [0u8; 512];
+    let n = stream
+        .read(&mut reply)
+        .expect("the next request is answered");
+    assert!(
+        reply[..n].starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&reply[..n])
+    );
+}
+
 /// Once a head has begun, the header-read timeout runs from its first byte, also on a
 /// connection that idled before (a slowloris after an idle period).
 #[test]

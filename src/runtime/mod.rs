@@ -20,6 +20,7 @@ use hyper_util::rt::TokioIo;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::server::drain::{Drain, DrainWait};
 use crate::server::limit::{self, ConnLimit};
 use crate::server::tls::Tls;
 use crate::server::{
@@ -209,6 +210,7 @@ async fn run_epoll<H: Handler>(
 ) -> io::Result<()> {
     let listener = tokio::net::TcpListener::from_std(listener)?;
     let builder = Rc::new(server::builder());
+    let draining = Drain::default();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -222,7 +224,7 @@ async fn run_epoll<H: Handler>(
                     let accepted = Instant::now();
                     let state = Arc::new(ConnState::default());
                     let report = PhaseReport::new(state.clone());
-                    let (serving, builder, mut rx) = (serving.clone(), builder.clone(), shutdown.clone());
+                    let (serving, builder, mut rx) = (serving.clone(), builder.clone(), draining.waiter());
                     match serving.tls.clone() {
                         None => {
                             let io = TokioIo::new(CheckedStream::new(stream, report));
@@ -248,6 +250,7 @@ async fn run_epoll<H: Handler>(
             _ = shutdown.changed() => break,
         }
     }
+    draining.fire();
     drop(listener);
     drain(&open, serving.grace).await;
     Ok(())
@@ -265,6 +268,7 @@ async fn run_uring<H: Handler>(
     let stopper = listener.try_clone()?;
     let listener = tokio_uring::net::TcpListener::from_std(listener);
     let builder = Rc::new(server::builder());
+    let draining = Drain::default();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -278,7 +282,7 @@ async fn run_uring<H: Handler>(
                     let accepted = Instant::now();
                     let state = Arc::new(ConnState::default());
                     let report = PhaseReport::new(state.clone());
-                    let (serving, builder, mut rx) = (serving.clone(), builder.clone(), shutdown.clone());
+                    let (serving, builder, mut rx) = (serving.clone(), builder.clone(), draining.waiter());
                     match serving.tls.clone() {
                         None => {
                             let io = UringIo::new(stream, report);
@@ -306,6 +310,7 @@ async fn run_uring<H: Handler>(
             _ = shutdown.changed() => break,
         }
     }
+    draining.fire();
     let _ = socket2::SockRef::from(&stopper).shutdown(std::net::Shutdown::Both);
     drop(stopper);
     drop(listener);
@@ -345,21 +350,12 @@ impl<H: Handler> Serving<H> {
         state: Arc<ConnState>,
         accepted: Instant,
         builder: &server::ConnBuilder,
-        shutdown: watch::Receiver<bool>,
+        drain: DrainWait,
     ) where
         I: hyper::rt::Read + hyper::rt::Write + Unpin + 'static,
     {
         let handler = self.handler.clone();
-        server::serve(
-            io,
-            state,
-            accepted,
-            handler,
-            &self.settings,
-            builder,
-            shutdown,
-        )
-        .await;
+        server::serve(io, state, accepted, handler, &self.settings, builder, drain).await;
     }
 
     /// A TLS handshake must end within the header-read timeout from accept.

@@ -53,10 +53,13 @@ pub enum Verdict {
 /// requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
-    /// No request head begun: before the first byte, between requests, or inside a body.
+    /// No request head begun: before the first byte, or between requests.
     NoHead,
     /// Part of a request head (or of the HTTP/2 preface) has arrived, not all of it.
     InHead,
+    /// Inside a request body. The timers treat it as [`Phase::NoHead`] (the request's own
+    /// body timeouts apply); only an idle connection between requests may be parked.
+    InBody,
     /// The tracker no longer follows the stream (HTTP/2, or framing hyper refuses).
     Unfollowed,
 }
@@ -268,7 +271,8 @@ impl H1Framing {
             State::Preface(_) => Phase::InHead,
             State::Head if self.in_head || self.line != Line::Start => Phase::InHead,
             State::Conflict | State::Disengaged => Phase::Unfollowed,
-            _ => Phase::NoHead,
+            State::Head => Phase::NoHead,
+            _ => Phase::InBody,
         }
     }
 
@@ -626,7 +630,7 @@ mod tests {
         t.feed(b"TP/1.1\r\ncontent-length: 4\r\n");
         assert_eq!(t.phase(), Phase::InHead);
         t.feed(b"\r\nab");
-        assert_eq!(t.phase(), Phase::NoHead, "inside the body");
+        assert_eq!(t.phase(), Phase::InBody);
         t.feed(b"cd");
         assert_eq!(t.phase(), Phase::NoHead, "between requests");
         t.feed(b"G");

@@ -1,11 +1,13 @@
 //! Serving one client connection: HTTP/1.1 with keep-alive or h2 by preface (h2c, or over
-//! TLS by ALPN), the edge limits, the header-read and keep-alive timeouts, and graceful
-//! drain on shutdown.
+//! TLS by ALPN), the edge limits, the header-read and keep-alive timeouts, parking of idle
+//! HTTP/1.1 connections, and graceful drain on shutdown.
 
+pub mod drain;
 pub mod h1_framing;
 pub mod health;
 pub mod limit;
 pub mod listener;
+mod parkable;
 pub mod side_listener;
 mod smuggling_guard;
 mod timeouts;
@@ -17,20 +19,23 @@ pub use smuggling_guard::{SmugglingGuard, CONFLICT_REPLY};
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::{Request, Response};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
+use hyper::server::conn::{http1, http2};
+use hyper::service::{service_fn, HttpService};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use hyper_util::server::conn::auto;
-use tokio::sync::watch;
 
 use crate::http::body::RespBody;
 use crate::http::guard::{Guard, Release};
+use drain::DrainWait;
 use h1_framing::Phase;
+use parkable::Parkable;
 use timeouts::{Expiry, Timeouts};
 
 /// Largest request head (request line and headers) accepted; larger → 431.
@@ -81,8 +86,12 @@ pub trait Handler: Send + Sync + 'static {
     fn handle(&self, req: Request<Incoming>) -> impl Future<Output = Response<RespBody>> + Send;
 }
 
-/// The connection builder every connection of a thread shares.
-pub type ConnBuilder = auto::Builder<TokioExecutor>;
+/// hyper's connection settings, which every connection of a thread shares: one builder
+/// per protocol, [`serve`] picks by the connection's first bytes.
+pub struct ConnBuilder {
+    h1: http1::Builder,
+    h2: http2::Builder<TokioExecutor>,
+}
 
 /// Builds hyper's connection settings from the edge limits.
 ///
@@ -91,19 +100,19 @@ pub type ConnBuilder = auto::Builder<TokioExecutor>;
 /// does not cover the wait for the first bytes before hyper knows the protocol.
 /// [`Timeouts`] in [`serve`] applies both limits instead.
 pub fn builder() -> ConnBuilder {
-    let mut b = auto::Builder::new(TokioExecutor::new());
-    b.http1()
-        .keep_alive(true)
+    let mut h1 = http1::Builder::new();
+    h1.keep_alive(true)
         .max_buf_size(MAX_HEADER_BYTES)
+        .max_header_size(MAX_HEADER_BYTES)
         .max_headers(MAX_HEADER_FIELDS)
         .header_read_timeout(None);
-    b.http2()
-        .timer(TokioTimer::new())
+    let mut h2 = http2::Builder::new(TokioExecutor::new());
+    h2.timer(TokioTimer::new())
         .max_header_list_size(MAX_HEADER_BYTES as u32)
         .max_concurrent_streams(1024)
         .keep_alive_interval(Some(Duration::from_secs(30)))
         .keep_alive_timeout(Duration::from_secs(20));
-    b
+    ConnBuilder { h1, h2 }
 }
 
 /// What the connection's timers need to know, shared by its IO adapter, its requests and
@@ -116,13 +125,24 @@ pub struct ConnState {
     epoch: AtomicU64,
     /// The stream's [`Phase`] as the IO adapter last saw it.
     phase: AtomicU8,
+    /// [`serve`] asks to take an idle HTTP/1.1 connection back from hyper ([`Parkable`]).
+    park: AtomicBool,
 }
 
 impl ConnState {
+    fn park_requested(&self) -> bool {
+        self.park.load(Ordering::Relaxed)
+    }
+
+    fn request_park(&self, park: bool) {
+        self.park.store(park, Ordering::Relaxed);
+    }
+
     fn phase(&self) -> Phase {
         match self.phase.load(Ordering::Relaxed) {
             1 => Phase::InHead,
             2 => Phase::Unfollowed,
+            3 => Phase::InBody,
             _ => Phase::NoHead,
         }
     }
@@ -150,6 +170,7 @@ impl PhaseReport {
                 Phase::NoHead => 0,
                 Phase::InHead => 1,
                 Phase::Unfollowed => 2,
+                Phase::InBody => 3,
             };
             self.state.phase.store(code, Ordering::Relaxed);
         }
@@ -178,6 +199,10 @@ impl Release for ConnState {
 /// Serves one connection until the client leaves, a timeout closes it, or shutdown drains
 /// it. `state` is the one its IO adapter reports to; `accepted` is when the connection was
 /// accepted, so a TLS handshake counts against the first request's header-read timeout.
+///
+/// hyper serves the connection only while it has something to do: the first bytes pick
+/// HTTP/1.1 or h2, and an HTTP/1.1 connection idle for [`timeouts::PARK_AFTER`] is taken
+/// back from hyper and waits for its next request holding no buffer ([`Parkable`]).
 pub async fn serve<I, H>(
     io: I,
     state: Arc<ConnState>,
@@ -185,11 +210,14 @@ pub async fn serve<I, H>(
     handler: Arc<H>,
     settings: &ServerSettings,
     builder: &ConnBuilder,
-    mut shutdown: watch::Receiver<bool>,
+    mut drain: DrainWait,
 ) where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + 'static,
     H: Handler,
 {
+    if drain.is_fired() {
+        return;
+    }
     let mut timeouts = Timeouts::new(
         accepted,
         settings.header_read_timeout,
@@ -197,38 +225,46 @@ pub async fn serve<I, H>(
     );
     let sleep = tokio::time::sleep_until(timeouts.first_check());
     tokio::pin!(sleep);
+    // The handler's future (several KiB: the whole pipeline) is boxed per request. hyper
+    // keeps a slot sized for the service's future for the connection's whole life, so an
+    // unboxed one would cost every open connection those KiB, streaming or not, where the
+    // box costs one allocation per request and is gone once the response head is out.
     let svc = {
         let state = state.clone();
         service_fn(move |req| {
             let handler = handler.clone();
             let activity = ConnState::enter(&state);
             async move {
-                let resp = handler.handle(req).await;
+                let resp = Box::pin(handler.handle(req)).await;
                 Ok::<_, Infallible>(resp.map(|b| b.with_activity(activity)))
             }
         })
     };
-    let conn = builder.serve_connection(io, svc);
-    tokio::pin!(conn);
-    let mut draining = *shutdown.borrow();
-    if draining {
-        conn.as_mut().graceful_shutdown();
-    }
+    let mut conn = Conn::Waiting {
+        io: Parkable::new(io, state.clone()),
+        fresh: true,
+    };
+    let mut draining = false;
     let mut closing = false;
     loop {
+        let step = std::future::poll_fn(|cx| conn.poll_step(cx, builder, &svc));
         let expiry = std::future::poll_fn(|cx| timeouts.poll_expired(&state, sleep.as_mut(), cx));
         // `biased`: the connection runs first, so the timers see what it just read.
         tokio::select! {
             biased;
-            res = conn.as_mut() => {
-                if let Err(err) = res {
-                    tracing::debug!(error = %err, "connection ended with an error");
+            step = step => match step {
+                Step::Closed => return,
+                Step::Started { h1 } => {
+                    if h1 {
+                        timeouts.enable_parking();
+                    }
                 }
-                return;
-            }
-            _ = shutdown.changed(), if !draining => {
+            },
+            () = std::future::poll_fn(|cx| drain.poll_fired(cx)), if !draining => {
                 draining = true;
-                conn.as_mut().graceful_shutdown();
+                if !conn.goodbye() {
+                    return;
+                }
             }
             expired = expiry => {
                 match expired {
@@ -236,15 +272,229 @@ pub async fn serve<I, H>(
                         tracing::debug!("no request head within the header read timeout; closing");
                         return;
                     }
+                    Expiry::Park => {
+                        if !draining {
+                            conn.park(&state);
+                        }
+                    }
                     Expiry::Idle if closing => return,
                     Expiry::Idle => {
                         tracing::trace!("closing idle connection");
+                        if !conn.goodbye() {
+                            return;
+                        }
                         closing = true;
-                        conn.as_mut().graceful_shutdown();
                         timeouts.closing();
                     }
                 }
             }
+        }
+    }
+}
+
+/// What [`Conn::poll_step`] has to report to [`serve`].
+enum Step {
+    /// hyper took the connection over (`h1`: speaking HTTP/1.1).
+    Started { h1: bool },
+    /// The connection is over.
+    Closed,
+}
+
+/// Where a client connection stands: waiting for bytes with no hyper state (just
+/// accepted, or parked), or served by hyper in the protocol its first bytes chose.
+enum Conn<I, S>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + 'static,
+    S: HttpService<Incoming>,
+{
+    /// `fresh`: nothing served yet, so the first bytes still choose the protocol.
+    Waiting {
+        io: Parkable<I>,
+        fresh: bool,
+    },
+    H1(Box<http1::Connection<Parkable<I>, S>>),
+    H2(Pin<Box<http2::Connection<Parkable<I>, S, TokioExecutor>>>),
+    Closed,
+}
+
+impl<I, S> Conn<I, S>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + 'static,
+    S: HttpService<Incoming, ResBody = RespBody> + Clone + Unpin + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    S::Future: Send + 'static,
+{
+    /// Drives the connection: reads a waiting connection's first bytes and hands it to
+    /// hyper, runs hyper, and takes a parked connection back when hyper lets go of it.
+    fn poll_step(&mut self, cx: &mut Context<'_>, builder: &ConnBuilder, svc: &S) -> Poll<Step> {
+        loop {
+            match self {
+                Conn::Waiting { io, fresh } => {
+                    if !io.has_prefix() || (*fresh && io.partial_preface()) {
+                        match std::task::ready!(io.poll_fill(cx, *fresh)) {
+                            Ok(true) => {}
+                            Ok(false) => return Poll::Ready(Step::Closed),
+                            Err(err) => {
+                                tracing::debug!(error = %err, "connection read failed");
+                                return Poll::Ready(Step::Closed);
+                            }
+                        }
+                    }
+                    let h2 = *fresh && io.starts_h2();
+                    // Moves the IO out (the state was just matched as waiting).
+                    if let Conn::Waiting { io, .. } = std::mem::replace(self, Conn::Closed) {
+                        *self = if h2 {
+                            Conn::H2(Box::pin(builder.h2.serve_connection(io, svc.clone())))
+                        } else {
+                            Conn::H1(Box::new(builder.h1.serve_connection(io, svc.clone())))
+                        };
+                    }
+                    return Poll::Ready(Step::Started { h1: !h2 });
+                }
+                Conn::H1(hyper) => {
+                    let ended = std::task::ready!(Pin::new(&mut **hyper).poll(cx));
+                    if ended.is_err() {
+                        log_end(ended);
+                        return Poll::Ready(Step::Closed);
+                    }
+                    let Conn::H1(hyper) = std::mem::replace(self, Conn::Closed) else {
+                        return Poll::Ready(Step::Closed);
+                    };
+                    let parts = hyper.into_parts();
+                    let mut io = parts.io;
+                    // hyper also ends when the client leaves or asked to close; only an
+                    // end the parking caused goes on.
+                    if !io.parked() {
+                        return Poll::Ready(Step::Closed);
+                    }
+                    io.unpark(parts.read_buf);
+                    tracing::trace!("idle connection parked");
+                    *self = Conn::Waiting { io, fresh: false };
+                }
+                Conn::H2(hyper) => {
+                    log_end(std::task::ready!(hyper.as_mut().poll(cx)));
+                    return Poll::Ready(Step::Closed);
+                }
+                Conn::Closed => return Poll::Ready(Step::Closed),
+            }
+        }
+    }
+
+    /// Asks an idle HTTP/1.1 connection to let go of hyper once its response is flushed
+    /// (see [`Parkable`]).
+    fn park(&mut self, state: &ConnState) {
+        if let Conn::H1(_) = self {
+            state.request_park(true);
+        }
+    }
+
+    /// Starts a graceful goodbye (HTTP/1.1 closes after the response in flight, h2 sends
+    /// GOAWAY); `false` when the connection has nothing in flight and can simply close.
+    fn goodbye(&mut self) -> bool {
+        match self {
+            Conn::H1(hyper) => {
+                Pin::new(&mut **hyper).graceful_shutdown();
+                true
+            }
+            Conn::H2(hyper) => {
+                hyper.as_mut().graceful_shutdown();
+                true
+            }
+            Conn::Waiting { .. } | Conn::Closed => false,
+        }
+    }
+}
+
+fn log_end(ended: hyper::Result<()>) {
+    if let Err(err) = ended {
+        tracing::debug!(error = %err, "connection ended with an error");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+
+    use super::*;
+    use crate::server::tokio_io::CheckedStream;
+
+    /// Answers every request with the same body.
+    struct Fixed(Bytes);
+
+    impl Handler for Fixed {
+        fn handle(
+            &self,
+            _req: Request<Incoming>,
+        ) -> impl Future<Output = Response<RespBody>> + Send {
+            let body = self.0.clone();
+            async move { Response::new(RespBody::full(body)) }
+        }
+    }
+
+    const GET: &[u8] = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n";
+
+    /// Reads one response with a `Content-Length` body; its body.
+    async fn response(client: &mut DuplexStream) -> Vec<u8> {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length: "))
+                    .and_then(|v| v.trim().parse().ok())
+                    .expect("a content-length");
+                if got.len() >= end + 4 + length {
+                    return got[end + 4..end + 4 + length].to_vec();
+                }
+            }
+            let read = tokio::time::timeout(Duration::from_secs(5), client.read(&mut buf));
+            let n = read.await.expect("the response stalled").expect("read");
+            assert!(n > 0, "closed after {} bytes", got.len());
+            got.extend_from_slice(&buf[..n]);
+        }
+    }
+
+    /// The client reads nothing for a while after its request: the whole body is with
+    /// hyper, the connection counts as idle, and the park comes due while most of the
+    /// response is still unflushed. It must wait for the flush: the response arrives
+    /// whole, and the (then parked) connection serves the next request.
+    #[tokio::test]
+    async fn a_park_waits_until_the_response_is_flushed() {
+        let body = Bytes::from(vec![b'x'; 32 * 1024]);
+        let (mut client, server) = tokio::io::duplex(1024);
+        let state = Arc::new(ConnState::default());
+        let io = hyper_util::rt::TokioIo::new(CheckedStream::new(
+            server,
+            PhaseReport::new(state.clone()),
+        ));
+        let drain = drain::Drain::default();
+        let (settings, builder) = (ServerSettings::default(), builder());
+        let handler = Arc::new(Fixed(body.clone()));
+        let serving = serve(
+            io,
+            state,
+            tokio::time::Instant::now(),
+            handler,
+            &settings,
+            &builder,
+            drain.waiter(),
+        );
+        let client_side = async {
+            client.write_all(GET).await.expect("write");
+            tokio::time::sleep(timeouts::PARK_AFTER * 20).await;
+            assert_eq!(response(&mut client).await, body);
+            tokio::time::sleep(timeouts::PARK_AFTER * 5).await;
+            client.write_all(GET).await.expect("write");
+            assert_eq!(response(&mut client).await, body);
+        };
+        tokio::select! {
+            () = serving => panic!("the connection closed"),
+            () = client_side => {}
         }
     }
 }

@@ -21,10 +21,11 @@ use rustls::{InconsistentKeys, ServerConfig};
 use rustls_pki_types::pem::{self, PemObject};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
+
+use super::drain::DrainWait;
 
 /// `--tls-cert-path` and `--tls-key-path` (Listener group). Both or neither: the flag
 /// parser refuses one alone.
@@ -259,7 +260,7 @@ impl Tls {
         &self,
         io: IO,
         deadline: Instant,
-        shutdown: &mut watch::Receiver<bool>,
+        drain: &mut DrainWait,
     ) -> Option<TlsStream<IO>>
     where
         IO: AsyncRead + AsyncWrite + Unpin,
@@ -277,7 +278,7 @@ impl Tls {
                     None
                 }
             },
-            _ = shutdown.wait_for(|stopping| *stopping) => None,
+            () = drain.fired() => None,
         }
     }
 }
