@@ -142,10 +142,11 @@ async fn an_unverifiable_worker_answers_502_naming_what_failed() {
             Some(1.0),
             "{reason}"
         );
-        assert!(
-            gw.log_text().contains("TLS with the worker failed"),
-            "{reason}"
-        );
+        // The log reaches the test through a reader thread: wait for the line.
+        let logged = eventually(Duration::from_secs(5), || async {
+            gw.log_text().contains("TLS with the worker failed")
+        });
+        assert!(logged.await, "{reason}");
         drop(m);
     }
 }

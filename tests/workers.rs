@@ -14,7 +14,7 @@ use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{client, gateway, get, mock, mock_requests, post_json, send, Proc, Reply};
+use common::{client, eventually, gateway, get, mock, mock_requests, post_json, send, Proc, Reply};
 use serde_json::{json, Value};
 
 /// Gateway flags that keep probing and registration timings short.
@@ -1181,11 +1181,12 @@ async fn http2_pool_setting_is_honoured_and_reported() {
     )
     .await;
     wait_gone(&gw, &refused, WAIT).await;
-    assert!(
-        gw.log_text().contains("speaks only HTTP/1.1"),
-        "{}",
-        tail(&gw.log_text())
-    );
+    // The log reaches the test through a reader thread, behind a debug-level stream of h2
+    // frames: the line may arrive a moment after the job ended.
+    let said = eventually(WAIT, || async {
+        gw.log_text().contains("speaks only HTTP/1.1")
+    });
+    assert!(said.await, "{}", tail(&gw.log_text()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -23,7 +23,13 @@ use tokio_uring::net::TcpStream;
 
 use crate::server::{PhaseReport, SmugglingGuard};
 
-const READ_BUF: usize = 16 * 1024;
+/// The read buffer adapts between these sizes: it doubles after a read that filled it
+/// and halves after one that used less than a quarter. The buffer is lent to the read in
+/// flight, which on an idle connection or an open stream (hyper keeps a read posted to see
+/// the client leave) is most of the time, so a connection that only ever receives small
+/// requests lends 2 KiB, not 16.
+const READ_MIN: usize = 2 * 1024;
+const READ_MAX: usize = 16 * 1024;
 const WRITE_CHUNK: usize = 64 * 1024;
 /// The write buffer's resting size: responses' heads and SSE events fit.
 const WRITE_BUF: usize = 4 * 1024;
@@ -54,6 +60,8 @@ struct ReadCheck {
 pub struct UringIo {
     stream: Rc<TcpStream>,
     read: ReadState,
+    /// The size of the next read, between [`READ_MIN`] and [`READ_MAX`].
+    read_size: usize,
     write: WriteState,
     /// `None` under TLS (see the module's doc).
     check: Option<ReadCheck>,
@@ -80,9 +88,10 @@ impl UringIo {
         UringIo {
             stream: Rc::new(stream),
             read: ReadState::Idle {
-                buf: Vec::with_capacity(READ_BUF),
+                buf: Vec::with_capacity(READ_MIN),
                 pos: 0,
             },
+            read_size: READ_MIN,
             write: WriteState::Idle(Vec::with_capacity(WRITE_BUF)),
             check,
         }
@@ -158,6 +167,18 @@ impl Drop for UringIo {
     }
 }
 
+/// The size of the read after one of `size` bytes that brought `got` into a buffer of
+/// `capacity`.
+fn next_read_size(size: usize, got: usize, capacity: usize) -> usize {
+    if got >= capacity {
+        (size * 2).min(READ_MAX)
+    } else if got < size / 4 {
+        (size / 2).max(READ_MIN)
+    } else {
+        size
+    }
+}
+
 impl Read for UringIo {
     fn poll_read(
         self: Pin<&mut Self>,
@@ -179,11 +200,19 @@ impl Read for UringIo {
                     }
                     let mut buf = std::mem::take(buf);
                     buf.clear();
+                    if buf.capacity() < this.read_size {
+                        buf.reserve_exact(this.read_size);
+                    } else if buf.capacity() > this.read_size {
+                        buf.shrink_to(this.read_size);
+                    }
                     let stream = this.stream.clone();
                     this.read = ReadState::Busy(Box::pin(async move { stream.read(buf).await }));
                 }
                 ReadState::Busy(op) => {
                     let (res, buf) = ready!(op.as_mut().poll(cx));
+                    if let Ok(n) = res {
+                        this.read_size = next_read_size(this.read_size, n, buf.capacity());
+                    }
                     let admitted = match (&res, &mut this.check) {
                         (Ok(n), Some(check)) => {
                             check.guard.admit(buf.get(..*n).unwrap_or_default())
@@ -253,5 +282,29 @@ impl Write for UringIo {
             Err(e) if e.kind() == io::ErrorKind::NotConnected => Poll::Ready(Ok(())),
             Err(e) => Poll::Ready(Err(e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_read_size_doubles_after_full_reads_and_halves_after_small_ones() {
+        let mut size = READ_MIN;
+        for _ in 0..5 {
+            size = next_read_size(size, size, size);
+        }
+        assert_eq!(size, READ_MAX, "full reads grow it up to the cap");
+        assert_eq!(
+            next_read_size(size, size / 2, size),
+            size,
+            "half full: kept"
+        );
+        for _ in 0..5 {
+            size = next_read_size(size, 100, size);
+        }
+        assert_eq!(size, READ_MIN, "small reads shrink it down to the floor");
+        assert_eq!(next_read_size(READ_MIN, 0, READ_MIN), READ_MIN);
     }
 }
