@@ -24,10 +24,8 @@ use std::task::{ready, Context, Poll};
 use bytes::{Buf, Bytes, BytesMut};
 use hyper::rt::{Read, ReadBuf, ReadBufCursor, Write};
 
+use super::h1_framing::H2_PREFACE;
 use super::ConnState;
-
-/// The HTTP/2 connection preface: a connection whose first bytes are these speaks h2.
-pub const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// The per-thread buffer a waiting connection reads into: large enough for the head of
 /// any ordinary request in one read (hyper reads the rest itself).
