@@ -3,5 +3,6 @@
 //! path; callers own the buffers and the timing.
 
 pub mod detokenize;
+pub mod language;
 pub mod stops;
 pub mod template;

@@ -6,3 +6,7 @@ pub mod sglang {
     #![allow(clippy::all, clippy::pedantic, missing_docs)]
     tonic::include_proto!("sglang.grpc.scheduler");
 }
+
+pub mod client;
+
+pub use client::{CallError, Scheduler, Wire};

@@ -1,0 +1,73 @@
+//! A generation's text as the client sees it: token ids from the engine go through the
+//! incremental detokenizer, then the stop strings; what comes out is final (never taken
+//! back), and the count of ids consumed is the completion's token count.
+
+use crate::chat::detokenize::Detokenizer;
+use crate::chat::language::Language;
+use crate::chat::stops::{Pushed, StopMatcher};
+
+pub struct Decoding {
+    detokenizer: Detokenizer,
+    stops: StopMatcher,
+    /// The detokenizer's output for one id, before the stop strings see it (reused).
+    piece: String,
+    /// Ids consumed, up to and including the one that completed a stop string.
+    pub tokens: u32,
+    stopped: bool,
+}
+
+impl Decoding {
+    pub fn new(language: &Language, stops: Vec<String>, skip_special_tokens: bool) -> Decoding {
+        Decoding {
+            detokenizer: Detokenizer::new(
+                language.bytes.clone(),
+                language.tokenizer.clone(),
+                skip_special_tokens,
+            ),
+            stops: StopMatcher::new(stops, false),
+            piece: String::new(),
+            tokens: 0,
+            stopped: false,
+        }
+    }
+
+    /// Feeds `ids`, appending the text that became final to `out`. Returns whether a stop
+    /// string ended the generation (ids after it are ignored).
+    pub fn push(&mut self, ids: &[u32], out: &mut String) -> bool {
+        for &id in ids {
+            if self.stopped {
+                break;
+            }
+            self.tokens += 1;
+            self.piece.clear();
+            self.detokenizer.push(id, &mut self.piece);
+            if !self.piece.is_empty() {
+                if let Pushed::Stopped { .. } = self.stops.push(&self.piece, out) {
+                    self.stopped = true;
+                }
+            }
+        }
+        self.stopped
+    }
+
+    /// The end of the generation: releases what was held back for a possible stop string
+    /// or an unfinished character.
+    pub fn finish(&mut self, out: &mut String) {
+        if self.stopped {
+            return;
+        }
+        self.piece.clear();
+        self.detokenizer.finish(&mut self.piece);
+        if !self.piece.is_empty() {
+            if let Pushed::Stopped { .. } = self.stops.push(&self.piece, out) {
+                self.stopped = true;
+                return;
+            }
+        }
+        self.stops.finish(out);
+    }
+
+    pub fn stopped(&self) -> bool {
+        self.stopped
+    }
+}
