@@ -519,3 +519,25 @@ async fn generation_metrics_are_recorded_for_grpc() {
         .unwrap_or_else(|| panic!("{text}"));
     assert!(output.ends_with(" 8"), "{output}");
 }
+
+#[tokio::test]
+async fn tokenize_and_detokenize_are_answered_by_the_gateway() {
+    let dir = temp_dir("tokenize");
+    let tok = write_tokenizer(&dir);
+    let e = engine(&["--max-context", "2048"]);
+    let gw = gateway_for(&e, &dir).await;
+    let text = "hello world, héllo 🎉";
+    let ids = tok.encode(text, true).unwrap().get_ids().to_vec();
+    let reply = post_json(&format!("{}/v1/tokenize", gw.url()), &json!({"model": "echo-model", "prompt": text})).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let v = reply.json();
+    assert_eq!(v["tokens"], json!(ids));
+    assert_eq!(v["count"], ids.len());
+    assert_eq!(v["max_model_len"], 2048);
+    let reply = post_json(&format!("{}/v1/detokenize", gw.url()), &json!({"model": "echo-model", "tokens": ids})).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.json()["text"], text);
+    let reply = post_json(&format!("{}/v1/tokenize", gw.url()), &json!({"text": 1})).await;
+    support::assert_gateway_error(&reply, 400, "invalid_request");
+    assert!(!e.log_text().contains("generate request_id"), "the engine was not called");
+}

@@ -13,6 +13,7 @@
 mod decode;
 mod reply;
 pub mod request;
+mod tokenize;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -91,11 +92,14 @@ impl GrpcClient {
                 transport: "grpc",
             }));
         };
-        let Some(route) = Route::of_path(attempt.head.uri.path()) else {
+        let path = attempt.head.uri.path();
+        let route = Route::of_path(path);
+        let local = matches!(path, "/v1/tokenize" | "/v1/detokenize");
+        if route.is_none() && !local {
             return Err(SendError::Refused(GatewayError::NotImplemented {
                 route: "this route on gRPC workers",
             }));
-        };
+        }
         let body = attempt
             .body
             .collect()
@@ -105,6 +109,20 @@ impl GrpcClient {
                 None => SendError::Exchange(GatewayError::ClientBodyBroken),
             })?
             .to_bytes();
+        let Some(route) = route else {
+            let answer = if path == "/v1/tokenize" {
+                let window = worker
+                    .labels
+                    .get("max_context_length")
+                    .and_then(|n| n.parse().ok());
+                tokenize::tokenize(&language, &body, window)
+            } else {
+                tokenize::detokenize(&language, &body)
+            };
+            return answer
+                .map(|json| http_reply::json(StatusCode::OK, json))
+                .map_err(SendError::Refused);
+        };
         let mut ask = Ask::parse(route, &body).map_err(|Invalid(message)| {
             SendError::Refused(GatewayError::InvalidRequest { message })
         })?;
