@@ -528,16 +528,67 @@ async fn tokenize_and_detokenize_are_answered_by_the_gateway() {
     let gw = gateway_for(&e, &dir).await;
     let text = "hello world, héllo 🎉";
     let ids = tok.encode(text, true).unwrap().get_ids().to_vec();
-    let reply = post_json(&format!("{}/v1/tokenize", gw.url()), &json!({"model": "echo-model", "prompt": text})).await;
+    let reply = post_json(
+        &format!("{}/v1/tokenize", gw.url()),
+        &json!({"model": "echo-model", "prompt": text}),
+    )
+    .await;
     assert_eq!(reply.status, 200, "{}", reply.text());
     let v = reply.json();
     assert_eq!(v["tokens"], json!(ids));
     assert_eq!(v["count"], ids.len());
     assert_eq!(v["max_model_len"], 2048);
-    let reply = post_json(&format!("{}/v1/detokenize", gw.url()), &json!({"model": "echo-model", "tokens": ids})).await;
+    let reply = post_json(
+        &format!("{}/v1/detokenize", gw.url()),
+        &json!({"model": "echo-model", "tokens": ids}),
+    )
+    .await;
     assert_eq!(reply.status, 200, "{}", reply.text());
     assert_eq!(reply.json()["text"], text);
     let reply = post_json(&format!("{}/v1/tokenize", gw.url()), &json!({"text": 1})).await;
     support::assert_gateway_error(&reply, 400, "invalid_request");
-    assert!(!e.log_text().contains("generate request_id"), "the engine was not called");
+    assert!(
+        !e.log_text().contains("generate request_id"),
+        "the engine was not called"
+    );
+}
+
+#[tokio::test]
+async fn generate_speaks_sglang_native_shapes() {
+    let dir = temp_dir("generate");
+    let tok = write_tokenizer(&dir);
+    let e = engine(&[]);
+    let gw = gateway_for(&e, &dir).await;
+    let url = format!("{}/generate", gw.url());
+    let ids = tok.encode("hello world", true).unwrap().get_ids().to_vec();
+    let echoed = echo(&ids, 6, None);
+
+    let reply = post_json(&url, &json!({"text": "hello world", "sampling_params": {"max_new_tokens": 6, "temperature": 0}})).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let v = reply.json();
+    assert_eq!(v["text"], tok.decode(&echoed, true).unwrap().as_str());
+    assert_eq!(v["output_ids"], json!(echoed));
+    assert_eq!(v["meta_info"]["finish_reason"], json!({"type": "length", "length": 6}));
+    assert_eq!(v["meta_info"]["prompt_tokens"], ids.len());
+    assert_eq!(v["meta_info"]["completion_tokens"], 6);
+
+    // Streamed: every event repeats the whole text so far; the last one says why it ended.
+    let c = common::client(false);
+    let body = json!({"input_ids": ids, "stream": true, "sampling_params": {"max_new_tokens": 6}});
+    let resp = start_json(&c, &url, &body).await;
+    let frames = read_frames(&mut resp.into_body(), Duration::from_secs(10)).await;
+    let sse = frames.text();
+    assert!(sse.ends_with("data: [DONE]\n\n"), "{sse}");
+    let events: Vec<Value> = sse
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let texts: Vec<&str> = events.iter().map(|e| e["text"].as_str().unwrap()).collect();
+    assert!(texts.windows(2).all(|w| w[1].starts_with(w[0])), "{texts:?}");
+    let last = events.last().unwrap();
+    assert_eq!(last["text"], tok.decode(&echoed, true).unwrap().as_str());
+    assert_eq!(last["meta_info"]["finish_reason"]["type"], "length");
+    assert!(events[..events.len() - 1].iter().all(|e| e["meta_info"]["finish_reason"].is_null()));
 }

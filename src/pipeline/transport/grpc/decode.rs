@@ -17,14 +17,20 @@ pub struct Decoding {
 }
 
 impl Decoding {
-    pub fn new(language: &Language, stops: Vec<String>, skip_special_tokens: bool) -> Decoding {
+    /// `visible`: a matched stop string stays in the text.
+    pub fn new(
+        language: &Language,
+        stops: Vec<String>,
+        visible: bool,
+        skip_special_tokens: bool,
+    ) -> Decoding {
         Decoding {
             detokenizer: Detokenizer::new(
                 language.bytes.clone(),
                 language.tokenizer.clone(),
                 skip_special_tokens,
             ),
-            stops: StopMatcher::new(stops, false),
+            stops: StopMatcher::new(stops, visible),
             piece: String::new(),
             tokens: 0,
             stopped: false,

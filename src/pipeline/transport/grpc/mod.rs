@@ -145,6 +145,7 @@ impl GrpcClient {
         let prefix = match route {
             Route::Chat => "chatcmpl-",
             Route::Completions => "cmpl-",
+            Route::Generate => "",
         };
         let id = format!("{prefix}{}", Uuid::new_v4().simple());
         let prompt_tokens = u32::try_from(prompt.len()).unwrap_or(u32::MAX);
@@ -199,6 +200,7 @@ impl GrpcClient {
         let decoding = Decoding::new(
             &language,
             std::mem::take(&mut ask.stops),
+            ask.visible_stops,
             ask.skip_special_tokens,
         );
         let mut generation = Generation {
@@ -208,6 +210,7 @@ impl GrpcClient {
             chunk_ids: 0,
             abort,
             first_token: None,
+            keep: (route == Route::Generate).then(Kept::default),
         };
         if ask.stream {
             let (tx, body) = RespBody::generated(STREAM_FRAMES);
@@ -320,6 +323,16 @@ struct Generation {
     abort: AbortOnDrop,
     /// When the first generated id arrived.
     first_token: Option<Instant>,
+    /// `/generate` answers with the whole text and ids so far: kept here; `None` for the
+    /// OpenAI routes, which send deltas.
+    keep: Option<Kept>,
+}
+
+/// The whole output so far, for `/generate`.
+#[derive(Default)]
+struct Kept {
+    text: String,
+    ids: Vec<u32>,
 }
 
 /// What one engine event did to the generation.
@@ -342,7 +355,9 @@ impl Generation {
                 if chunk.prompt_tokens > 0 {
                     self.prompt_tokens = chunk.prompt_tokens as u32;
                 }
-                if self.decoding.push(&chunk.token_ids, out) {
+                let stopped = self.decoding.push(&chunk.token_ids, out);
+                self.keep_ids(&chunk.token_ids);
+                if stopped {
                     return Ok(Step::Done(Finish::Stop));
                 }
                 Ok(Step::Going)
@@ -382,6 +397,14 @@ impl Generation {
                 message: "the engine aborted the generation".into(),
             }),
             _ => Ok(Finish::Stop),
+        }
+    }
+
+    /// Keeps the ids the decoding consumed of `ids` (those after a stop are dropped).
+    fn keep_ids(&mut self, ids: &[u32]) {
+        if let Some(kept) = &mut self.keep {
+            kept.ids.extend_from_slice(ids);
+            kept.ids.truncate(self.decoding.tokens as usize);
         }
     }
 
@@ -431,7 +454,8 @@ impl Generation {
                 Err(err) => return Err(SendError::Exchange(err)),
             };
         };
-        let body = self.reply.body(&text, finish, self.usage());
+        let ids = self.keep.as_ref().map_or(&[][..], |k| &k.ids[..]);
+        let body = self.reply.body(&text, ids, finish, self.usage());
         Ok(http_reply::json(StatusCode::OK, body))
     }
 
@@ -479,9 +503,7 @@ impl Generation {
             };
             match step {
                 Ok(Step::Going) => {
-                    if !text.is_empty() {
-                        let frame = self.reply.delta_event(&text, None);
-                        text.clear();
+                    if let Some(frame) = self.progress(&mut text) {
                         if tx.send(frame).await.is_err() {
                             return;
                         }
@@ -510,6 +532,27 @@ impl Generation {
         if tx.send(Reply::done_event()).await.is_ok() {
             tx.finish().await;
         }
+    }
+}
+
+impl Generation {
+    /// The event for text that became final mid-stream (taken from `text`): a delta, or
+    /// for `/generate` the whole text so far; `None` when there is nothing new.
+    fn progress(&mut self, text: &mut String) -> Option<bytes::Bytes> {
+        if text.is_empty() {
+            return None;
+        }
+        let usage = self.usage();
+        let frame = match &mut self.keep {
+            Some(kept) => {
+                kept.text.push_str(text);
+                self.reply
+                    .generate_event(&kept.text, &kept.ids, None, usage)
+            }
+            None => self.reply.delta_event(text, None),
+        };
+        text.clear();
+        Some(frame)
     }
 }
 

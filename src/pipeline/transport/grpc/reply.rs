@@ -1,6 +1,7 @@
-//! The OpenAI answers the gateway builds from a generation: one JSON body, or SSE chunks
-//! (the role chunk, text deltas, the finishing chunk, the usage chunk, `[DONE]`), in the
-//! shapes of OpenAI's chat completions and completions.
+//! The answers the gateway builds from a generation: one JSON body, or SSE chunks (the
+//! role chunk, text deltas, the finishing chunk, the usage chunk, `[DONE]`), in the shapes
+//! of OpenAI's chat completions and completions; and SGLang's `/generate` shape, whose
+//! stream repeats the whole text so far in every event.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::Serialize;
@@ -85,6 +86,31 @@ struct Delta<'a> {
     content: Option<&'a str>,
 }
 
+/// SGLang's `/generate` answer.
+#[derive(Serialize)]
+struct Generated<'a> {
+    text: &'a str,
+    output_ids: &'a [u32],
+    meta_info: MetaInfo<'a>,
+}
+
+#[derive(Serialize)]
+struct MetaInfo<'a> {
+    id: &'a str,
+    finish_reason: Option<FinishInfo>,
+    prompt_tokens: u32,
+    completion_tokens: u32,
+    cached_tokens: u32,
+}
+
+#[derive(Serialize)]
+struct FinishInfo {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    length: Option<u32>,
+}
+
 #[derive(Serialize)]
 struct TextChoice<'a> {
     index: u32,
@@ -103,7 +129,7 @@ impl Reply {
         let object = match (self.route, streaming) {
             (Route::Chat, false) => "chat.completion",
             (Route::Chat, true) => "chat.completion.chunk",
-            (Route::Completions, _) => "text_completion",
+            (Route::Completions | Route::Generate, _) => "text_completion",
         };
         Envelope {
             id: &self.id,
@@ -115,9 +141,11 @@ impl Reply {
         }
     }
 
-    /// The whole answer of a non-streamed request.
-    pub fn body(&self, text: &str, finish: Finish, usage: Usage) -> Bytes {
+    /// The whole answer of a non-streamed request; `ids` are the generated ids
+    /// (`/generate` shows them).
+    pub fn body(&self, text: &str, ids: &[u32], finish: Finish, usage: Usage) -> Bytes {
         let json = match self.route {
+            Route::Generate => serde_json::to_vec(&self.generated(text, ids, Some(finish), usage)),
             Route::Chat => serde_json::to_vec(&self.envelope(
                 false,
                 [ChatChoice {
@@ -145,8 +173,54 @@ impl Reply {
         json.map(Bytes::from).unwrap_or_default()
     }
 
-    /// The first event of a chat stream: the assistant role with empty content. A
-    /// completions stream has none (`None`).
+    /// An event of a `/generate` stream: the whole text and ids so far; the last one
+    /// carries the finish reason.
+    pub fn generate_event(
+        &self,
+        text: &str,
+        ids: &[u32],
+        finish: Option<Finish>,
+        usage: Usage,
+    ) -> Bytes {
+        let mut out = BytesMut::with_capacity(128 + text.len() + ids.len() * 6).writer();
+        out.get_mut().put_slice(b"data: ");
+        let _ = serde_json::to_writer(&mut out, &self.generated(text, ids, finish, usage));
+        let mut out = out.into_inner();
+        out.put_slice(b"\n\n");
+        out.freeze()
+    }
+
+    fn generated<'a>(
+        &'a self,
+        text: &'a str,
+        ids: &'a [u32],
+        finish: Option<Finish>,
+        usage: Usage,
+    ) -> Generated<'a> {
+        Generated {
+            text,
+            output_ids: ids,
+            meta_info: MetaInfo {
+                id: &self.id,
+                finish_reason: finish.map(|finish| match finish {
+                    Finish::Stop => FinishInfo {
+                        kind: "stop",
+                        length: None,
+                    },
+                    Finish::Length => FinishInfo {
+                        kind: "length",
+                        length: Some(usage.completion_tokens),
+                    },
+                }),
+                prompt_tokens: usage.prompt_tokens,
+                completion_tokens: usage.completion_tokens,
+                cached_tokens: 0,
+            },
+        }
+    }
+
+    /// The first event of a chat stream: the assistant role with empty content. Other
+    /// streams have none (`None`).
     pub fn role_event(&self) -> Option<Bytes> {
         (self.route == Route::Chat).then(|| {
             self.event(
@@ -179,7 +253,7 @@ impl Reply {
                 }],
                 None,
             ),
-            Route::Completions => self.event(
+            Route::Completions | Route::Generate => self.event(
                 [TextChoice {
                     index: 0,
                     text,
@@ -239,7 +313,7 @@ mod tests {
 
     #[test]
     fn chat_body_has_openai_shape() {
-        let body = reply(Route::Chat).body("hé", Finish::Stop, Usage::new(3, 2));
+        let body = reply(Route::Chat).body("hé", &[], Finish::Stop, Usage::new(3, 2));
         let v: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(
             v,
@@ -276,12 +350,31 @@ mod tests {
         let r = reply(Route::Completions);
         assert!(r.role_event().is_none());
         let v: Value =
-            serde_json::from_slice(&r.body("t", Finish::Length, Usage::new(1, 1))).unwrap();
+            serde_json::from_slice(&r.body("t", &[], Finish::Length, Usage::new(1, 1))).unwrap();
         assert_eq!(v["object"], "text_completion");
         assert_eq!(v["choices"][0]["text"], "t");
         assert_eq!(v["choices"][0]["finish_reason"], "length");
         let e = event_json(&r.delta_event("u", None));
         assert_eq!(e["object"], "text_completion");
         assert_eq!(e["choices"][0]["text"], "u");
+    }
+
+    #[test]
+    fn generate_shapes() {
+        let r = reply(Route::Generate);
+        let v: Value =
+            serde_json::from_slice(&r.body("ab", &[1, 2], Finish::Length, Usage::new(3, 2)))
+                .unwrap();
+        assert_eq!(
+            v,
+            json!({"text":"ab","output_ids":[1,2],"meta_info":{"id":"chatcmpl-1",
+                   "finish_reason":{"type":"length","length":2},"prompt_tokens":3,
+                   "completion_tokens":2,"cached_tokens":0}})
+        );
+        let e = event_json(&r.generate_event("a", &[1], None, Usage::new(3, 1)));
+        assert_eq!(e["text"], "a");
+        assert_eq!(e["meta_info"]["finish_reason"], Value::Null);
+        let e = event_json(&r.generate_event("ab", &[1, 2], Some(Finish::Stop), Usage::new(3, 2)));
+        assert_eq!(e["meta_info"]["finish_reason"], json!({"type":"stop"}));
     }
 }

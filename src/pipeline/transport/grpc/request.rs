@@ -22,6 +22,8 @@ pub enum Route {
     Chat,
     /// `/v1/completions`: a prompt string (or token ids) sent as is.
     Completions,
+    /// SGLang's native `/generate`: `text` or `input_ids`, `sampling_params`.
+    Generate,
 }
 
 impl Route {
@@ -30,6 +32,7 @@ impl Route {
         match self {
             Route::Chat => "chat",
             Route::Completions => "completions",
+            Route::Generate => "generate",
         }
     }
 
@@ -37,6 +40,7 @@ impl Route {
         match path {
             "/v1/chat/completions" => Some(Route::Chat),
             "/v1/completions" => Some(Route::Completions),
+            "/generate" => Some(Route::Generate),
             _ => None,
         }
     }
@@ -96,6 +100,39 @@ struct Body {
     add_generation_prompt: Option<bool>,
 }
 
+/// SGLang's `/generate` body: the prompt and the engine's own sampling parameter names.
+#[derive(Deserialize)]
+struct GenerateBody {
+    text: Option<String>,
+    input_ids: Option<Vec<u32>>,
+    #[serde(default)]
+    sampling_params: GenerateSampling,
+    #[serde(default)]
+    stream: bool,
+}
+
+#[derive(Deserialize, Default)]
+struct GenerateSampling {
+    max_new_tokens: Option<u32>,
+    temperature: Option<f32>,
+    top_p: Option<f32>,
+    top_k: Option<i32>,
+    min_p: Option<f32>,
+    frequency_penalty: Option<f32>,
+    presence_penalty: Option<f32>,
+    repetition_penalty: Option<f32>,
+    stop: Option<Stop>,
+    stop_token_ids: Option<Vec<u32>>,
+    #[serde(default)]
+    ignore_eos: bool,
+    skip_special_tokens: Option<bool>,
+    #[serde(default)]
+    no_stop_trim: bool,
+}
+
+/// `max_new_tokens` of a `/generate` request that sets none (SGLang's default).
+const GENERATE_MAX_NEW_TOKENS: u32 = 128;
+
 /// A request the gRPC path can serve, before its prompt is rendered and tokenized.
 pub struct Ask {
     pub route: Route,
@@ -105,6 +142,8 @@ pub struct Ask {
     pub include_usage: bool,
     pub max_tokens: Option<u32>,
     pub stops: Vec<String>,
+    /// The stop string stays in the text (`/generate`'s `no_stop_trim`).
+    pub visible_stops: bool,
     pub stop_token_ids: Vec<u32>,
     pub skip_special_tokens: bool,
     pub ignore_eos: bool,
@@ -142,6 +181,9 @@ pub struct Invalid(pub String);
 impl Ask {
     /// Reads `body` sent to `route`.
     pub fn parse(route: Route, body: &[u8]) -> Result<Ask, Invalid> {
+        if route == Route::Generate {
+            return Ask::parse_generate(body);
+        }
         let body: Body = serde_json::from_slice(body)
             .map_err(|e| Invalid(format!("invalid request body: {e}")))?;
         if body.n.is_some_and(|n| n != 1) {
@@ -164,7 +206,7 @@ impl Ask {
                     kwargs: body.chat_template_kwargs,
                 }
             }
-            Route::Completions => match body.prompt {
+            Route::Completions | Route::Generate => match body.prompt {
                 Some(Prompt::Text(text)) | Some(Prompt::Batch([text])) => Input::Text(text),
                 Some(Prompt::Ids(ids)) if !ids.is_empty() => Input::Ids(ids),
                 _ => {
@@ -174,17 +216,7 @@ impl Ask {
                 }
             },
         };
-        let stops = match body.stop {
-            None => Vec::new(),
-            Some(Stop::One(s)) => vec![s],
-            Some(Stop::Many(list)) => list,
-        };
-        let stops: Vec<String> = stops.into_iter().filter(|s| !s.is_empty()).collect();
-        if stops.len() > MAX_STOPS || stops.iter().any(|s| s.len() > MAX_STOP_BYTES) {
-            return Err(Invalid(format!(
-                "stop takes at most {MAX_STOPS} strings of at most {MAX_STOP_BYTES} bytes"
-            )));
-        }
+        let stops = stop_strings(body.stop)?;
         let sampling = Sampling {
             temperature: body.temperature.unwrap_or(1.0),
             top_p: body.top_p.unwrap_or(1.0),
@@ -203,9 +235,49 @@ impl Ask {
             include_usage: body.stream_options.unwrap_or_default().include_usage,
             max_tokens: body.max_completion_tokens.or(body.max_tokens),
             stops,
+            visible_stops: false,
             stop_token_ids: body.stop_token_ids.unwrap_or_default(),
             skip_special_tokens: body.skip_special_tokens.unwrap_or(true),
             ignore_eos: body.ignore_eos,
+            sampling,
+        })
+    }
+
+    fn parse_generate(body: &[u8]) -> Result<Ask, Invalid> {
+        let body: GenerateBody = serde_json::from_slice(body)
+            .map_err(|e| Invalid(format!("invalid request body: {e}")))?;
+        let input = match (body.text, body.input_ids) {
+            (Some(text), None) => Input::Text(text),
+            (None, Some(ids)) if !ids.is_empty() => Input::Ids(ids),
+            _ => {
+                return Err(Invalid(
+                    "give exactly one of text or input_ids (non-empty)".into(),
+                ))
+            }
+        };
+        let p = body.sampling_params;
+        let sampling = Sampling {
+            temperature: p.temperature.unwrap_or(1.0),
+            top_p: p.top_p.unwrap_or(1.0),
+            top_k: p.top_k.unwrap_or(-1),
+            min_p: p.min_p.unwrap_or(0.0),
+            frequency_penalty: p.frequency_penalty.unwrap_or(0.0),
+            presence_penalty: p.presence_penalty.unwrap_or(0.0),
+            repetition_penalty: p.repetition_penalty.unwrap_or(1.0),
+        };
+        sampling.check()?;
+        Ok(Ask {
+            route: Route::Generate,
+            model: None,
+            input,
+            stream: body.stream,
+            include_usage: false,
+            max_tokens: Some(p.max_new_tokens.unwrap_or(GENERATE_MAX_NEW_TOKENS)),
+            stops: stop_strings(p.stop)?,
+            visible_stops: p.no_stop_trim,
+            stop_token_ids: p.stop_token_ids.unwrap_or_default(),
+            skip_special_tokens: p.skip_special_tokens.unwrap_or(true),
+            ignore_eos: p.ignore_eos,
             sampling,
         })
     }
@@ -232,6 +304,22 @@ impl Ask {
             ..SamplingParams::default()
         }
     }
+}
+
+/// The non-empty stop strings of a `stop` field, within the bounds.
+fn stop_strings(stop: Option<Stop>) -> Result<Vec<String>, Invalid> {
+    let stops = match stop {
+        None => Vec::new(),
+        Some(Stop::One(s)) => vec![s],
+        Some(Stop::Many(list)) => list,
+    };
+    let stops: Vec<String> = stops.into_iter().filter(|s| !s.is_empty()).collect();
+    if stops.len() > MAX_STOPS || stops.iter().any(|s| s.len() > MAX_STOP_BYTES) {
+        return Err(Invalid(format!(
+            "stop takes at most {MAX_STOPS} strings of at most {MAX_STOP_BYTES} bytes"
+        )));
+    }
+    Ok(stops)
 }
 
 impl Sampling {
@@ -319,6 +407,23 @@ mod tests {
         }
         let many = format!(r#"{{"messages":[{{}}],"stop":{:?}}}"#, vec!["x"; 17]);
         assert!(chat(&many).is_err());
+    }
+
+    #[test]
+    fn generate_takes_sglang_names_and_defaults() {
+        let ask = Ask::parse(
+            Route::Generate,
+            br#"{"text":"hi","sampling_params":{"temperature":0,"stop":"x","no_stop_trim":true}}"#,
+        )
+        .unwrap();
+        assert!(matches!(ask.input, Input::Text(ref t) if t == "hi"));
+        assert_eq!(ask.max_tokens, Some(128));
+        assert_eq!(ask.sampling.temperature, 0.0);
+        assert!(ask.visible_stops && ask.stops == ["x"]);
+        let ids = Ask::parse(Route::Generate, br#"{"input_ids":[5],"stream":true}"#).unwrap();
+        assert!(matches!(ids.input, Input::Ids(ref i) if i == &[5]) && ids.stream);
+        assert!(Ask::parse(Route::Generate, br#"{"text":"a","input_ids":[1]}"#).is_err());
+        assert!(Ask::parse(Route::Generate, br#"{}"#).is_err());
     }
 
     #[test]

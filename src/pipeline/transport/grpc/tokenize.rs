@@ -46,7 +46,11 @@ fn invalid(err: impl std::fmt::Display) -> GatewayError {
 }
 
 /// The answer to a tokenize body; `max_model_len` is the engine's context window when known.
-pub fn tokenize(language: &Language, body: &[u8], max_model_len: Option<u64>) -> Result<Bytes, GatewayError> {
+pub fn tokenize(
+    language: &Language,
+    body: &[u8],
+    max_model_len: Option<u64>,
+) -> Result<Bytes, GatewayError> {
     let body: TokenizeBody = serde_json::from_slice(body).map_err(invalid)?;
     let encoding = language
         .tokenizer
