@@ -178,10 +178,19 @@ impl GrpcClient {
         // The first message settles whether this engine serves the request: a refusal
         // here can still go to another worker.
         let first = match stream.next().await {
+            // An engine that blames the request (a 4xx status, e.g. a prompt over its
+            // context window) answers the client; any other refusal may go elsewhere.
             Ok(Some(Event::Error(err))) => {
-                return Err(SendError::Exchange(GatewayError::EngineFailed {
-                    message: bounded_message(&err.message),
-                }))
+                let message = bounded_message(&err.message);
+                let blames_request = err
+                    .http_status_code
+                    .parse::<u16>()
+                    .is_ok_and(|code| (400..500).contains(&code));
+                return Err(if blames_request {
+                    SendError::Refused(GatewayError::InvalidRequest { message })
+                } else {
+                    SendError::Exchange(GatewayError::EngineFailed { message })
+                });
             }
             Ok(Some(event)) => event,
             Ok(None) => return Err(SendError::Exchange(GatewayError::UpstreamBroken)),
@@ -569,8 +578,12 @@ impl Drop for AbortOnDrop {
         let Some(request_id) = self.request_id.take() else {
             return;
         };
+        // A generation dropped with its runtime (shutdown) has no one left to tell.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
         let scheduler = self.scheduler.clone();
-        tokio::spawn(async move {
+        runtime.spawn(async move {
             if let Err(err) = scheduler
                 .abort(
                     request_id.clone(),
