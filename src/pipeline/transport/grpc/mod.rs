@@ -216,7 +216,6 @@ impl GrpcClient {
             decoding,
             reply,
             prompt_tokens,
-            chunk_ids: 0,
             abort,
             first_token: None,
             keep: (route == Route::Generate).then(Kept::default),
@@ -327,8 +326,6 @@ struct Generation {
     decoding: Decoding,
     reply: Reply,
     prompt_tokens: u32,
-    /// Ids the chunks carried, so a final message that repeats them is not counted twice.
-    chunk_ids: usize,
     abort: AbortOnDrop,
     /// When the first generated id arrived.
     first_token: Option<Instant>,
@@ -360,7 +357,6 @@ impl Generation {
                 if self.first_token.is_none() && !chunk.token_ids.is_empty() {
                     self.first_token = Some(Instant::now());
                 }
-                self.chunk_ids += chunk.token_ids.len();
                 if chunk.prompt_tokens > 0 {
                     self.prompt_tokens = chunk.prompt_tokens as u32;
                 }
@@ -388,12 +384,10 @@ impl Generation {
         if complete.prompt_tokens > 0 {
             self.prompt_tokens = complete.prompt_tokens as u32;
         }
-        // A final message carries every id (non-streamed engines) or repeats the chunks'.
-        let unseen = complete
-            .output_ids
-            .get(self.chunk_ids..)
-            .unwrap_or_default();
-        if self.decoding.push(unseen, out) {
+        // The final message carries the ids no chunk carried: the last step's.
+        let stopped = self.decoding.push(&complete.output_ids, out);
+        self.keep_ids(&complete.output_ids);
+        if stopped {
             return Ok(Finish::Stop);
         }
         self.decoding.finish(out);
