@@ -7,19 +7,13 @@
 mod common;
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{eventually, gateway, get, post_json, scrape, wait_ready, Proc};
 use serde_json::{json, Value};
 use support::{read_frames, read_until, start_json};
 use tokenizers::Tokenizer;
-
-const GRPC_ENGINE: &str = env!("CARGO_BIN_EXE_grpc-engine");
 
 /// Special tokens of the test tokenizer (ids after the 256 byte tokens and the merges).
 const IM_START: &str = "<|im_start|>";
@@ -109,48 +103,9 @@ fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
-/// Starts the mock gRPC engine with `args`; returns once it listens.
+/// Starts the mock gRPC engine serving `echo-model` with `args`; returns once it listens.
 fn engine(args: &[&str]) -> Proc {
-    let mut child = Command::new(GRPC_ENGINE)
-        .args(["--port", "0", "--model", "echo-model"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn grpc-engine");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut reader = BufReader::new(stdout);
-    let mut first = String::new();
-    reader
-        .read_line(&mut first)
-        .expect("engine prints its address");
-    let addr: SocketAddr = first
-        .trim()
-        .rsplit(' ')
-        .next()
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("unexpected grpc-engine output {first:?}"));
-    let log = Arc::new(Mutex::new(String::new()));
-    for stream in [
-        Box::new(reader) as Box<dyn BufRead + Send>,
-        Box::new(BufReader::new(child.stderr.take().unwrap())),
-    ] {
-        let log = log.clone();
-        std::thread::spawn(move || {
-            for line in stream.lines().map_while(Result::ok) {
-                if let Ok(mut l) = log.lock() {
-                    l.push_str(&line);
-                    l.push('\n');
-                }
-            }
-        });
-    }
-    Proc {
-        child,
-        addr,
-        log,
-        metrics: None,
-    }
+    common::grpc_engine(&[&["--model", "echo-model"], args].concat())
 }
 
 fn grpc_url(engine: &Proc) -> String {
