@@ -1,6 +1,6 @@
-//! The request's JSON as template values, with the two rewrites OpenAI servers make before
-//! rendering (vLLM and llama.cpp's llama-server alike, so a model sees the same prompt behind
-//! tollgate as behind them):
+//! The request's JSON as template values, with the rewrites OpenAI servers make before
+//! rendering (vLLM's, so a model sees the same prompt behind tollgate as behind vLLM; the
+//! first two are llama.cpp's llama-server's too):
 //!
 //! - a `content` given as an array of parts becomes one string: the parts' `text`s joined by
 //!   `"\n"`. Both servers join text parts with a newline for templates that expect a string.
@@ -8,9 +8,14 @@
 //! - a tool call's `function.arguments`, which OpenAI sends as a JSON string, is parsed into
 //!   its value, since templates print it with `tojson` or walk it as a mapping. A string that
 //!   does not parse stays a string (the template then prints it as sent).
+//! - a `content` that is null or absent (an assistant turn that only calls tools) becomes
+//!   `""`: templates test it with `in` or add it to strings, which fails on `None` (Qwen3's
+//!   does, so transformers alone cannot render a tool-call turn with null content).
+//!   llama-server keeps the `null`.
 //!
-//! Everything else is passed as sent, keys in the order they arrived when serde_json keeps
-//! it (its `preserve_order` feature).
+//! Everything else is passed as sent (vLLM rebuilds each message from the fields it knows;
+//! unknown fields are kept here), keys in the order they arrived when serde_json keeps it
+//! (its `preserve_order` feature).
 
 use minijinja::value::Value;
 use serde_json::Value as Json;
@@ -33,19 +38,22 @@ fn message(message: &Json) -> Result<Value, TemplateError> {
     let Json::Object(fields) = message else {
         return Err(bad("each message must be an object"));
     };
-    fields
-        .iter()
-        .map(|(key, field)| {
-            let value = match (key.as_str(), field) {
-                ("content", Json::Array(parts)) => text_of_parts(parts)?,
-                ("tool_calls", Json::Array(calls)) => {
-                    calls.iter().map(tool_call).collect::<Result<Value, _>>()?
-                }
-                _ => value(field)?,
-            };
-            Ok((key.as_str(), value))
-        })
-        .collect()
+    let mut out = Vec::with_capacity(fields.len() + 1);
+    for (key, field) in fields {
+        let value = match (key.as_str(), field) {
+            ("content", Json::Array(parts)) => text_of_parts(parts)?,
+            ("content", Json::Null) => Value::from(""),
+            ("tool_calls", Json::Array(calls)) => {
+                calls.iter().map(tool_call).collect::<Result<Value, _>>()?
+            }
+            _ => value(field)?,
+        };
+        out.push((key.as_str(), value));
+    }
+    if !fields.contains_key("content") {
+        out.push(("content", Value::from("")));
+    }
+    Ok(out.into_iter().collect())
 }
 
 fn text_of_parts(parts: &[Json]) -> Result<Value, TemplateError> {
@@ -151,6 +159,23 @@ mod tests {
             .get_attr("content")
             .unwrap();
         assert_eq!(content.as_str(), Some("one\ntwo"));
+    }
+
+    #[test]
+    fn null_or_missing_content_becomes_empty() {
+        let value = messages(&json!([
+            {"role": "assistant", "content": null, "tool_calls": []},
+            {"role": "assistant", "tool_calls": []},
+        ]))
+        .unwrap();
+        for i in 0..2 {
+            let content = value
+                .get_item(&Value::from(i))
+                .unwrap()
+                .get_attr("content")
+                .unwrap();
+            assert_eq!(content.as_str(), Some(""), "message {i}");
+        }
     }
 
     #[test]

@@ -200,6 +200,27 @@ mod tests {
         }
     }
 
+    /// `generate.py` wrote Python's renderings of these conversions at fixed instants.
+    #[test]
+    fn conversions_match_python() {
+        let cases: serde_json::Value = serde_json::from_str(include_str!(
+            "../../../tests/fixtures/chat_templates/rendered/strftime.json"
+        ))
+        .unwrap();
+        let cases = cases.as_array().unwrap();
+        assert!(cases.len() >= 20);
+        for case in cases {
+            let format = case["format"].as_str().unwrap();
+            let seconds = case["unix"].as_i64().unwrap();
+            let micros = case["micros"].as_u64().unwrap() as u32;
+            assert_eq!(
+                format_utc(format, seconds, micros),
+                case["expected"].as_str().unwrap(),
+                "{format} at {seconds}"
+            );
+        }
+    }
+
     #[test]
     fn padding_flags_and_unknown_conversions() {
         // 2024-07-04 09:05:03 UTC, a Thursday.

@@ -167,11 +167,15 @@ fn a_namespace_holding_itself_cannot_be_printed() {
 
 #[test]
 fn values_print_as_python_does() {
-    let source = "{{ messages[0].content }}|{{ none }}|{{ true }}|{{ 1.0 }}|{{ messages[0] }}|{{ [none, 2] | join(', ') }}|{{ false | string }}|{{ undefined_thing }}|{{ messages | join('/', attribute='role') }}";
-    let rendered = render(source, json!([{"role": "assistant", "content": null}])).unwrap();
+    let source = "{{ messages[0].name }}|{{ none }}|{{ true }}|{{ 1.0 }}|{{ messages[0] }}|{{ [none, 2] | join(', ') }}|{{ false | string }}|{{ undefined_thing }}|{{ messages | join('/', attribute='role') }}";
+    let rendered = render(
+        source,
+        json!([{"role": "assistant", "name": null, "content": "x"}]),
+    )
+    .unwrap();
     assert_eq!(
         rendered,
-        "None|None|True|1.0|{'role': 'assistant', 'content': None}|None, 2|False||assistant"
+        "None|None|True|1.0|{'role': 'assistant', 'name': None, 'content': 'x'}|None, 2|False||assistant"
     );
 }
 
