@@ -79,7 +79,7 @@ fn check_fixture(name: &str, source: &str) -> usize {
 #[test]
 fn own_templates_render_as_jinja2_does() {
     let mut checked = 0;
-    for name in ["turns", "tools", "python", "thinking"] {
+    for name in ["turns", "tools", "python", "thinking", "agent"] {
         let path = fixtures().join("templates").join(format!("{name}.jinja"));
         let source = std::fs::read_to_string(&path).unwrap();
         checked += check_fixture(name, &source);

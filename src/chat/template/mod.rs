@@ -9,11 +9,16 @@
 //!
 //! Known differences from Python that no real template is known to rely on: the `~` operator
 //! formats `none` and `true` MiniJinja's way (lowercase); unknown filters fail at render time
-//! rather than at compile time; `strftime_now` reads UTC rather than local time.
+//! rather than at compile time; `strftime_now` reads UTC rather than local time; a namespace
+//! stored inside itself (`{% set ns.me = ns %}`) is never freed, as values are reference
+//! counted where Python has a cycle collector.
 //!
 //! Templates are operator configuration, not request data, but a broken one must not take
 //! the gateway down: each render has an instruction budget (fuel) and an output bound, and
-//! every failure is a [`TemplateError`].
+//! every failure is a [`TemplateError`]. Values a template builds without printing them are
+//! bounded only by MiniJinja's own limits (a repeated string up to 100 MB, `range` up to
+//! 100,000 items): a template that doubles a string in a loop can still exhaust memory
+//! within its budget, as it would in Python.
 
 mod error;
 mod find;
