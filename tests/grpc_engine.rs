@@ -376,7 +376,7 @@ mod llama {
     const PROMPTS: [&str; 5] = [
         "Name three colours of the rainbow.",
         "Écris une phrase en français avec des accents: été, garçon.",
-        "Reply with three emoji and nothing else.",
+        "Translate to emoji: happy birthday party 🎉",
         "Write the word hello in Chinese, Japanese and Korean.",
         "What is 12345 + 54321?",
     ];

@@ -8,9 +8,9 @@
 //!   "stop" with the stop string, "limit" → "length". Counts come from `tokens_evaluated`
 //!   (prompt), `tokens_predicted` (completion, EOS included as in SGLang) and
 //!   `timings.cache_n` (cached prompt tokens).
-//! - `stop_token_ids`, which llama-server lacks, are checked here: the first match ends
-//!   the generation ("stop", `matched_token_id`, the id kept in the output) and the
-//!   upstream request is dropped.
+//! - `stop_token_ids`, which llama-server lacks, are checked here (unless `ignore_eos`,
+//!   which in SGLang turns them off too): the first match ends the generation ("stop",
+//!   `matched_token_id`, the id kept in the output) and the upstream request is dropped.
 //! - Abort, or a gateway that drops its stream, drops the upstream request; llama-server
 //!   notices the closed connection and stops the slot.
 //! - HealthCheck → `GET /health`; GetModelInfo → `GET /props` (context window, model
