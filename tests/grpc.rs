@@ -191,7 +191,8 @@ async fn chat_is_rendered_tokenized_generated_and_decoded_by_the_gateway() {
     assert_eq!(v["choices"][0]["message"]["role"], "assistant");
     assert_eq!(v["choices"][0]["message"]["content"], expected.as_str());
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
-    let generated = echo(&prompt, 200, Some(eos)).len();
+    // The engine's output ends with the EOS id it stopped on: counted, not shown.
+    let generated = echo(&prompt, 200, Some(eos)).len() + 1;
     assert_eq!(v["usage"]["prompt_tokens"], prompt.len());
     assert_eq!(v["usage"]["completion_tokens"], generated);
     assert_eq!(v["usage"]["total_tokens"], prompt.len() + generated);

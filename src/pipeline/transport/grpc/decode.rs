@@ -8,6 +8,10 @@ use crate::chat::stops::{Pushed, StopMatcher};
 
 pub struct Decoding {
     detokenizer: Detokenizer,
+    /// Ids that end the generation (the model's EOS ids and the request's stop ids, unless
+    /// `ignore_eos`): the engine reports the one it stopped on as the last id; it counts
+    /// as a generated token but is not text, as in SGLang's own detokenizer.
+    ending_ids: Vec<u32>,
     stops: StopMatcher,
     /// The detokenizer's output for one id, before the stop strings see it (reused).
     piece: String,
@@ -17,14 +21,16 @@ pub struct Decoding {
 }
 
 impl Decoding {
-    /// `visible`: a matched stop string stays in the text.
+    /// `visible`: a matched stop string stays in the text. `ending_ids`: see the field.
     pub fn new(
         language: &Language,
         stops: Vec<String>,
         visible: bool,
         skip_special_tokens: bool,
+        ending_ids: Vec<u32>,
     ) -> Decoding {
         Decoding {
+            ending_ids,
             detokenizer: Detokenizer::new(
                 language.bytes.clone(),
                 language.tokenizer.clone(),
@@ -45,6 +51,9 @@ impl Decoding {
                 break;
             }
             self.tokens += 1;
+            if self.ending_ids.contains(&id) {
+                continue;
+            }
             self.piece.clear();
             self.detokenizer.push(id, &mut self.piece);
             if !self.piece.is_empty() {

@@ -211,6 +211,7 @@ impl GrpcClient {
             std::mem::take(&mut ask.stops),
             ask.visible_stops,
             ask.skip_special_tokens,
+            ask.ending_ids(&language.eos_ids),
         );
         let mut generation = Generation {
             decoding,

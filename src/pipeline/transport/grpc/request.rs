@@ -13,7 +13,9 @@ use crate::grpc::sglang::SamplingParams;
 /// Most stop strings a request may carry, and the longest one (bytes): the matcher holds
 /// back at most that much text.
 pub const MAX_STOPS: usize = 16;
-pub const MAX_STOP_BYTES: usize = 1024;
+pub const MAX_STOP_BYTES: usize = 256;
+/// Most `stop_token_ids` a request may carry.
+pub const MAX_STOP_TOKEN_IDS: usize = 64;
 
 /// The route a request came in on: what it carries and the shape of its answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -217,6 +219,7 @@ impl Ask {
             },
         };
         let stops = stop_strings(body.stop)?;
+        let stop_token_ids = stop_token_ids(body.stop_token_ids)?;
         let sampling = Sampling {
             temperature: body.temperature.unwrap_or(1.0),
             top_p: body.top_p.unwrap_or(1.0),
@@ -236,7 +239,7 @@ impl Ask {
             max_tokens: body.max_completion_tokens.or(body.max_tokens),
             stops,
             visible_stops: false,
-            stop_token_ids: body.stop_token_ids.unwrap_or_default(),
+            stop_token_ids,
             skip_special_tokens: body.skip_special_tokens.unwrap_or(true),
             ignore_eos: body.ignore_eos,
             sampling,
@@ -275,11 +278,20 @@ impl Ask {
             max_tokens: Some(p.max_new_tokens.unwrap_or(GENERATE_MAX_NEW_TOKENS)),
             stops: stop_strings(p.stop)?,
             visible_stops: p.no_stop_trim,
-            stop_token_ids: p.stop_token_ids.unwrap_or_default(),
+            stop_token_ids: stop_token_ids(p.stop_token_ids)?,
             skip_special_tokens: p.skip_special_tokens.unwrap_or(true),
             ignore_eos: p.ignore_eos,
             sampling,
         })
+    }
+
+    /// The ids that end this generation and are not shown: the model's EOS ids and the
+    /// request's stop ids, none under `ignore_eos` (which turns both off in SGLang).
+    pub fn ending_ids(&self, eos_ids: &[u32]) -> Vec<u32> {
+        if self.ignore_eos {
+            return Vec::new();
+        }
+        eos_ids.iter().chain(&self.stop_token_ids).copied().collect()
     }
 
     /// The engine's sampling parameters for this request. Stop strings stay with the
@@ -320,6 +332,17 @@ fn stop_strings(stop: Option<Stop>) -> Result<Vec<String>, Invalid> {
         )));
     }
     Ok(stops)
+}
+
+/// `stop_token_ids`, within the bound.
+fn stop_token_ids(ids: Option<Vec<u32>>) -> Result<Vec<u32>, Invalid> {
+    let ids = ids.unwrap_or_default();
+    if ids.len() > MAX_STOP_TOKEN_IDS {
+        return Err(Invalid(format!(
+            "stop_token_ids takes at most {MAX_STOP_TOKEN_IDS} ids"
+        )));
+    }
+    Ok(ids)
 }
 
 impl Sampling {
