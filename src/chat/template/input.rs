@@ -53,7 +53,7 @@ fn message(message: &Json) -> Result<Value, TemplateError> {
     if !fields.contains_key("content") {
         out.push(("content", Value::from("")));
     }
-    Ok(out.into_iter().collect())
+    Ok(Value::from_pairs(out))
 }
 
 fn text_of_parts(parts: &[Json]) -> Result<Value, TemplateError> {
@@ -83,30 +83,30 @@ fn tool_call(call: &Json) -> Result<Value, TemplateError> {
     let Json::Object(fields) = call else {
         return value(call);
     };
-    fields
-        .iter()
-        .map(|(key, field)| {
-            let value = match (key.as_str(), field) {
-                ("function", Json::Object(function)) => function
-                    .iter()
-                    .map(|(name, item)| {
-                        let item = match (name.as_str(), item) {
-                            ("arguments", Json::String(text)) => {
-                                match serde_json::from_str::<Json>(text) {
-                                    Ok(parsed) => value(&parsed)?,
-                                    Err(_) => Value::from(text.as_str()),
-                                }
+    let mut out = Vec::with_capacity(fields.len());
+    for (key, field) in fields {
+        let value = match (key.as_str(), field) {
+            ("function", Json::Object(function)) => {
+                let mut parsed = Vec::with_capacity(function.len());
+                for (name, item) in function {
+                    let item = match (name.as_str(), item) {
+                        ("arguments", Json::String(text)) => {
+                            match serde_json::from_str::<Json>(text) {
+                                Ok(arguments) => value(&arguments)?,
+                                Err(_) => Value::from(text.as_str()),
                             }
-                            _ => value(item)?,
-                        };
-                        Ok((name.as_str(), item))
-                    })
-                    .collect::<Result<Value, TemplateError>>()?,
-                _ => value(field)?,
-            };
-            Ok((key.as_str(), value))
-        })
-        .collect()
+                        }
+                        _ => value(item)?,
+                    };
+                    parsed.push((name.as_str(), item));
+                }
+                Value::from_pairs(parsed)
+            }
+            _ => value(field)?,
+        };
+        out.push((key.as_str(), value));
+    }
+    Ok(Value::from_pairs(out))
 }
 
 /// Any JSON value, as it is.
@@ -131,10 +131,12 @@ fn convert(json: &Json, depth: usize) -> Result<Value, TemplateError> {
             .iter()
             .map(|item| convert(item, depth + 1))
             .collect::<Result<Value, _>>()?,
-        Json::Object(fields) => fields
-            .iter()
-            .map(|(key, item)| Ok((key.as_str(), convert(item, depth + 1)?)))
-            .collect::<Result<Value, TemplateError>>()?,
+        Json::Object(fields) => Value::from_pairs(
+            fields
+                .iter()
+                .map(|(key, item)| Ok((key.as_str(), convert(item, depth + 1)?)))
+                .collect::<Result<Vec<_>, TemplateError>>()?,
+        ),
     })
 }
 

@@ -275,6 +275,7 @@ mod tests {
     fn render(source: &str, ctx: serde_json::Value) -> String {
         let mut env = Environment::new();
         env.add_filter("tojson", tojson);
+        let ctx = crate::chat::template::input::value(&ctx).unwrap();
         env.render_str(source, ctx).unwrap()
     }
 

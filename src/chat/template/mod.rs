@@ -30,6 +30,7 @@ mod strftime;
 use std::borrow::Cow;
 use std::io;
 
+use minijinja::syntax::SyntaxConfig;
 use minijinja::value::{Kwargs, Value};
 use minijinja::{AutoEscape, Environment, Error, ErrorKind, State, UndefinedBehavior};
 
@@ -106,9 +107,13 @@ impl ChatTemplate {
     /// Compiles `source` with the given bounds on each render.
     pub fn with_limits(source: &str, limits: Limits) -> Result<ChatTemplate, TemplateError> {
         let mut env = Environment::new();
-        env.set_trim_blocks(true);
-        env.set_lstrip_blocks(true);
-        env.set_keep_trailing_newline(false);
+        let syntax = SyntaxConfig::builder()
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            .keep_trailing_newline(false)
+            .build()
+            .map_err(|e| TemplateError::Syntax(e.to_string()))?;
+        env.set_syntax(syntax);
         env.set_auto_escape_callback(|_| AutoEscape::None);
         env.set_undefined_behavior(UndefinedBehavior::Lenient);
         env.set_fuel(Some(limits.fuel));
@@ -208,7 +213,7 @@ fn context(input: &RenderInput<'_>) -> Result<Value, TemplateError> {
         vars.push((name, input::value(value)?));
     }
     // Later entries win: a kwarg named `bos_token` replaces the tokenizer's.
-    Ok(vars.into_iter().collect())
+    Ok(Value::from_pairs(vars))
 }
 
 /// Writes into memory until the bound, then fails the render.
@@ -234,7 +239,7 @@ impl io::Write for BoundedOutput {
 }
 
 /// `{{ value }}` prints Python's `str(value)`.
-fn format_value(out: &mut minijinja::Output, _: &State, value: &Value) -> Result<(), Error> {
+fn format_value(out: &mut minijinja::Output, _: &mut State, value: &Value) -> Result<(), Error> {
     let written = match value.as_str() {
         Some(text) => out.write_str(text),
         None => {

@@ -236,9 +236,10 @@ mod tests {
 
     #[test]
     fn values_print_as_python_str() {
-        let value = Value::from_serialize(serde_json::json!({
+        let value = super::super::input::value(&serde_json::json!({
             "a": [1, 2.0, "it's", "say \"hi\"", null, true, "tab\there\u{200b}"],
-        }));
+        }))
+        .unwrap();
         assert_eq!(
             to_str(&value).unwrap(),
             r#"{'a': [1, 2.0, "it's", 'say "hi"', None, True, 'tab\there\u200b']}"#

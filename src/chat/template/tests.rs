@@ -201,3 +201,11 @@ fn generation_blocks_render_their_body() {
         "{%+ if true%}x{%endif -%}{% generations %}"
     );
 }
+
+#[test]
+fn reversing_an_empty_list_or_string() {
+    // Qwen3's template scans `messages[::-1]`; MiniJinja 2 panicked on an empty list.
+    let source =
+        "{% for m in messages[::-1] %}x{% endfor %}[{{ ''[::-1] }}]{{ messages[5:1:-1] | length }}";
+    assert_eq!(render(source, json!([])).unwrap(), "[]0");
+}
