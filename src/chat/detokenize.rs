@@ -26,7 +26,7 @@
 //!   emit what the new text adds, and wait while it ends in U+FFFD. Exact when a token's
 //!   text depends only on the tokens shortly before it, as with those decoders (not with
 //!   a byte-fallback run that turns invalid and so rewrites its start: the table's job).
-//!   Two decodes a token: a few hundred nanoseconds.
+//!   Two decodes a token: a few hundred nanoseconds. Bounded by [`MAX_WINDOW_IDS`].
 //!
 //! One bound trades exactness for latency: a run of byte-fallback tokens that is valid
 //! UTF-8 so far is held only up to [`MAX_HELD_RUN`] bytes; past that its complete
@@ -46,9 +46,16 @@ pub const MAX_HELD_RUN: usize = 64;
 /// Largest id space the table is built for (the largest vocabularies have 262,144 ids).
 const MAX_TABLE_IDS: usize = 1 << 21;
 
-/// Pushes the window waits on a text ending in U+FFFD before emitting it anyway: a
-/// character is at most 4 bytes, so a longer wait means the U+FFFD is real.
+/// Pushes the window waits on a text ending in U+FFFD before sending all but that last
+/// U+FFFD (the only one more bytes can still turn into a character): a character is at
+/// most 4 bytes, so a longer run of U+FFFD is mostly real.
 const MAX_WINDOW_WAIT: usize = 16;
+
+/// Most pushes the window waits for a text that does not end in U+FFFD: past that it
+/// sends everything and starts afresh (the text may then differ from `decode` there), so
+/// a stream of garbage bytes costs a bounded decode per push (of at most twice this many
+/// ids, the previous window being the next one's context).
+pub const MAX_WINDOW_IDS: usize = 128;
 
 /// Random sequences decoded both ways when the table is checked.
 const CHECK_SEQUENCES: usize = 512;
@@ -792,6 +799,8 @@ struct Window {
     ids: Vec<u32>,
     /// `ids[..read]` are already accounted for in the emitted text.
     read: usize,
+    /// Bytes of the text after `ids[..read]`'s already sent (a long U+FFFD run's start).
+    sent: usize,
 }
 
 impl Window {
@@ -812,26 +821,28 @@ impl Window {
         self.ids.push(id);
         let before = self.decode(&self.ids[..self.read]);
         let after = self.decode(&self.ids);
-        let grew = after.len() > before.len();
-        let waited_enough = self.ids.len() - self.read > MAX_WINDOW_WAIT;
-        if !(grew && !after.ends_with(REPLACEMENT) || waited_enough) {
-            return;
+        let fresh = after.get(before.len() + self.sent..).unwrap_or_default();
+        let pending = self.ids.len() - self.read;
+        if pending > MAX_WINDOW_IDS || (!fresh.is_empty() && !after.ends_with(REPLACEMENT)) {
+            out.push_str(fresh);
+            self.ids.drain(..self.read);
+            self.read = self.ids.len();
+            self.sent = 0;
+        } else if pending > MAX_WINDOW_WAIT {
+            // `fresh` is empty or ends in U+FFFD: keep just that one.
+            let settled = fresh.len().saturating_sub(REPLACEMENT.len());
+            out.push_str(fresh.get(..settled).unwrap_or_default());
+            self.sent += settled;
         }
-        if grew {
-            out.push_str(after.get(before.len()..).unwrap_or_default());
-        }
-        self.ids.drain(..self.read);
-        self.read = self.ids.len();
     }
 
     fn finish(&mut self, out: &mut String) {
         let before = self.decode(&self.ids[..self.read]);
         let after = self.decode(&self.ids);
-        if after.len() > before.len() {
-            out.push_str(after.get(before.len()..).unwrap_or_default());
-        }
+        out.push_str(after.get(before.len() + self.sent..).unwrap_or_default());
         self.ids.clear();
         self.read = 0;
+        self.sent = 0;
     }
 
     /// `decode`, with a failure read as no text (the window then waits).
@@ -898,6 +909,7 @@ impl Detokenizer {
                 skip_special: skip_special_tokens,
                 ids: Vec::new(),
                 read: 0,
+                sent: 0,
             }),
         }
     }

@@ -675,9 +675,36 @@ fn the_window_does_not_wait_forever() {
     for _ in 0..100 {
         detokenizer.push(bad, &mut out);
     }
-    assert!(out.chars().count() >= 100 - MAX_WINDOW_WAIT - 1);
+    assert_eq!(out, REPLACEMENT.repeat(99), "all but the last U+FFFD");
     detokenizer.finish(&mut out);
     assert_eq!(out, REPLACEMENT.repeat(100));
+    // Past the bound the window starts afresh: a long run ending in an unfinished
+    // character then loses that character.
+    let lead = byte_level_id(&tokenizer, &[0xC8]);
+    let mut ids = vec![lead; MAX_WINDOW_IDS + 1];
+    ids.push(byte_level_id(&tokenizer, &[0xB8]));
+    let mut detokenizer = Detokenizer::windowed(tokenizer.clone(), false);
+    let (steps, text) = run(&mut detokenizer, &ids);
+    assert_eq!(
+        steps[MAX_WINDOW_IDS],
+        REPLACEMENT.repeat(MAX_WINDOW_IDS + 1)
+    );
+    assert_eq!(text, REPLACEMENT.repeat(MAX_WINDOW_IDS + 1));
+    assert!(decode(&tokenizer, &ids, false).ends_with("\u{FFFD}ȸ"));
+}
+
+/// A long run of U+FFFD whose last one turns into a character (found by fuzzing).
+#[test]
+fn the_window_keeps_the_last_replacement_open() {
+    let tokenizer = Arc::new(byte_level());
+    let lead = byte_level_id(&tokenizer, &[0xC8]);
+    let mut ids = vec![lead; MAX_WINDOW_IDS - 1];
+    ids.extend([
+        byte_level_id(&tokenizer, &[0xB8]),
+        byte_level_id(&tokenizer, &[0xAD]),
+    ]);
+    let mut detokenizer = Detokenizer::windowed(tokenizer.clone(), false);
+    check_stream(&tokenizer, &mut detokenizer, &ids, false, Eager::Window);
 }
 
 /// Text a model might write: words, punctuation, accents, CJK, emoji (some with
