@@ -4,7 +4,7 @@
 
 use crate::chat::detokenize::Detokenizer;
 use crate::chat::language::Language;
-use crate::chat::stops::{Pushed, StopMatcher};
+use crate::chat::stops::{Outcome, StopMatcher, StopsError};
 
 pub struct Decoding {
     detokenizer: Detokenizer,
@@ -28,19 +28,19 @@ impl Decoding {
         visible: bool,
         skip_special_tokens: bool,
         ending_ids: Vec<u32>,
-    ) -> Decoding {
-        Decoding {
+    ) -> Result<Decoding, StopsError> {
+        Ok(Decoding {
             ending_ids,
             detokenizer: Detokenizer::new(
                 language.bytes.clone(),
                 language.tokenizer.clone(),
                 skip_special_tokens,
             ),
-            stops: StopMatcher::new(stops, visible),
+            stops: StopMatcher::new(&stops, visible)?,
             piece: String::new(),
             tokens: 0,
             stopped: false,
-        }
+        })
     }
 
     /// Feeds `ids`, appending the text that became final to `out`. Returns whether a stop
@@ -57,7 +57,7 @@ impl Decoding {
             self.piece.clear();
             self.detokenizer.push(id, &mut self.piece);
             if !self.piece.is_empty() {
-                if let Pushed::Stopped { .. } = self.stops.push(&self.piece, out) {
+                if let Outcome::Stopped { .. } = self.stops.push(&self.piece, out) {
                     self.stopped = true;
                 }
             }
@@ -74,12 +74,15 @@ impl Decoding {
         self.piece.clear();
         self.detokenizer.finish(&mut self.piece);
         if !self.piece.is_empty() {
-            if let Pushed::Stopped { .. } = self.stops.push(&self.piece, out) {
+            if let Outcome::Stopped { .. } = self.stops.push(&self.piece, out) {
                 self.stopped = true;
                 return;
             }
         }
-        self.stops.finish(out);
+        // A match that was waiting for a longer one to fail wins now.
+        if let Outcome::Stopped { .. } = self.stops.finish(out) {
+            self.stopped = true;
+        }
     }
 
     pub fn stopped(&self) -> bool {

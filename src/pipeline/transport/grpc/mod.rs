@@ -159,6 +159,18 @@ impl GrpcClient {
             stream: true,
             ..GenerateRequest::default()
         };
+        let decoding = Decoding::new(
+            &language,
+            std::mem::take(&mut ask.stops),
+            ask.visible_stops,
+            ask.skip_special_tokens,
+            ask.ending_ids(&language.eos_ids),
+        )
+        .map_err(|err| {
+            SendError::Refused(GatewayError::InvalidRequest {
+                message: err.to_string(),
+            })
+        })?;
         let scheduler = Scheduler::new(self.wire.clone(), authority);
         let dispatched = Instant::now();
         let remaining = attempt.deadline.saturating_duration_since(Instant::now());
@@ -206,13 +218,6 @@ impl GrpcClient {
                 .or_else(|| worker.model_id.clone())
                 .unwrap_or_default(),
         };
-        let decoding = Decoding::new(
-            &language,
-            std::mem::take(&mut ask.stops),
-            ask.visible_stops,
-            ask.skip_special_tokens,
-            ask.ending_ids(&language.eos_ids),
-        );
         let mut generation = Generation {
             decoding,
             reply,

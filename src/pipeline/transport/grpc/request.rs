@@ -8,12 +8,9 @@
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use crate::chat::stops::{MAX_STOPS, MAX_STOP_BYTES};
 use crate::grpc::sglang::SamplingParams;
 
-/// Most stop strings a request may carry, and the longest one (bytes): the matcher holds
-/// back at most that much text.
-pub const MAX_STOPS: usize = 16;
-pub const MAX_STOP_BYTES: usize = 256;
 /// Most `stop_token_ids` a request may carry.
 pub const MAX_STOP_TOKEN_IDS: usize = 64;
 
@@ -291,7 +288,11 @@ impl Ask {
         if self.ignore_eos {
             return Vec::new();
         }
-        eos_ids.iter().chain(&self.stop_token_ids).copied().collect()
+        eos_ids
+            .iter()
+            .chain(&self.stop_token_ids)
+            .copied()
+            .collect()
     }
 
     /// The engine's sampling parameters for this request. Stop strings stay with the
