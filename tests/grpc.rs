@@ -519,12 +519,19 @@ async fn generate_speaks_sglang_native_shapes() {
     let ids = tok.encode("hello world", true).unwrap().get_ids().to_vec();
     let echoed = echo(&ids, 6, None);
 
-    let reply = post_json(&url, &json!({"text": "hello world", "sampling_params": {"max_new_tokens": 6, "temperature": 0}})).await;
+    let reply = post_json(
+        &url,
+        &json!({"text": "hello world", "sampling_params": {"max_new_tokens": 6, "temperature": 0}}),
+    )
+    .await;
     assert_eq!(reply.status, 200, "{}", reply.text());
     let v = reply.json();
     assert_eq!(v["text"], tok.decode(&echoed, true).unwrap().as_str());
     assert_eq!(v["output_ids"], json!(echoed));
-    assert_eq!(v["meta_info"]["finish_reason"], json!({"type": "length", "length": 6}));
+    assert_eq!(
+        v["meta_info"]["finish_reason"],
+        json!({"type": "length", "length": 6})
+    );
     assert_eq!(v["meta_info"]["prompt_tokens"], ids.len());
     assert_eq!(v["meta_info"]["completion_tokens"], 6);
 
@@ -541,10 +548,18 @@ async fn generate_speaks_sglang_native_shapes() {
         .filter(|d| *d != "[DONE]")
         .map(|d| serde_json::from_str(d).unwrap())
         .collect();
-    let texts: Vec<&str> = events.iter().map(|e| e["text"].as_str().unwrap()).collect();
-    assert!(texts.windows(2).all(|w| w[1].starts_with(w[0])), "{texts:?}");
+    let texts: Vec<&str> = events
+        .iter()
+        .map(|e| e["text"].as_str().unwrap_or_else(|| panic!("{sse}")))
+        .collect();
+    assert!(
+        texts.windows(2).all(|w| w[1].starts_with(w[0])),
+        "{texts:?}"
+    );
     let last = events.last().unwrap();
     assert_eq!(last["text"], tok.decode(&echoed, true).unwrap().as_str());
     assert_eq!(last["meta_info"]["finish_reason"]["type"], "length");
-    assert!(events[..events.len() - 1].iter().all(|e| e["meta_info"]["finish_reason"].is_null()));
+    assert!(events[..events.len() - 1]
+        .iter()
+        .all(|e| e["meta_info"]["finish_reason"].is_null()));
 }

@@ -525,22 +525,43 @@ impl Generation {
                 }
             }
         };
-        if !text.is_empty() && tx.send(self.reply.delta_event(&text, None)).await.is_err() {
-            return;
+        for event in self.closing(&mut text, finish, include_usage) {
+            if tx.send(event).await.is_err() {
+                return;
+            }
         }
-        if tx
-            .send(self.reply.delta_event("", Some(finish)))
-            .await
-            .is_err()
-        {
-            return;
+        tx.finish().await;
+    }
+
+    /// The events that end a stream, `[DONE]` last: for the OpenAI routes the last text,
+    /// the finishing event and the usage when asked; for `/generate` one event with the
+    /// whole text and the finish reason.
+    fn closing(
+        &mut self,
+        text: &mut String,
+        finish: Finish,
+        include_usage: bool,
+    ) -> Vec<bytes::Bytes> {
+        let usage = self.usage();
+        let mut events = Vec::with_capacity(4);
+        if let Some(kept) = &mut self.keep {
+            kept.text.push_str(text);
+            events.push(
+                self.reply
+                    .generate_event(&kept.text, &kept.ids, Some(finish), usage),
+            );
+        } else {
+            if !text.is_empty() {
+                events.push(self.reply.delta_event(text, None));
+            }
+            events.push(self.reply.delta_event("", Some(finish)));
+            if include_usage {
+                events.push(self.reply.usage_event(usage));
+            }
         }
-        if include_usage && tx.send(self.reply.usage_event(self.usage())).await.is_err() {
-            return;
-        }
-        if tx.send(Reply::done_event()).await.is_ok() {
-            tx.finish().await;
-        }
+        text.clear();
+        events.push(Reply::done_event());
+        events
     }
 }
 
