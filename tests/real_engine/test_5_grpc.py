@@ -259,10 +259,12 @@ def test_client_disconnect_stops_the_engine(grpc_gateway, adapter, llama):
     }
     with httpx.stream("POST", grpc_gateway.url + "/v1/chat/completions", json=body, timeout=60) as r:
         assert r.status_code == 200, r.read()
+        # Checked while the stream is still being read: leaving the loop closes the
+        # response (the line iterator is closed with it), which is the disconnect.
         for line in r.iter_lines():
             if line.startswith("data: {") and first_content(json.loads(line[6:])):
+                assert busy_slots(llama) == 1
                 break
-        assert busy_slots(llama) == 1
     # The gateway saw the client leave: it aborts the generation or drops its gRPC stream.
     line = harness.wait_log(adapter, ("abort request_id=", "cancelled request_id="), 10)
     assert "request_id=" in line
