@@ -54,13 +54,13 @@ pub struct Limits {
 }
 
 impl Default for Limits {
-    /// 16 MiB of prompt (millions of tokens, far past any context window) and 50 million
-    /// instructions (tens of thousands of messages through a Qwen3-sized template, about a
-    /// second of CPU; see `benches/chat_template.rs`).
+    /// 16 MiB of prompt (millions of tokens, far past any context window) and 10 million
+    /// instructions: a Qwen3-sized template spends about 70 a message, so that is some
+    /// 140,000 messages, and a template that never ends stops after about 0.3 s of CPU.
     fn default() -> Self {
         Limits {
             max_output: 16 << 20,
-            fuel: 50_000_000,
+            fuel: 10_000_000,
         }
     }
 }
