@@ -266,7 +266,7 @@ pub static FLAGS: &[Flag] = &[
     Flag::one(
         "tokenizer-path",
         "PATH",
-        "--model-path",
+        "none (--model-path)",
         Group::Workers,
         "Tokenizer for gRPC workers: a directory with tokenizer.json, or the tokenizer.json \
          file itself; wins over --model-path",
@@ -278,7 +278,7 @@ pub static FLAGS: &[Flag] = &[
     Flag::one(
         "chat-template",
         "PATH",
-        "the tokenizer's",
+        "none (the tokenizer's)",
         Group::Workers,
         "Jinja chat template file for gRPC workers, instead of the one the tokenizer \
          directory ships (chat_template.jinja or tokenizer_config.json)",

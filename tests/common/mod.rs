@@ -8,6 +8,7 @@
 
 pub mod pki;
 pub mod tls;
+pub mod tokenizer;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

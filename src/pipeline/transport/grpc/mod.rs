@@ -20,6 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ::http::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
 use ::http::{Response, StatusCode};
+use bytes::Bytes;
 use http_body_util::BodyExt;
 use tonic::Streaming;
 use uuid::Uuid;
@@ -29,12 +30,14 @@ use crate::chat::language::Language;
 use crate::chat::template::RenderInput;
 use crate::fleet::{Transport, Worker};
 use crate::grpc::sglang::generate_response::Response as Event;
-use crate::grpc::sglang::{GenerateComplete, GenerateRequest, GenerateResponse, TokenizedInput};
+use crate::grpc::sglang::{
+    GenerateComplete, GenerateError, GenerateRequest, GenerateResponse, TokenizedInput,
+};
 use crate::grpc::{self, Scheduler, Wire};
 use crate::http::body::{FrameSender, RespBody};
 use crate::http::error::GatewayError;
 use crate::http::reply as http_reply;
-use crate::http::upload::client_fault;
+use crate::http::upload::{client_fault, LimitedBody};
 use crate::metrics::{GenerationTiming, Metrics, RouteLabels};
 use crate::pipeline::PipelineSettings;
 
@@ -100,46 +103,15 @@ impl GrpcClient {
                 route: "this route on gRPC workers",
             }));
         }
-        let body = attempt
-            .body
-            .collect()
-            .await
-            .map_err(|err| match client_fault(err.as_ref()) {
-                Some(fault) => SendError::ClientBody(fault),
-                None => SendError::Exchange(GatewayError::ClientBodyBroken),
-            })?
-            .to_bytes();
+        let body = read_body(attempt.body).await?;
         let Some(route) = route else {
-            let answer = if path == "/v1/tokenize" {
-                let window = worker
-                    .labels
-                    .get("max_context_length")
-                    .and_then(|n| n.parse().ok());
-                tokenize::tokenize(&language, &body, window)
-            } else {
-                tokenize::detokenize(&language, &body)
-            };
-            return answer
-                .map(|json| http_reply::json(StatusCode::OK, json))
-                .map_err(SendError::Refused);
+            return answer_locally(path, worker, &language, &body);
         };
         let mut ask = Ask::parse(route, &body).map_err(|Invalid(message)| {
             SendError::Refused(GatewayError::InvalidRequest { message })
         })?;
         let input = std::mem::replace(&mut ask.input, Input::Ids(Vec::new()));
-        let prompt = if body.len() <= INLINE_BODY_BYTES {
-            prompt_ids(&language, input)
-        } else {
-            let kit = language.clone();
-            tokio::task::spawn_blocking(move || prompt_ids(&kit, input))
-                .await
-                .map_err(|_| {
-                    SendError::Refused(GatewayError::ChatTemplate {
-                        message: "rendering the prompt failed".into(),
-                    })
-                })?
-        }
-        .map_err(SendError::Refused)?;
+        let prompt = prompt(&language, input, body.len()).await?;
         drop(body);
 
         let prefix = match route {
@@ -190,20 +162,7 @@ impl GrpcClient {
         // The first message settles whether this engine serves the request: a refusal
         // here can still go to another worker.
         let first = match stream.next().await {
-            // An engine that blames the request (a 4xx status, e.g. a prompt over its
-            // context window) answers the client; any other refusal may go elsewhere.
-            Ok(Some(Event::Error(err))) => {
-                let message = bounded_message(&err.message);
-                let blames_request = err
-                    .http_status_code
-                    .parse::<u16>()
-                    .is_ok_and(|code| (400..500).contains(&code));
-                return Err(if blames_request {
-                    SendError::Refused(GatewayError::InvalidRequest { message })
-                } else {
-                    SendError::Exchange(GatewayError::EngineFailed { message })
-                });
-            }
+            Ok(Some(Event::Error(err))) => return Err(refusal(&err)),
             Ok(Some(event)) => event,
             Ok(None) => return Err(SendError::Exchange(GatewayError::UpstreamBroken)),
             Err(err) => return Err(SendError::Exchange(err)),
@@ -243,6 +202,76 @@ impl GrpcClient {
         } else {
             generation.collect(stream, first).await
         }
+    }
+}
+
+/// The whole request body (the pipeline has usually held it already).
+async fn read_body(body: LimitedBody) -> Result<Bytes, SendError> {
+    body.collect()
+        .await
+        .map(|collected| collected.to_bytes())
+        .map_err(|err| match client_fault(err.as_ref()) {
+            Some(fault) => SendError::ClientBody(fault),
+            None => SendError::Exchange(GatewayError::ClientBodyBroken),
+        })
+}
+
+/// `/v1/tokenize` and `/v1/detokenize`: answered from the worker's tokenizer.
+fn answer_locally(
+    path: &str,
+    worker: &Worker,
+    language: &Language,
+    body: &[u8],
+) -> Result<Answer, SendError> {
+    let answer = if path == "/v1/tokenize" {
+        let window = worker
+            .labels
+            .get("max_context_length")
+            .and_then(|n| n.parse().ok());
+        tokenize::tokenize(language, body, window)
+    } else {
+        tokenize::detokenize(language, body)
+    };
+    answer
+        .map(|json| http_reply::json(StatusCode::OK, json))
+        .map_err(SendError::Refused)
+}
+
+/// The prompt's ids, rendered and tokenized on the event loop for a small body and on the
+/// blocking pool for a large one.
+async fn prompt(
+    language: &Arc<Language>,
+    input: Input,
+    body_len: usize,
+) -> Result<Vec<u32>, SendError> {
+    let ids = if body_len <= INLINE_BODY_BYTES {
+        prompt_ids(language, input)
+    } else {
+        let kit = language.clone();
+        tokio::task::spawn_blocking(move || prompt_ids(&kit, input))
+            .await
+            .map_err(|_| {
+                SendError::Refused(GatewayError::ChatTemplate {
+                    message: "rendering the prompt failed".into(),
+                })
+            })?
+    };
+    ids.map_err(SendError::Refused)
+}
+
+/// An engine's refusal before anything was sent: one that blames the request (a 4xx
+/// status, e.g. a prompt over its context window) answers the client; any other may go
+/// to another worker.
+fn refusal(err: &GenerateError) -> SendError {
+    let message = bounded_message(&err.message);
+    let blames_request = err
+        .http_status_code
+        .parse::<u16>()
+        .is_ok_and(|code| (400..500).contains(&code));
+    if blames_request {
+        SendError::Refused(GatewayError::InvalidRequest { message })
+    } else {
+        SendError::Exchange(GatewayError::EngineFailed { message })
     }
 }
 
@@ -536,12 +565,7 @@ impl Generation {
     /// The events that end a stream, `[DONE]` last: for the OpenAI routes the last text,
     /// the finishing event and the usage when asked; for `/generate` one event with the
     /// whole text and the finish reason.
-    fn closing(
-        &mut self,
-        text: &mut String,
-        finish: Finish,
-        include_usage: bool,
-    ) -> Vec<bytes::Bytes> {
+    fn closing(&mut self, text: &mut String, finish: Finish, include_usage: bool) -> Vec<Bytes> {
         let usage = self.usage();
         let mut events = Vec::with_capacity(4);
         if let Some(kept) = &mut self.keep {
@@ -568,7 +592,7 @@ impl Generation {
 impl Generation {
     /// The event for text that became final mid-stream (taken from `text`): a delta, or
     /// for `/generate` the whole text so far; `None` when there is nothing new.
-    fn progress(&mut self, text: &mut String) -> Option<bytes::Bytes> {
+    fn progress(&mut self, text: &mut String) -> Option<Bytes> {
         if text.is_empty() {
             return None;
         }
