@@ -4,6 +4,7 @@
 
 pub mod cache_tree;
 pub mod chat_template;
+pub mod detokenize_stops;
 pub mod dp_pin;
 pub mod flags;
 pub mod h1_framing;
@@ -21,6 +22,7 @@ pub fn by_target(name: &str) -> Option<fn(&[u8])> {
     Some(match name {
         "cache_tree" => cache_tree::check,
         "chat_template" => chat_template::check,
+        "detokenize_stops" => detokenize_stops::check,
         "dp_pin" => dp_pin::check,
         "flags" => flags::check,
         "h1_framing" => h1_framing::check,

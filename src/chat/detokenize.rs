@@ -445,9 +445,9 @@ impl Plan {
                     };
                     stage = 1;
                 }
-                "Fuse" if stage <= 2 => {
+                "Fuse" => {
                     fused = true;
-                    stage = 2;
+                    stage = stage.max(2);
                 }
                 "Strip" if stage <= 2 && fused && !matches!(plan.join, Join::Metaspace { .. }) => {
                     let ch = single_char(step.get("content")).ok_or_else(unsupported)?;
