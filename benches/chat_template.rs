@@ -4,8 +4,10 @@
 //! reasoning split out of assistant turns, tool calls as JSON) for a chat of ~1k tokens (10
 //! messages) and one of ~32k tokens (64 messages), each with one tool call and its result.
 //! With `TOLLGATE_QWEN3_TOKENIZER_DIR` set (see `tests/chat_template.rs`), Qwen3's own
-//! template renders the same chats too. Each iteration is one whole request: message
-//! conversion and normalisation included.
+//! template renders the same chats too, and `qwen3+tokenize` renders then tokenizes them
+//! with Qwen3's own tokenizer: the whole language work before a gRPC request is sent (no
+//! tokenizer cache). Each iteration is one whole request: message conversion and
+//! normalisation included.
 
 use std::hint::black_box;
 use std::path::Path;
@@ -94,11 +96,16 @@ fn tools() -> Value {
 
 fn bench(c: &mut Criterion) {
     let mut templates = vec![("agent", ChatTemplate::new(AGENT).expect("agent template"))];
+    let mut tokenizer = None;
     if let Some(dir) = std::env::var_os("TOLLGATE_QWEN3_TOKENIZER_DIR") {
         let source = find_template(Path::new(&dir), None)
             .expect("Qwen3 tokenizer dir")
             .expect("Qwen3 chat template");
         templates.push(("qwen3", ChatTemplate::new(&source).expect("Qwen3 template")));
+        tokenizer = Some(
+            tokenizers::Tokenizer::from_file(Path::new(&dir).join("tokenizer.json"))
+                .expect("Qwen3 tokenizer"),
+        );
     }
     let tools = tools();
     let kwargs = json!({"enable_thinking": true});
@@ -118,6 +125,14 @@ fn bench(c: &mut Criterion) {
             group.bench_function(format!("{name}/{size}"), |b| {
                 b.iter(|| template.render(black_box(&input)))
             });
+            if let (Some(tokenizer), "qwen3") = (&tokenizer, *name) {
+                group.bench_function(format!("{name}+tokenize/{size}"), |b| {
+                    b.iter(|| {
+                        let prompt = template.render(black_box(&input)).expect("renders");
+                        tokenizer.encode_fast(prompt, false).expect("tokenizes").len()
+                    })
+                });
+            }
         }
     }
     group.finish();

@@ -64,6 +64,13 @@ impl GrpcControl {
             .await
             .map_err(|_| "loading the tokenizer failed".to_owned())?
             .map_err(|e| format!("tokenizer: {e}"))?;
+        tracing::info!(
+            tokenizer = %kit.source.display(),
+            vocab_size = kit.tokenizer.get_vocab_size(true),
+            chat_template = kit.template.is_some(),
+            detokenizer = %kit.bytes.mode(),
+            "tokenizer loaded"
+        );
         let kit = Arc::new(kit);
         let mut loaded = self.lock();
         if loaded.len() < MAX_LANGUAGES {
