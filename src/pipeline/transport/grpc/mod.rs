@@ -107,12 +107,7 @@ impl GrpcClient {
         let Some(route) = route else {
             return answer_locally(path, worker, &language, &body);
         };
-        let mut ask = Ask::parse(route, &body).map_err(|Invalid(message)| {
-            SendError::Refused(GatewayError::InvalidRequest { message })
-        })?;
-        let input = std::mem::replace(&mut ask.input, Input::Ids(Vec::new()));
-        let prompt = prompt(&language, input, body.len()).await?;
-        drop(body);
+        let (mut ask, prompt) = understand(&language, route, body).await?;
 
         let prefix = match route {
             Route::Chat => "chatcmpl-",
@@ -237,26 +232,39 @@ fn answer_locally(
         .map_err(SendError::Refused)
 }
 
-/// The prompt's ids, rendered and tokenized on the event loop for a small body and on the
-/// blocking pool for a large one.
-async fn prompt(
+/// The request read and its prompt rendered and tokenized: on the event loop for a small
+/// body, on the blocking pool for a large one (parsing a long chat costs as much as
+/// tokenizing it), so one long prompt does not stall the other connections of its thread.
+async fn understand(
     language: &Arc<Language>,
-    input: Input,
-    body_len: usize,
-) -> Result<Vec<u32>, SendError> {
-    let ids = if body_len <= INLINE_BODY_BYTES {
-        prompt_ids(language, input)
-    } else {
-        let kit = language.clone();
-        tokio::task::spawn_blocking(move || prompt_ids(&kit, input))
-            .await
-            .map_err(|_| {
-                SendError::Refused(GatewayError::ChatTemplate {
-                    message: "rendering the prompt failed".into(),
-                })
-            })?
-    };
-    ids.map_err(SendError::Refused)
+    route: Route,
+    body: Bytes,
+) -> Result<(Ask, Vec<u32>), SendError> {
+    if body.len() <= INLINE_BODY_BYTES {
+        return read_request(language, route, &body).map_err(SendError::Refused);
+    }
+    let kit = language.clone();
+    tokio::task::spawn_blocking(move || read_request(&kit, route, &body))
+        .await
+        .map_err(|_| {
+            SendError::Refused(GatewayError::ChatTemplate {
+                message: "rendering the prompt failed".into(),
+            })
+        })?
+        .map_err(SendError::Refused)
+}
+
+/// [`understand`]'s work: the body parsed, the prompt's ids made (`ask.input` is taken).
+fn read_request(
+    language: &Language,
+    route: Route,
+    body: &[u8],
+) -> Result<(Ask, Vec<u32>), GatewayError> {
+    let mut ask = Ask::parse(route, body)
+        .map_err(|Invalid(message)| GatewayError::InvalidRequest { message })?;
+    let input = std::mem::replace(&mut ask.input, Input::Ids(Vec::new()));
+    let prompt = prompt_ids(language, input)?;
+    Ok((ask, prompt))
 }
 
 /// An engine's refusal before anything was sent: one that blames the request (a 4xx
