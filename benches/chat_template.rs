@@ -129,7 +129,10 @@ fn bench(c: &mut Criterion) {
                 group.bench_function(format!("{name}+tokenize/{size}"), |b| {
                     b.iter(|| {
                         let prompt = template.render(black_box(&input)).expect("renders");
-                        tokenizer.encode_fast(prompt, false).expect("tokenizes").len()
+                        tokenizer
+                            .encode_fast(prompt, false)
+                            .expect("tokenizes")
+                            .len()
                     })
                 });
             }
