@@ -14,6 +14,8 @@ mod recover;
 mod say;
 mod serve;
 mod service;
+#[path = "../shared.rs"]
+mod shared;
 mod sink;
 mod vocab;
 

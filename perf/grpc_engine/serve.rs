@@ -25,7 +25,7 @@ pub async fn serve(listener: TcpListener, engine: Arc<Engine>) {
     builder.max_concurrent_streams(MAX_STREAMS);
     let builder = Arc::new(builder);
 
-    let shutdown = shutdown_signal();
+    let shutdown = crate::shared::shutdown_signal();
     tokio::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
@@ -51,27 +51,5 @@ pub async fn serve(listener: TcpListener, engine: Arc<Engine>) {
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });
-    }
-}
-
-/// Resolves on SIGTERM or SIGINT (Ctrl-C).
-async fn shutdown_signal() {
-    let interrupt = async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    };
-    let terminate = async {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut sigterm) => {
-                sigterm.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        () = interrupt => {}
-        () = terminate => {}
     }
 }
