@@ -69,6 +69,36 @@ struct StreamOptions {
     include_usage: bool,
 }
 
+/// The sampling knobs as a body gives them (OpenAI and SGLang name them alike); absent or
+/// null means the default.
+#[derive(Deserialize, Default)]
+struct Knobs {
+    temperature: Option<f32>,
+    top_p: Option<f32>,
+    top_k: Option<i32>,
+    min_p: Option<f32>,
+    frequency_penalty: Option<f32>,
+    presence_penalty: Option<f32>,
+    repetition_penalty: Option<f32>,
+}
+
+impl Knobs {
+    /// The knobs with the OpenAI defaults filled in, checked against their ranges.
+    fn resolve(self) -> Result<Sampling, Invalid> {
+        let sampling = Sampling {
+            temperature: self.temperature.unwrap_or(1.0),
+            top_p: self.top_p.unwrap_or(1.0),
+            top_k: self.top_k.unwrap_or(-1),
+            min_p: self.min_p.unwrap_or(0.0),
+            frequency_penalty: self.frequency_penalty.unwrap_or(0.0),
+            presence_penalty: self.presence_penalty.unwrap_or(0.0),
+            repetition_penalty: self.repetition_penalty.unwrap_or(1.0),
+        };
+        sampling.check()?;
+        Ok(sampling)
+    }
+}
+
 /// The fields of a chat or completions body the gRPC path reads; others are ignored, as
 /// an engine's own server would ignore fields it does not know.
 #[derive(Deserialize)]
@@ -82,13 +112,8 @@ struct Body {
     stream_options: Option<StreamOptions>,
     max_tokens: Option<u32>,
     max_completion_tokens: Option<u32>,
-    temperature: Option<f32>,
-    top_p: Option<f32>,
-    top_k: Option<i32>,
-    min_p: Option<f32>,
-    frequency_penalty: Option<f32>,
-    presence_penalty: Option<f32>,
-    repetition_penalty: Option<f32>,
+    #[serde(flatten)]
+    knobs: Knobs,
     stop: Option<Stop>,
     stop_token_ids: Option<Vec<u32>>,
     n: Option<u32>,
@@ -113,13 +138,8 @@ struct GenerateBody {
 #[derive(Deserialize, Default)]
 struct GenerateSampling {
     max_new_tokens: Option<u32>,
-    temperature: Option<f32>,
-    top_p: Option<f32>,
-    top_k: Option<i32>,
-    min_p: Option<f32>,
-    frequency_penalty: Option<f32>,
-    presence_penalty: Option<f32>,
-    repetition_penalty: Option<f32>,
+    #[serde(flatten)]
+    knobs: Knobs,
     stop: Option<Stop>,
     stop_token_ids: Option<Vec<u32>>,
     #[serde(default)]
@@ -217,16 +237,7 @@ impl Ask {
         };
         let stops = stop_strings(body.stop)?;
         let stop_token_ids = stop_token_ids(body.stop_token_ids)?;
-        let sampling = Sampling {
-            temperature: body.temperature.unwrap_or(1.0),
-            top_p: body.top_p.unwrap_or(1.0),
-            top_k: body.top_k.unwrap_or(-1),
-            min_p: body.min_p.unwrap_or(0.0),
-            frequency_penalty: body.frequency_penalty.unwrap_or(0.0),
-            presence_penalty: body.presence_penalty.unwrap_or(0.0),
-            repetition_penalty: body.repetition_penalty.unwrap_or(1.0),
-        };
-        sampling.check()?;
+        let sampling = body.knobs.resolve()?;
         Ok(Ask {
             route,
             model: body.model,
@@ -256,16 +267,7 @@ impl Ask {
             }
         };
         let p = body.sampling_params;
-        let sampling = Sampling {
-            temperature: p.temperature.unwrap_or(1.0),
-            top_p: p.top_p.unwrap_or(1.0),
-            top_k: p.top_k.unwrap_or(-1),
-            min_p: p.min_p.unwrap_or(0.0),
-            frequency_penalty: p.frequency_penalty.unwrap_or(0.0),
-            presence_penalty: p.presence_penalty.unwrap_or(0.0),
-            repetition_penalty: p.repetition_penalty.unwrap_or(1.0),
-        };
-        sampling.check()?;
+        let sampling = p.knobs.resolve()?;
         Ok(Ask {
             route: Route::Generate,
             model: None,
