@@ -395,6 +395,8 @@ mod tests {
         assert!(p.skip_special_tokens);
         assert_eq!(p.n, 1);
         assert!(!ask.stream);
+        let nulls = chat(r#"{"messages":[{}],"temperature":null,"top_k":null}"#).unwrap();
+        assert_eq!(nulls.sampling, ask.sampling, "null is the default");
     }
 
     #[test]
