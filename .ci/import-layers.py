@@ -16,6 +16,7 @@ import sys
 LAYERS = [
     ["bounded", "logging", "rng", "secret", "sse"],  # leaves
     ["http"],  # the wire: routes, errors, bodies, guards
+    ["chat", "grpc"],  # language work for token-id engines; gRPC messages and clients
     ["resilience", "server"],  # breakers and retries; one connection, generic over Handler
     ["runtime"],  # threads and accept loops, generic over ThreadSetup
     ["fleet"],  # what the hot path reads about workers

@@ -24,7 +24,7 @@ use crate::http::reply;
 use crate::http::route::{allowed_methods, match_route, path_param, Route, RouteGroup, RouteMatch};
 use crate::http::upload::{read_whole, ReadError};
 use crate::metrics::Metrics;
-use crate::pipeline::{ContentType, Pipeline, UpstreamClient};
+use crate::pipeline::{ContentType, Pipeline, ThreadClients};
 use crate::runtime::ThreadSetup;
 use crate::server::Handler;
 
@@ -45,18 +45,19 @@ pub struct Gateway {
 /// One data-plane thread's handler: the shared gateway plus what the thread owns alone.
 pub struct ThreadCtx {
     gateway: Arc<Gateway>,
-    client: UpstreamClient,
+    clients: ThreadClients,
     /// The gateway's own calls to workers (fan-out, forwarded information routes).
     calls: CallClient,
 }
 
 impl ThreadCtx {
     pub fn new(gateway: Arc<Gateway>) -> ThreadCtx {
-        let client = UpstreamClient::new(&gateway.pipeline.settings, &gateway.pipeline.tls);
+        let pipeline = &gateway.pipeline;
+        let clients = ThreadClients::new(&pipeline.settings, &pipeline.tls, &pipeline.metrics);
         let calls = CallClient::new(&gateway.pipeline.tls);
         ThreadCtx {
             gateway,
-            client,
+            clients,
             calls,
         }
     }
@@ -242,7 +243,7 @@ async fn forward(
 ) -> Result<Response<RespBody>, GatewayError> {
     ctx.gateway
         .pipeline
-        .serve(&ctx.client, route.endpoint().as_str(), req, content_type)
+        .serve(&ctx.clients, route.endpoint().as_str(), req, content_type)
         .await
 }
 

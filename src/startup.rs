@@ -159,6 +159,7 @@ pub fn run(config: Config) -> Result<(), String> {
         upstream_http2: config.fleet.upstream_http2,
         startup_api_key: config.auth.api_key.clone(),
         tls: upstream_tls,
+        grpc: Default::default(),
         load_demand: LoadDemand {
             disabled: config.control.disable_load_monitoring,
             overload_on: config.fleet.overload.on(),

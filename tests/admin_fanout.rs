@@ -568,10 +568,13 @@ async fn info_forwarding_to_a_dead_worker_is_502() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_only_fleet_is_501_and_reported_as_failed() {
-    let gw = start(&[], &[], false).await;
+    let dir = std::env::temp_dir().join(format!("tollgate-fanout-grpc-{}", std::process::id()));
+    common::tokenizer::write_tokenizer(&dir);
+    let engine = common::grpc_engine(&["--model", "m"]);
+    let gw = start(&[], &["--model-path", dir.to_str().unwrap()], false).await;
     let reply = common::post_json(
         &format!("{}/workers", gw.url()),
-        &json!({"url": "grpc://127.0.0.1:1"}),
+        &json!({"url": format!("grpc://{}", engine.addr)}),
     )
     .await;
     assert_eq!(reply.status, 202, "body {}", reply.text());

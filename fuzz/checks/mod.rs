@@ -3,6 +3,8 @@
 //! test `tests/fuzz_regressions.rs` includes this file to replay committed inputs.
 
 pub mod cache_tree;
+pub mod chat_template;
+pub mod detokenize_stops;
 pub mod dp_pin;
 pub mod flags;
 pub mod h1_framing;
@@ -19,6 +21,8 @@ pub mod worker_spec;
 pub fn by_target(name: &str) -> Option<fn(&[u8])> {
     Some(match name {
         "cache_tree" => cache_tree::check,
+        "chat_template" => chat_template::check,
+        "detokenize_stops" => detokenize_stops::check,
         "dp_pin" => dp_pin::check,
         "flags" => flags::check,
         "h1_framing" => h1_framing::check,

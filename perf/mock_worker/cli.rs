@@ -5,6 +5,8 @@
 //! decides how to report errors (one line on stderr, exit code 2).
 
 use std::ffi::OsString;
+
+use crate::shared::{parsed_value, string_value};
 use std::str::FromStr;
 
 pub use crate::provider::Provider;
@@ -295,25 +297,6 @@ fn validate(flags: &Flags) -> Result<(), String> {
         return Err("--threads must be at least 1".to_string());
     }
     Ok(())
-}
-
-fn string_value(parser: &mut lexopt::Parser) -> Result<String, String> {
-    use lexopt::prelude::*;
-    parser
-        .value()
-        .map_err(|e| e.to_string())?
-        .string()
-        .map_err(|e| e.to_string())
-}
-
-fn parsed_value<T>(parser: &mut lexopt::Parser, flag: &str) -> Result<T, String>
-where
-    T: FromStr,
-    T::Err: std::fmt::Display,
-{
-    let raw = string_value(parser)?;
-    raw.parse::<T>()
-        .map_err(|e| format!("invalid value '{raw}' for {flag}: {e}"))
 }
 
 #[cfg(test)]

@@ -24,6 +24,8 @@ mod reqlog;
 mod respond;
 mod routes;
 mod server;
+#[path = "../shared.rs"]
+mod shared;
 mod sse;
 mod state;
 mod stats;

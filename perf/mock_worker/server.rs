@@ -44,7 +44,7 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, tls: Option<TlsA
     builder.http2().max_concurrent_streams(4096);
     let builder = Arc::new(builder);
 
-    let shutdown = shutdown_signal();
+    let shutdown = crate::shared::shutdown_signal();
     tokio::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
@@ -89,30 +89,5 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, tls: Option<TlsA
                 }
             }
         });
-    }
-}
-
-/// Resolves on SIGTERM or SIGINT (Ctrl-C).
-async fn shutdown_signal() {
-    let interrupt = async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut sigterm) => {
-                sigterm.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = interrupt => {}
-        _ = terminate => {}
     }
 }

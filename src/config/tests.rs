@@ -260,7 +260,11 @@ fn bad_values_name_the_flag() {
         (&["--port", "abc"], "--port", "0-65535"),
         (&["--port", "65536"], "--port", "0-65535"),
         (&["--port", "-1"], "--port", "0-65535"),
-        (&["--worker-urls", "grpc://w:1"], "--worker-urls", "http://"),
+        (
+            &["--worker-urls", "ipc:///tmp/w"],
+            "--worker-urls",
+            "grpc://",
+        ),
         (
             &["--worker-urls", "HTTP://w:1"],
             "--worker-urls",
@@ -781,7 +785,7 @@ fn prefill_and_decode_flags_are_checked() {
     );
     let e = error(&["--pd-disaggregation", "--prefill", "http://p:1", "2", "3"]);
     assert!(e.contains("at most one bootstrap port"), "{e}");
-    let e = error(&["--pd-disaggregation", "--prefill", "grpc://p:1"]);
+    let e = error(&["--pd-disaggregation", "--prefill", "ipc:///tmp/p"]);
     assert!(e.contains("--prefill"), "{e}");
     let e = error(&["--prefill", "http://p:1"]);
     assert!(

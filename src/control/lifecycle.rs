@@ -265,20 +265,26 @@ async fn register(
 /// Finds out what a worker is, the one way for command-line workers and `POST`/`PUT
 /// /workers` alike (both arrive here as registration jobs): over HTTP, waits until it
 /// answers and settles the protocol, detects its runtime and models, and under
-/// `--dp-aware` reads its data-parallel size. gRPC and ZMQ workers are stored as given, so
-/// operators see them; they get no traffic until their transports exist.
+/// `--dp-aware` reads its data-parallel size. Over gRPC, asks the engine what it serves and
+/// loads its tokenizer ([`super::grpc`]). ZMQ workers are stored as given, so operators see
+/// them; they get no traffic until their transport exists.
 async fn discover(
     control: &Control,
     client: &CallClient,
     id: Uuid,
     spec: &WorkerSpec,
 ) -> Result<(Discovered, Option<DpSize>), String> {
-    if !matches!(spec.url.transport, Transport::Http { .. }) {
-        return Ok((Discovered::default(), None));
-    }
-    let bearer = crate::fleet::bearer(spec.api_key.as_ref());
     // The spec's health settings resolved against the gateway's defaults.
     let probe_worker = Worker::new(id, spec.clone(), Discovered::default(), &control.defaults);
+    match spec.url.transport {
+        Transport::Http { .. } => {}
+        Transport::Grpc { .. } => {
+            let timeout = probe_worker.health.timeout;
+            return Ok((super::grpc::discover(control, spec, timeout).await?, None));
+        }
+        Transport::Zmq { .. } => return Ok((Discovered::default(), None)),
+    }
+    let bearer = crate::fleet::bearer(spec.api_key.as_ref());
     let want = Want::from_settings(spec.http_pool.http2, control.upstream_http2);
     let timeout = probe_worker.health.timeout;
     if spec.runtime_type == RuntimeType::External {
@@ -404,7 +410,7 @@ fn startup_specs(config: &ControlSettings) -> Result<Vec<WorkerSpec>, String> {
 fn admit(control: &Arc<Control>, client: &CallClient, worker: Worker) {
     let worker = Arc::new(worker);
     let status = match (&worker.transport, worker.health.disabled) {
-        (Transport::Grpc { .. } | Transport::Zmq { .. }, _) => Status::NotReady,
+        (Transport::Zmq { .. }, _) => Status::NotReady,
         (_, true) => Status::Ready,
         // The registration probe counts as the first success.
         (_, false) if worker.record_probe(true) >= worker.health.success_threshold => Status::Ready,
@@ -425,7 +431,7 @@ fn publish(control: &Arc<Control>, client: &CallClient, worker: Arc<Worker>, sta
         status = status.as_str(),
         "worker registered"
     );
-    if matches!(worker.transport, Transport::Http { .. }) {
+    if !matches!(worker.transport, Transport::Zmq { .. }) {
         tokio::spawn(watch(control.clone(), client.clone(), worker));
     }
 }
@@ -454,17 +460,18 @@ async fn watch(control: Arc<Control>, client: CallClient, registered: Arc<Worker
             health.check_interval
         };
         sleep(interval).await;
-        let Transport::Http { .. } = worker.transport else {
-            return;
+        let ok = match worker.transport {
+            Transport::Http { .. } => probe_health(
+                client.pool(worker.http2),
+                &worker.spec.url,
+                worker.bearer.as_ref(),
+                health.timeout,
+            )
+            .await
+            .is_ok(),
+            Transport::Grpc { .. } => super::grpc::probe(&control, &worker).await,
+            Transport::Zmq { .. } => return,
         };
-        let ok = probe_health(
-            client.pool(worker.http2),
-            &worker.spec.url,
-            worker.bearer.as_ref(),
-            health.timeout,
-        )
-        .await
-        .is_ok();
         control.metrics.health_check(&worker, ok);
         let streak = worker.record_probe(ok);
         let status = worker.status();

@@ -6,6 +6,7 @@
 pub mod calls;
 pub mod detect;
 pub mod external;
+pub mod grpc;
 pub mod jobs;
 pub mod lifecycle;
 pub mod load;
@@ -48,6 +49,17 @@ pub struct ControlSettings {
     pub load_monitor_interval: Duration,
     /// `--disable-load-monitoring`: poll engine load only for groups that need it.
     pub disable_load_monitoring: bool,
+    /// Where gRPC workers' tokenizers and chat templates come from by default.
+    pub language: LanguageSettings,
+}
+
+/// `--model-path`, `--tokenizer-path`, `--chat-template`: the gateway's default tokenizer
+/// and chat template for gRPC workers whose registration names none.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LanguageSettings {
+    pub model_path: Option<std::path::PathBuf>,
+    pub tokenizer_path: Option<std::path::PathBuf>,
+    pub chat_template: Option<std::path::PathBuf>,
 }
 
 impl Default for ControlSettings {
@@ -60,6 +72,7 @@ impl Default for ControlSettings {
             startup_check_interval: Duration::from_secs(30),
             load_monitor_interval: Duration::from_secs(10),
             disable_load_monitoring: false,
+            language: LanguageSettings::default(),
         }
     }
 }
@@ -117,6 +130,8 @@ pub struct Control {
     /// What the control plane's calls to https workers trust.
     pub tls: UpstreamTls,
     pub load_demand: LoadDemand,
+    /// The client to gRPC engines and their loaded tokenizers.
+    pub grpc: grpc::GrpcControl,
 }
 
 #[cfg(test)]

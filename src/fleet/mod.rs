@@ -23,6 +23,7 @@ use http::uri::{Authority, Scheme};
 use http::HeaderValue;
 use uuid::Uuid;
 
+use crate::chat::language::Language;
 use crate::http::guard::{Guard, Release};
 use crate::resilience::{self, Breaker};
 use crate::resilience::{BreakerConfig, BreakerDefaults};
@@ -290,6 +291,19 @@ pub struct Discovered {
     pub labels: BTreeMap<String, String>,
     /// Whether the gateway speaks HTTP/2 to it.
     pub http2: bool,
+    /// A gRPC engine's tokenizer and chat template.
+    pub language: Option<LanguageRef>,
+}
+
+/// A shared [`Language`]: workers of one model share one kit; two references are equal
+/// when they are the same kit.
+#[derive(Clone, Debug)]
+pub struct LanguageRef(pub Arc<Language>);
+
+impl PartialEq for LanguageRef {
+    fn eq(&self, other: &LanguageRef) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 /// The figures that change per request or per probe. Shared by every version of a worker
@@ -351,6 +365,9 @@ pub struct Worker {
     /// With `--dp-aware`, the data-parallel rank of the engine this target stands for;
     /// requests to it go to the engine's URL with the rank pinned in the body.
     pub dp: Option<dp::DpRank>,
+    /// A gRPC engine's tokenizer and chat template (the gateway does the language work);
+    /// `None` for HTTP workers.
+    pub language: Option<Arc<Language>>,
     live: Arc<Live>,
 }
 
@@ -410,6 +427,7 @@ impl Worker {
             model_names,
             labels,
             http2: discovered.http2,
+            language: discovered.language.map(|l| l.0),
             overload: overload::Thresholds::resolve(&defaults.overload, &spec.overload),
             request_timeout: spec
                 .http_pool
@@ -490,6 +508,7 @@ impl Worker {
             model_names: self.model_names.clone(),
             labels,
             http2: self.http2,
+            language: self.language.clone(),
             overload: self.overload,
             request_timeout: self.request_timeout,
             pool: self.pool,

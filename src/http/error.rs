@@ -28,6 +28,12 @@ pub enum GatewayError {
     NoAvailableWorkers,
     /// Under `--enable-igw`: no registered worker serves the requested model (spec 2).
     ModelNotFound,
+    /// The request cannot be served as asked (the gateway read it for its own pipeline).
+    InvalidRequest { message: String },
+    /// The model's chat template refused the conversation or failed on it.
+    ChatTemplate { message: String },
+    /// A gRPC engine reported a failed generation.
+    EngineFailed { message: String },
     /// A route of the contract that this build does not serve yet.
     NotImplemented { route: &'static str },
     /// The request body is larger than `--max-payload-size`.
@@ -114,6 +120,9 @@ impl GatewayError {
             G::ModelNotFound =>               (S::NOT_FOUND,           "model_not_found",                 NO_WORKERS,     KEEP),
             G::OverloadShed { .. } =>         (S::SERVICE_UNAVAILABLE, "worker_overload_protection_shed", NO_WORKERS,     KEEP),
             G::NotImplemented { .. } =>       (S::NOT_IMPLEMENTED,     "not_implemented",                 INTERNAL,       KEEP),
+            G::InvalidRequest { .. } =>       (S::BAD_REQUEST,         "invalid_request",                 VALIDATION,     KEEP),
+            G::ChatTemplate { .. } =>         (S::BAD_REQUEST,         "chat_template_error",             VALIDATION,     KEEP),
+            G::EngineFailed { .. } =>         (S::BAD_GATEWAY,         "worker_generation_failed",        BACKEND,        KEEP),
             G::UpstreamConnect =>             (S::BAD_GATEWAY,         "worker_connect_failed",           BACKEND,        KEEP),
             G::UpstreamBroken =>              (S::BAD_GATEWAY,         "worker_connection_error",         BACKEND,        KEEP),
             G::UpstreamTls { .. } =>          (S::BAD_GATEWAY,         "worker_tls_failed",               BACKEND,        KEEP),
@@ -173,6 +182,11 @@ impl fmt::Display for GatewayError {
             GatewayError::NoAvailableWorkers => f.write_str("no available workers"),
             // The model is not repeated: it is the client's string, of any length.
             GatewayError::ModelNotFound => f.write_str("no worker serves the requested model"),
+            GatewayError::InvalidRequest { message } => f.write_str(message),
+            GatewayError::ChatTemplate { message } => write!(f, "chat template: {message}"),
+            GatewayError::EngineFailed { message } => {
+                write!(f, "the engine failed the generation: {message}")
+            }
             GatewayError::NotImplemented { route } => {
                 write!(f, "{route} is not implemented by this gateway yet")
             }

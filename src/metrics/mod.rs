@@ -101,6 +101,10 @@ pub struct Metrics {
     router_requests: Counters<6>,
     router_duration: Histograms<5>,
     router_errors: Counters<6>,
+    router_ttft: Histograms<4>,
+    router_tpot: Histograms<4>,
+    router_generation: Histograms<4>,
+    router_tokens: Counters<5>,
     upstream_responses: Counters<3>,
     /// `gw_router_upstream_responses_total` for 200 without a gateway code, pre-resolved.
     upstream_ok: OnceLock<Counter>,
@@ -175,6 +179,16 @@ pub struct Sources {
     pub admission: Arc<Admission>,
 }
 
+/// What a streamed gRPC generation measured (seconds), for [`Metrics::generation`].
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GenerationTiming {
+    pub ttft: Option<f64>,
+    pub tpot: Option<f64>,
+    pub duration: f64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
 /// Where a request was routed, for the router families.
 pub struct RouteLabels<'a> {
     pub connection_mode: &'static str,
@@ -205,8 +219,12 @@ impl Metrics {
             admission_rejected: Family::default(),
             overload_shed: Family::default(),
             router_requests: Family::default(),
-            router_duration: histograms(buckets),
+            router_duration: histograms(buckets.clone()),
             router_errors: Family::default(),
+            router_ttft: histograms(buckets.clone()),
+            router_tpot: histograms(buckets.clone()),
+            router_generation: histograms(buckets),
+            router_tokens: Family::default(),
             upstream_responses: Family::default(),
             upstream_ok: OnceLock::new(),
             send_retries: Family::default(),
@@ -286,6 +304,26 @@ impl Metrics {
             "gw_router_request_errors",
             "Router errors",
             m.router_errors.clone(),
+        );
+        registry.register(
+            "gw_router_ttft_seconds",
+            "Time to first token for streaming on the gRPC router",
+            m.router_ttft.clone(),
+        );
+        registry.register(
+            "gw_router_tpot_seconds",
+            "Mean inter-token latency, streaming gRPC with more than one token",
+            m.router_tpot.clone(),
+        );
+        registry.register(
+            "gw_router_tokens",
+            "Tokens of streaming gRPC generations",
+            m.router_tokens.clone(),
+        );
+        registry.register(
+            "gw_router_generation_duration_seconds",
+            "Streaming generation time on gRPC",
+            m.router_generation.clone(),
         );
         registry.register(
             "gw_router_upstream_responses",
@@ -500,6 +538,39 @@ impl Metrics {
             .inc();
     }
 
+    /// The timing and token counts of one streamed generation on the gRPC router: `ttft`
+    /// from the request's arrival to its first token, `tpot` the mean gap between tokens
+    /// (only with more than one), `duration` the whole generation.
+    pub fn generation(&self, route: &RouteLabels<'_>, timing: &GenerationTiming) {
+        let model = self.model(route.model);
+        let labels: Labels<4> = [
+            ("router_type", "grpc".into()),
+            ("backend_type", "regular".into()),
+            ("model", model.clone()),
+            ("endpoint", route.endpoint.into()),
+        ];
+        if let Some(ttft) = timing.ttft {
+            self.router_ttft.get_or_create(&labels).observe(ttft);
+        }
+        if timing.output_tokens > 1 {
+            if let Some(tpot) = timing.tpot {
+                self.router_tpot.get_or_create(&labels).observe(tpot);
+            }
+        }
+        self.router_generation
+            .get_or_create(&labels)
+            .observe(timing.duration);
+        for (kind, count) in [
+            ("input", timing.input_tokens),
+            ("output", timing.output_tokens),
+        ] {
+            let [a, b, c, d] = labels.clone();
+            self.router_tokens
+                .get_or_create(&[a, b, c, d, ("token_type", kind.into())])
+                .inc_by(count);
+        }
+    }
+
     /// A worker's response head (or a failed exchange, with the gateway error code).
     pub fn upstream_response(&self, status: u16, error_code: &'static str) {
         let lookup = || {
@@ -672,9 +743,15 @@ impl AdmissionEvents for Metrics {
 }
 
 /// The labels every router series carries (HTTP router, regular backend).
+/// The router labels of a request; `router_type` follows the connection mode (ZMQ workers
+/// count as gRPC, spec 3).
 fn router_labels(connection_mode: &'static str, model: Label, endpoint: &'static str) -> Labels<5> {
+    let router_type = match connection_mode {
+        "grpc" | "zmq" => "grpc",
+        _ => "http",
+    };
     [
-        ("router_type", "http".into()),
+        ("router_type", router_type.into()),
         ("backend_type", "regular".into()),
         ("connection_mode", connection_mode.into()),
         ("model", model),

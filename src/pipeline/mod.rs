@@ -49,6 +49,7 @@ use crate::resilience::RetryConfig;
 use crate::routing::Policy;
 
 pub use headers::ContentType;
+pub use transport::grpc::GrpcClient;
 pub use transport::http::UpstreamClient;
 
 use transport::Answer;
@@ -111,6 +112,26 @@ pub struct FleetModes {
     pub overload_retry_after: Duration,
 }
 
+/// One data-plane thread's clients to workers, one per transport; their connections never
+/// cross threads.
+pub struct ThreadClients {
+    pub http: UpstreamClient,
+    pub grpc: GrpcClient,
+}
+
+impl ThreadClients {
+    pub fn new(
+        settings: &PipelineSettings,
+        tls: &UpstreamTls,
+        metrics: &Arc<Metrics>,
+    ) -> ThreadClients {
+        ThreadClients {
+            http: UpstreamClient::new(settings, tls),
+            grpc: GrpcClient::new(settings, metrics.clone()),
+        }
+    }
+}
+
 /// What the data path shares across threads: the handles it reads and its settings. Built
 /// once by the wiring; nothing else of the gateway is visible from here.
 pub struct Pipeline {
@@ -135,11 +156,11 @@ struct Seen {
 }
 
 impl Pipeline {
-    /// Serves one inference request on a thread's upstream pools (`client`) and answers it;
+    /// Serves one inference request on a thread's upstream clients and answers it;
     /// `endpoint` is the route's metrics label. The phases, in order.
     pub async fn serve(
         &self,
-        client: &UpstreamClient,
+        clients: &ThreadClients,
         endpoint: &'static str,
         req: Request<Incoming>,
         content_type: ContentType,
@@ -149,7 +170,7 @@ impl Pipeline {
         let result = async {
             let mut prepared = self.prepare(req, content_type).await?;
             let ticket = self.admit(prepared.media()).await?;
-            self.send(client, endpoint, &mut prepared, ticket, &mut seen)
+            self.send(clients, endpoint, &mut prepared, ticket, &mut seen)
                 .await
         }
         .await;

@@ -38,6 +38,8 @@ pub(super) struct Prepared {
     pub json: bool,
     /// The whole request must be over by then (`--request-timeout-secs` from its start).
     pub deadline: Instant,
+    /// When the request arrived (the start of its time to first token).
+    pub arrived: Instant,
     /// What routing may look at.
     pub routing: Routing,
 }
@@ -167,7 +169,8 @@ impl Pipeline {
         if declared.is_some_and(|len| len > limit) {
             return Err(GatewayError::PayloadTooLarge { limit });
         }
-        let deadline = Instant::now() + self.settings.request_timeout;
+        let arrived = Instant::now();
+        let deadline = arrived + self.settings.request_timeout;
 
         let json = content_type == ContentType::Json;
         let needs = self.policy.needs();
@@ -227,6 +230,7 @@ impl Pipeline {
             _charge: charge,
             json,
             deadline,
+            arrived,
             routing,
         })
     }

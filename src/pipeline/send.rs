@@ -13,7 +13,7 @@ use uuid::Uuid;
 use super::prepare::Prepared;
 use super::select::{self, NoPick};
 use super::transport::{self, Answer, Attempt, SendError};
-use super::{Pipeline, Seen, UpstreamClient};
+use super::{Pipeline, Seen, ThreadClients};
 use crate::admission::Ticket;
 use crate::fleet::{LoadGuard, Worker};
 use crate::http::body::RespBody;
@@ -33,7 +33,7 @@ impl Pipeline {
     /// Phase 3: attempts until one answer is the client's, or none can be.
     pub(super) async fn send(
         &self,
-        client: &UpstreamClient,
+        clients: &ThreadClients,
         endpoint: &'static str,
         req: &mut Prepared,
         ticket: Ticket,
@@ -52,7 +52,10 @@ impl Pipeline {
         } else {
             None
         };
-        let transports = transport::Transports { http: client };
+        let transports = transport::Transports {
+            http: &clients.http,
+            grpc: &clients.grpc,
+        };
 
         let mut tried: Vec<Uuid> = Vec::new();
         let mut attempt: u32 = 0;
@@ -120,6 +123,7 @@ impl Pipeline {
                         headers,
                         body,
                         deadline,
+                        arrived: req.arrived,
                     },
                 )
                 .await;
@@ -128,6 +132,7 @@ impl Pipeline {
                     self.failed_exchange(&worker, &GatewayError::UpstreamTimeout);
                     return Err(GatewayError::UpstreamTimeout);
                 }
+                Err(SendError::Refused(answer)) => return Err(answer),
                 // The client's body failed, not the worker: no breaker, no retry.
                 Err(SendError::ClientBody(fault)) => {
                     return Err(GatewayError::from_read(

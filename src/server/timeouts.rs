@@ -64,6 +64,17 @@ enum Stage {
     Closing(Instant),
 }
 
+/// The park of one idle stage: once per stage, only between requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Park {
+    /// Not between requests yet (or parking is off).
+    NotYet,
+    /// Between requests: ask at this instant.
+    Due(Instant),
+    /// Asked; the rest of the stage waits for the keep-alive timeout.
+    Asked,
+}
+
 pub struct Timeouts {
     header: Duration,
     keep_alive: Duration,
@@ -74,10 +85,8 @@ pub struct Timeouts {
     /// [`PARK_AFTER`] on a connection that can park (HTTP/1.1, and a keep-alive timeout
     /// longer than it).
     park_after: Option<Duration>,
-    /// When the current idle stage asks to park; `None` outside one, or once asked.
-    park_at: Option<Instant>,
-    /// The current idle stage has asked to park.
-    park_asked: bool,
+    /// Where the current idle stage stands with its park.
+    park: Park,
     /// Request epoch, stream phase and "requests in flight" as last seen.
     seen: (u64, Phase, bool),
 }
@@ -92,8 +101,7 @@ impl Timeouts {
             accepted,
             stage: Stage::First,
             park_after: None,
-            park_at: None,
-            park_asked: false,
+            park: Park::NotYet,
             seen: (0, Phase::NoHead, false),
         }
     }
@@ -142,15 +150,14 @@ impl Timeouts {
         // A connection parks once per idle stage, and only between requests: the rest of
         // an unwanted request body may still be arriving after its response.
         if !matches!(self.stage, Stage::Idle(_)) || self.stage != before {
-            self.park_at = None;
-            self.park_asked = false;
+            self.park = Park::NotYet;
         }
         if !matches!(self.stage, Stage::Idle(_)) || phase != Phase::NoHead {
             return false;
         }
-        match self.park_after {
-            Some(after) if !self.park_asked && self.park_at.is_none() => {
-                self.park_at = Some(Instant::now() + after);
+        match (self.park_after, self.park) {
+            (Some(after), Park::NotYet) => {
+                self.park = Park::Due(Instant::now() + after);
                 true
             }
             _ => false,
@@ -162,9 +169,9 @@ impl Timeouts {
         match self.stage {
             Stage::First => Some((self.accepted + self.header, Expiry::Header)),
             Stage::Busy => None,
-            Stage::Idle(since) => match self.park_at {
-                Some(at) => Some((at, Expiry::Park)),
-                None => Some((since + self.keep_alive, Expiry::Idle)),
+            Stage::Idle(since) => match self.park {
+                Park::Due(at) => Some((at, Expiry::Park)),
+                Park::NotYet | Park::Asked => Some((since + self.keep_alive, Expiry::Idle)),
             },
             Stage::Head(since) => Some((since + self.header, Expiry::Header)),
             Stage::Closing(since) => Some((since + self.header, Expiry::Idle)),
@@ -180,8 +187,10 @@ impl Timeouts {
         cx: &mut Context<'_>,
     ) -> Poll<Expiry> {
         if self.observe(state) {
-            if let Some(at) = self.park_at.filter(|at| *at < sleep.deadline()) {
-                sleep.as_mut().reset(at);
+            if let Park::Due(at) = self.park {
+                if at < sleep.deadline() {
+                    sleep.as_mut().reset(at);
+                }
             }
         }
         loop {
@@ -191,8 +200,7 @@ impl Timeouts {
             match self.deadline() {
                 Some((at, expiry)) if at <= now => {
                     if expiry == Expiry::Park {
-                        self.park_at = None;
-                        self.park_asked = true;
+                        self.park = Park::Asked;
                     }
                     return Poll::Ready(expiry);
                 }
@@ -267,8 +275,7 @@ mod tests {
         };
         assert!(at >= since + PARK_AFTER);
         // Asked once; then the keep-alive deadline of the same stage.
-        t.park_at = None;
-        t.park_asked = true;
+        t.park = Park::Asked;
         assert_eq!(t.deadline(), Some((since + k, Expiry::Idle)));
         set(&state, 2, 1, 0);
         assert!(!t.observe(&state), "a head begins");

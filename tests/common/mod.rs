@@ -8,6 +8,7 @@
 
 pub mod pki;
 pub mod tls;
+pub mod tokenizer;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -22,6 +23,7 @@ use hyper_util::rt::TokioExecutor;
 
 pub const GATEWAY: &str = env!("CARGO_BIN_EXE_tollgate");
 pub const MOCK: &str = env!("CARGO_BIN_EXE_mock-worker");
+pub const GRPC_ENGINE: &str = env!("CARGO_BIN_EXE_grpc-engine");
 
 /// A child process killed on drop, with its stderr captured for assertions and failures.
 pub struct Proc {
@@ -87,25 +89,36 @@ fn capture<R: Read + Send + 'static>(reader: R, log: Arc<Mutex<String>>) {
 
 /// Starts a mock worker with extra flags; returns once it listens.
 pub fn mock(args: &[&str]) -> Proc {
-    let mut child = Command::new(MOCK)
+    listening(MOCK, args)
+}
+
+/// Starts a `grpc-engine` (mock mode unless `args` say `--llama-server`); returns once it
+/// listens. Its event lines (`generate ...`, `abort ...`, `cancelled ...`) land in the log.
+pub fn grpc_engine(args: &[&str]) -> Proc {
+    listening(GRPC_ENGINE, args)
+}
+
+/// Starts a bundled server that announces `LISTENING <addr>` as its first stdout line.
+fn listening(binary: &str, args: &[&str]) -> Proc {
+    let mut child = Command::new(binary)
         .args(["--host", "127.0.0.1", "--port", "0"])
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn mock-worker");
-    let stdout = child.stdout.take().expect("mock stdout");
+        .unwrap_or_else(|e| panic!("spawn {binary}: {e}"));
+    let stdout = child.stdout.take().expect("stdout");
     let mut first = String::new();
     let mut reader = BufReader::new(stdout);
     reader
         .read_line(&mut first)
-        .expect("mock prints its address");
+        .unwrap_or_else(|e| panic!("{binary} prints its address: {e}"));
     let addr: SocketAddr = first
         .trim()
         .strip_prefix("LISTENING ")
-        .unwrap_or_else(|| panic!("unexpected mock output {first:?}"))
+        .unwrap_or_else(|| panic!("unexpected {binary} output {first:?}"))
         .parse()
-        .expect("mock address");
+        .expect("listening address");
     let log = Arc::new(Mutex::new(String::new()));
     capture(reader, log.clone());
     if let Some(err) = child.stderr.take() {

@@ -1,4 +1,5 @@
-"""Processes of the real-engine suite: llama-server engines and the tollgate gateway.
+"""Processes of the real-engine suite: llama-server engines, grpc-engine adapters and the
+tollgate gateway.
 
 Everything runs on 127.0.0.1 with ports picked at start. Each process writes its output to a
 log file in a per-run directory, shown when a test fails.
@@ -126,6 +127,41 @@ def engine(logdir: Path, name: str, port: int | None = None) -> Proc:
 def start_engine(proc: Proc, timeout: float = 120) -> Proc:
     proc.start()
     proc.wait_http("/health", timeout)
+    return proc
+
+
+def grpc_adapter(logdir: Path, name: str, engine: Proc) -> Proc:
+    """grpc-engine in llama mode: SGLang's gRPC scheduler service in front of `engine`,
+    serving the model as MODEL_ALIAS with the tokenizer exported from its GGUF. Its event
+    lines (`generate ...`, `abort ...`, `cancelled ...`) go to its log."""
+    port = free_port()
+    argv = [
+        env_path("TOLLGATE_GRPC_ENGINE_BIN"),
+        "--host", "127.0.0.1", "--port", str(port),
+        "--llama-server", engine.url,
+        "--model", MODEL_ALIAS,
+        "--tokenizer-path", env_path("TOLLGATE_REAL_ENGINE_TOKENIZER"),
+    ]
+    return Proc(name, argv, logdir / f"{name}.log", port)
+
+
+def wait_log(proc: Proc, needles: tuple[str, ...], timeout: float) -> str:
+    """The first line of `proc`'s log containing any of `needles`, waiting up to `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for line in proc.log_tail(10_000).splitlines():
+            if any(n in line for n in needles):
+                return line
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"no line with {needles} in {proc.name}'s log:\n{proc.log_tail()}")
+        if not proc.alive():
+            raise RuntimeError(f"{proc.name} exited:\n{proc.log_tail()}")
+        time.sleep(0.05)
+
+
+def start_grpc_adapter(proc: Proc, timeout: float = 30) -> Proc:
+    proc.start()
+    wait_log(proc, ("LISTENING",), timeout)
     return proc
 
 

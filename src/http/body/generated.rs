@@ -65,6 +65,12 @@ impl FrameSender {
             .map_err(|_| StreamClosed)
     }
 
+    /// Resolves once the client's side is gone, so a producer waiting on its source can
+    /// stop at once instead of at its next frame.
+    pub async fn closed(&self) {
+        self.tx.closed().await;
+    }
+
     /// Ends the stream cleanly after the frames sent. Nothing to report if the client has
     /// gone already.
     pub async fn finish(self) {

@@ -68,10 +68,13 @@ impl Terminal {
     }
 }
 
-/// What the client is told a relay failure was: a stall or the deadline is the worker
+/// What the client is told a relay failure was: a gateway error a producer failed with, as
+/// it is; a stall or the deadline is the worker
 /// being too slow (`worker_timeout`); anything else the worker's connection breaking.
 pub fn gateway_error(err: &BoxError) -> GatewayError {
-    if let Some(stalled) = err.downcast_ref::<Stalled>() {
+    if let Some(own) = err.downcast_ref::<GatewayError>() {
+        own.clone()
+    } else if let Some(stalled) = err.downcast_ref::<Stalled>() {
         GatewayError::UpstreamStalled {
             secs: stalled.after.as_secs(),
         }

@@ -8,6 +8,7 @@
 //! [`Transports`], without touching retries, breakers or metrics.
 
 pub mod credentials;
+pub mod grpc;
 pub mod http;
 
 use std::future::Future;
@@ -15,7 +16,7 @@ use std::time::Instant;
 
 use ::http::{HeaderMap, Response};
 
-use crate::fleet::{ConnectionMode, Worker};
+use crate::fleet::{ConnectionMode, Transport as FleetTransport, Worker};
 use crate::http::body::RespBody;
 use crate::http::error::GatewayError;
 use crate::http::upload::{LimitedBody, ReadError};
@@ -29,6 +30,8 @@ pub struct Attempt<'a> {
     pub body: LimitedBody,
     /// The attempt, relay included, must be over by then.
     pub deadline: Instant,
+    /// When the client's request arrived.
+    pub arrived: Instant,
 }
 
 /// A worker's answer: status and headers for the client, the body still streaming.
@@ -44,6 +47,9 @@ pub enum SendError {
     /// The worker could not be reached, or the exchange broke: one of the gateway's
     /// `worker_*` errors.
     Exchange(GatewayError),
+    /// The request itself cannot be served as asked (the gateway read it for its own
+    /// pipeline): the client's answer, no fault of the worker, never retried.
+    Refused(GatewayError),
 }
 
 /// One way of carrying attempts to workers.
@@ -63,6 +69,7 @@ pub trait Transport {
 /// The transports of this build, chosen by the worker's connection mode.
 pub struct Transports<'a> {
     pub http: &'a http::UpstreamClient,
+    pub grpc: &'a grpc::GrpcClient,
 }
 
 impl Transports<'_> {
@@ -70,6 +77,9 @@ impl Transports<'_> {
     pub fn reaches(&self, worker: &Worker) -> Result<(), GatewayError> {
         match worker.connection_mode() {
             ConnectionMode::Http => self.http.reaches(worker),
+            ConnectionMode::Grpc if matches!(worker.transport, FleetTransport::Grpc { .. }) => {
+                self.grpc.reaches(worker)
+            }
             other => Err(GatewayError::UnsupportedTransport {
                 transport: other.as_str(),
             }),
@@ -80,6 +90,9 @@ impl Transports<'_> {
     pub async fn send(&self, worker: &Worker, attempt: Attempt<'_>) -> Result<Answer, SendError> {
         match worker.connection_mode() {
             ConnectionMode::Http => self.http.send(worker, attempt).await,
+            ConnectionMode::Grpc if matches!(worker.transport, FleetTransport::Grpc { .. }) => {
+                self.grpc.send(worker, attempt).await
+            }
             other => Err(SendError::Exchange(GatewayError::UnsupportedTransport {
                 transport: other.as_str(),
             })),

@@ -1,0 +1,291 @@
+//! Command-line flags.
+//!
+//! Parsed with `lexopt`, as a pure function over an argument list so it can be unit tested;
+//! `main` reports errors (one line on stderr, exit code 2).
+
+use std::ffi::OsString;
+
+use crate::shared::{parsed_value, string_value};
+
+/// What answers `Generate`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// A fake engine that echoes the prompt's ids (see `mock.rs`).
+    Mock,
+    /// An adapter in front of llama.cpp's `llama-server` at this base URL (`llama.rs`).
+    Llama { url: String },
+}
+
+/// Everything the command line can set.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Flags {
+    pub host: String,
+    pub port: u16,
+    pub threads: usize,
+    pub mode: Mode,
+    /// `served_model_name` in GetModelInfo.
+    pub model: String,
+    /// `tokenizer_path` in GetModelInfo; in llama mode also the vocabulary that recovers
+    /// the token ids llama-server leaves out of its stream (see `recover.rs`).
+    pub tokenizer_path: Option<String>,
+    /// `max_context_length`; in llama mode it overrides what llama-server reports.
+    pub max_context: Option<u32>,
+    /// `eos_token_ids`; the mock also stops on them.
+    pub eos_token_ids: Vec<u32>,
+    pub faults: Faults,
+    pub timing: Timing,
+}
+
+/// Delays of the mock engine.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Timing {
+    /// Before the first token.
+    pub ttft_ms: u64,
+    /// Between tokens.
+    pub itl_ms: u64,
+}
+
+/// Injected failures, in either mode.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// HealthCheck answers `healthy: false`.
+    pub fail_health: bool,
+    /// Every Generate answers one GenerateError with this message.
+    pub generate_error: Option<String>,
+    /// A generation's stream breaks with a gRPC error after this many tokens.
+    pub drop_after: Option<u32>,
+}
+
+/// Result of parsing: either run with these flags or print help.
+#[derive(Debug)]
+pub enum Command {
+    Run(Box<Flags>),
+    Help,
+}
+
+/// The mock's context window when `--max-context` is not given.
+pub const DEFAULT_MOCK_CONTEXT: u32 = 4096;
+
+pub const HELP: &str = "\
+grpc-engine: SGLang's gRPC scheduler service (sglang.grpc.scheduler.SglangScheduler) over
+HTTP/2, as a deterministic fake engine or as an adapter in front of llama.cpp's llama-server
+
+USAGE: grpc-engine [FLAGS]
+
+Server:
+  --host ADDR               bind address (default 127.0.0.1)
+  --port N                  bind port, 0 picks a free one (default 0); prints
+                            `LISTENING <ip>:<port>` once bound
+  --threads N               tokio worker threads (default 1)
+
+Mode:
+  (default)                 mock: echo the prompt's ids back, cycling
+  --llama-server URL        adapter: generate with the llama-server at URL (http://host:port)
+
+Model info (GetModelInfo):
+  --model NAME              served_model_name (default mock-model)
+  --tokenizer-path PATH     tokenizer_path; in llama mode, its tokenizer.json also restores the
+                            token ids llama-server leaves out of a stream mid-character
+  --max-context N           max_context_length (mock default 4096; llama: from llama-server)
+  --eos-token-id N          an EOS id, repeatable (mock: stops on it; llama: from llama-server)
+
+Mock timing:
+  --ttft-ms N               delay before the first token (default 0)
+  --itl-ms N                delay between tokens (default 0)
+
+Faults (either mode):
+  --fail-health             HealthCheck answers healthy: false
+  --generate-error MESSAGE  every Generate answers a GenerateError with MESSAGE
+  --drop-after N            break each stream with a gRPC error after N tokens
+
+Stdout, one line per event (request ids with spaces or control characters are escaped):
+  LISTENING <ip>:<port>
+  generate request_id=ID input_ids=N max_new_tokens=M|none stream=B temperature=T top_p=P
+           top_k=K min_p=P stop_token_ids=[..] stop=[..] ignore_eos=B
+  finish request_id=ID reason=stop|length|abort completion_tokens=N
+  error request_id=ID message=JSON
+  abort request_id=ID found=B
+  cancelled request_id=ID
+  restored request_id=ID tokens=N   (llama: ids llama-server left out, put back)
+  withheld request_id=ID tokens=N   (llama: ids lost at the end, counted only)
+
+  -h, --help                print this help
+";
+
+impl Default for Flags {
+    fn default() -> Self {
+        Flags {
+            host: "127.0.0.1".to_string(),
+            port: 0,
+            threads: 1,
+            mode: Mode::Mock,
+            model: "mock-model".to_string(),
+            tokenizer_path: None,
+            max_context: None,
+            eos_token_ids: Vec::new(),
+            faults: Faults::default(),
+            timing: Timing::default(),
+        }
+    }
+}
+
+/// Parses the arguments that follow the program name.
+pub fn parse<I>(args: I) -> Result<Command, String>
+where
+    I: IntoIterator,
+    I::Item: Into<OsString>,
+{
+    use lexopt::prelude::*;
+
+    let mut flags = Flags::default();
+    let mut parser = lexopt::Parser::from_args(args);
+    while let Some(arg) = parser.next().map_err(|e| e.to_string())? {
+        match arg {
+            Short('h') | Long("help") => return Ok(Command::Help),
+            Long("host") => flags.host = string_value(&mut parser)?,
+            Long("port") => flags.port = parsed_value(&mut parser, "--port")?,
+            Long("threads") => flags.threads = parsed_value(&mut parser, "--threads")?,
+            Long("llama-server") => {
+                flags.mode = Mode::Llama {
+                    url: string_value(&mut parser)?,
+                }
+            }
+            Long("model") => flags.model = string_value(&mut parser)?,
+            Long("tokenizer-path") => flags.tokenizer_path = Some(string_value(&mut parser)?),
+            Long("max-context") => {
+                flags.max_context = Some(parsed_value(&mut parser, "--max-context")?)
+            }
+            Long("eos-token-id") => flags
+                .eos_token_ids
+                .push(parsed_value(&mut parser, "--eos-token-id")?),
+            Long("ttft-ms") => flags.timing.ttft_ms = parsed_value(&mut parser, "--ttft-ms")?,
+            Long("itl-ms") => flags.timing.itl_ms = parsed_value(&mut parser, "--itl-ms")?,
+            Long("fail-health") => flags.faults.fail_health = true,
+            Long("generate-error") => {
+                flags.faults.generate_error = Some(string_value(&mut parser)?)
+            }
+            Long("drop-after") => {
+                flags.faults.drop_after = Some(parsed_value(&mut parser, "--drop-after")?)
+            }
+            other => return Err(other.unexpected().to_string()),
+        }
+    }
+    validate(&flags)?;
+    Ok(Command::Run(Box::new(flags)))
+}
+
+fn validate(flags: &Flags) -> Result<(), String> {
+    if flags.threads == 0 {
+        return Err("--threads must be at least 1".to_string());
+    }
+    if flags.max_context == Some(0) {
+        return Err("--max-context must be at least 1".to_string());
+    }
+    if flags.max_context.is_some_and(|n| n > i32::MAX as u32) {
+        return Err("--max-context does not fit the protocol's int32".to_string());
+    }
+    if let Mode::Llama { url } = &flags.mode {
+        if !url.starts_with("http://") {
+            return Err(format!(
+                "--llama-server must be an http:// URL, got '{url}'"
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(args: &[&str]) -> Result<Flags, String> {
+        match parse(args.iter().copied())? {
+            Command::Run(flags) => Ok(*flags),
+            Command::Help => Err("help".to_string()),
+        }
+    }
+
+    #[test]
+    fn defaults_are_a_mock_on_a_free_port() {
+        let flags = run(&[]).unwrap();
+        assert_eq!(flags, Flags::default());
+        assert_eq!(flags.mode, Mode::Mock);
+        assert_eq!(flags.port, 0);
+    }
+
+    #[test]
+    fn llama_mode_and_identity() {
+        let flags = run(&[
+            "--llama-server",
+            "http://127.0.0.1:8080",
+            "--model",
+            "smollm2",
+            "--tokenizer-path",
+            "/tmp/tok",
+            "--max-context",
+            "2048",
+            "--eos-token-id",
+            "2",
+            "--eos-token-id=0",
+        ])
+        .unwrap();
+        assert_eq!(
+            flags.mode,
+            Mode::Llama {
+                url: "http://127.0.0.1:8080".into()
+            }
+        );
+        assert_eq!(flags.model, "smollm2");
+        assert_eq!(flags.tokenizer_path.as_deref(), Some("/tmp/tok"));
+        assert_eq!(flags.max_context, Some(2048));
+        assert_eq!(flags.eos_token_ids, [2, 0]);
+    }
+
+    #[test]
+    fn faults_and_timing() {
+        let flags = run(&[
+            "--fail-health",
+            "--generate-error",
+            "out of memory",
+            "--drop-after",
+            "3",
+            "--ttft-ms",
+            "40",
+            "--itl-ms",
+            "5",
+        ])
+        .unwrap();
+        assert!(flags.faults.fail_health);
+        assert_eq!(
+            flags.faults.generate_error.as_deref(),
+            Some("out of memory")
+        );
+        assert_eq!(flags.faults.drop_after, Some(3));
+        assert_eq!(
+            flags.timing,
+            Timing {
+                ttft_ms: 40,
+                itl_ms: 5
+            }
+        );
+    }
+
+    #[test]
+    fn errors_are_reported_not_panicked() {
+        assert!(run(&["--port", "banana"]).is_err());
+        assert!(run(&["--port"]).is_err());
+        assert!(run(&["--bogus"]).is_err());
+        assert!(run(&["--threads", "0"]).is_err());
+        assert!(run(&["--max-context", "0"]).is_err());
+        assert!(run(&["--max-context", "4294967295"]).is_err());
+        assert!(run(&["--eos-token-id", "-1"]).is_err());
+        assert!(run(&["--llama-server", "https://x"]).is_err());
+        assert!(run(&["--drop-after", "x"]).is_err());
+    }
+
+    #[test]
+    fn help() {
+        assert!(matches!(parse(["--help"]), Ok(Command::Help)));
+        assert!(matches!(parse(["-h"]), Ok(Command::Help)));
+    }
+}

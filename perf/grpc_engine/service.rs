@@ -1,0 +1,326 @@
+//! The `SglangScheduler` service: what both modes share around the backend that generates.
+//!
+//! Each Generate runs in its own task feeding a small channel that is the response
+//! stream. The task races the backend against two ends: Abort (the generation closes with
+//! finish_reason "abort") and the gateway dropping the stream (noticed as the channel's
+//! receiver going away, even while the backend waits). Dropping the backend's future is
+//! what stops it; for llama-server that drops the upstream request.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{mpsc, oneshot};
+use tollgate::grpc::sglang::sglang_scheduler_server::SglangScheduler;
+use tollgate::grpc::sglang::{
+    AbortRequest, AbortResponse, GenerateRequest, GetModelInfoRequest, GetModelInfoResponse,
+    HealthCheckRequest, HealthCheckResponse,
+};
+use tonic::{Request, Response, Status};
+
+use crate::cli::{Faults, Flags, Mode, DEFAULT_MOCK_CONTEXT};
+use crate::llama::{Facts, Llama};
+use crate::mock::Mock;
+use crate::say::{self, Id};
+use crate::sink::{Finish, Item, ReceiverStream, Sink, Stop, CHANNEL_CAPACITY};
+use crate::vocab::Vocab;
+
+/// Generations at once; past it Generate answers RESOURCE_EXHAUSTED.
+const MAX_LIVE: usize = 4096;
+
+/// Who generates.
+pub enum Backend {
+    Mock(Mock),
+    Llama(Box<Llama>),
+}
+
+impl Backend {
+    /// The backend the flags ask for. In llama mode an existing `--tokenizer-path` must
+    /// load as a byte-level vocabulary; one that does not exist on this machine (a hub
+    /// name the gateway resolves) is only reported to the gateway.
+    pub fn from_flags(flags: &Flags) -> Result<Backend, String> {
+        match &flags.mode {
+            Mode::Mock => Ok(Backend::Mock(Mock {
+                timing: flags.timing,
+                eos_token_ids: flags.eos_token_ids.clone(),
+                max_context: flags.max_context.unwrap_or(DEFAULT_MOCK_CONTEXT),
+            })),
+            Mode::Llama { url } => {
+                let vocab = match &flags.tokenizer_path {
+                    Some(path) if Path::new(path).exists() => Some(Arc::new(
+                        Vocab::load(Path::new(path))
+                            .map_err(|e| format!("--tokenizer-path: {e}"))?,
+                    )),
+                    _ => None,
+                };
+                Ok(Backend::Llama(Box::new(Llama::new(url, vocab))))
+            }
+        }
+    }
+
+    async fn generate(&self, request: &GenerateRequest, sink: &mut Sink) -> Result<(), Stop> {
+        match self {
+            Backend::Mock(mock) => mock.generate(request, sink).await,
+            Backend::Llama(llama) => llama.generate(request, sink).await,
+        }
+    }
+
+    async fn health(&self) -> Result<(), String> {
+        match self {
+            Backend::Mock(_) => Ok(()),
+            Backend::Llama(llama) => llama.health().await,
+        }
+    }
+
+    async fn facts(&self, flags: &Flags) -> Result<Facts, String> {
+        match self {
+            Backend::Mock(mock) => Ok(Facts {
+                // SGLang's tokenizer path defaults to its model path; the mock has only the
+                // former to offer.
+                model_path: flags
+                    .tokenizer_path
+                    .clone()
+                    .unwrap_or_else(|| flags.model.clone()),
+                max_context: Some(mock.max_context),
+                eos_token_ids: mock.eos_token_ids.clone(),
+                bos_token_id: None,
+                vocab_size: None,
+            }),
+            Backend::Llama(llama) => llama.facts().await,
+        }
+    }
+}
+
+/// The generations running now, by request id, each with the way to abort it.
+#[derive(Default)]
+struct Live {
+    aborts: Mutex<HashMap<String, oneshot::Sender<()>>>,
+}
+
+/// Removes a generation from [`Live`] when its task ends, however it ends.
+struct Registration {
+    live: Arc<Live>,
+    request_id: String,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if let Ok(mut aborts) = self.live.aborts.lock() {
+            aborts.remove(&self.request_id);
+        }
+    }
+}
+
+impl Live {
+    fn register(
+        self: &Arc<Self>,
+        request_id: &str,
+    ) -> Result<(Registration, oneshot::Receiver<()>), Status> {
+        let mut aborts = self
+            .aborts
+            .lock()
+            .map_err(|_| Status::internal("generation registry poisoned"))?;
+        if aborts.contains_key(request_id) {
+            return Err(Status::already_exists(format!(
+                "request_id {request_id} is already generating"
+            )));
+        }
+        if aborts.len() >= MAX_LIVE {
+            return Err(Status::resource_exhausted(format!(
+                "{MAX_LIVE} generations are running"
+            )));
+        }
+        let (tx, rx) = oneshot::channel();
+        aborts.insert(request_id.to_string(), tx);
+        let registration = Registration {
+            live: self.clone(),
+            request_id: request_id.to_string(),
+        };
+        Ok((registration, rx))
+    }
+
+    /// Signals the generation; `false` if none runs under that id.
+    fn abort(&self, request_id: &str) -> bool {
+        let sender = self
+            .aborts
+            .lock()
+            .ok()
+            .and_then(|mut aborts| aborts.remove(request_id));
+        sender.is_some_and(|tx| tx.send(()).is_ok())
+    }
+}
+
+/// Everything a request handler needs.
+pub struct Engine {
+    backend: Backend,
+    flags: Flags,
+    live: Arc<Live>,
+}
+
+impl Engine {
+    pub fn new(backend: Backend, flags: Flags) -> Engine {
+        Engine {
+            backend,
+            flags,
+            live: Arc::new(Live::default()),
+        }
+    }
+
+    fn faults(&self) -> &Faults {
+        &self.flags.faults
+    }
+
+    async fn run(
+        &self,
+        request: GenerateRequest,
+        tx: mpsc::Sender<Item>,
+        aborted: oneshot::Receiver<()>,
+        registration: Registration,
+    ) {
+        let gone = tx.clone();
+        let mut sink = Sink::new(
+            tx,
+            request.request_id.clone(),
+            request.stream,
+            self.faults().drop_after,
+        );
+        let outcome = tokio::select! {
+            result = self.backend.generate(&request, &mut sink) => Outcome::Ended(result),
+            () = gone.closed() => Outcome::Ended(Err(Stop::Cancelled)),
+            signal = aborted => match signal {
+                Ok(()) => Outcome::Aborted,
+                // The sender lives in the registry until this task ends: not reached.
+                Err(_) => Outcome::Ended(Ok(())),
+            },
+        };
+        match outcome {
+            Outcome::Aborted => {
+                let counts = sink.counts();
+                if sink.finish(Finish::Abort, counts).await == Err(Stop::Cancelled) {
+                    cancelled(&request.request_id);
+                }
+            }
+            Outcome::Ended(Err(Stop::Cancelled)) => cancelled(&request.request_id),
+            Outcome::Ended(Ok(()) | Err(Stop::Dropped | Stop::Ended)) => {}
+        }
+        drop(registration);
+    }
+}
+
+enum Outcome {
+    Ended(Result<(), Stop>),
+    Aborted,
+}
+
+fn cancelled(request_id: &str) {
+    say::line(format_args!("cancelled request_id={}", Id(request_id)));
+}
+
+/// The tonic service: a cheap handle on the shared [`Engine`].
+#[derive(Clone)]
+pub struct Scheduler(pub Arc<Engine>);
+
+#[tonic::async_trait]
+impl SglangScheduler for Scheduler {
+    type GenerateStream = ReceiverStream;
+
+    async fn generate(
+        &self,
+        request: Request<GenerateRequest>,
+    ) -> Result<Response<ReceiverStream>, Status> {
+        let request = request.into_inner();
+        say::generate(&request);
+        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+        let engine = self.0.clone();
+        if let Some(message) = &engine.faults().generate_error {
+            let mut sink = Sink::new(tx, request.request_id.clone(), request.stream, None);
+            // The channel is empty: the send cannot wait.
+            let _ = sink.fail(message, 500).await;
+            return Ok(Response::new(ReceiverStream(rx)));
+        }
+        let (registration, aborted) = engine.live.register(&request.request_id)?;
+        tokio::spawn(async move { engine.run(request, tx, aborted, registration).await });
+        Ok(Response::new(ReceiverStream(rx)))
+    }
+
+    async fn health_check(
+        &self,
+        _request: Request<HealthCheckRequest>,
+    ) -> Result<Response<HealthCheckResponse>, Status> {
+        let verdict = if self.0.faults().fail_health {
+            Err("unhealthy (--fail-health)".to_string())
+        } else {
+            self.0.backend.health().await
+        };
+        let response = match verdict {
+            Ok(()) => HealthCheckResponse {
+                healthy: true,
+                message: "ok".to_string(),
+            },
+            Err(message) => HealthCheckResponse {
+                healthy: false,
+                message,
+            },
+        };
+        Ok(Response::new(response))
+    }
+
+    async fn abort(
+        &self,
+        request: Request<AbortRequest>,
+    ) -> Result<Response<AbortResponse>, Status> {
+        let request_id = request.into_inner().request_id;
+        let found = self.0.live.abort(&request_id);
+        say::line(format_args!(
+            "abort request_id={} found={found}",
+            Id(&request_id)
+        ));
+        let message = if found { "aborted" } else { "not found" };
+        Ok(Response::new(AbortResponse {
+            success: found,
+            message: format!("request {request_id} {message}"),
+        }))
+    }
+
+    async fn get_model_info(
+        &self,
+        _request: Request<GetModelInfoRequest>,
+    ) -> Result<Response<GetModelInfoResponse>, Status> {
+        let flags = &self.0.flags;
+        let facts = self
+            .0
+            .backend
+            .facts(flags)
+            .await
+            .map_err(Status::unavailable)?;
+        let max_context = flags.max_context.or(facts.max_context).unwrap_or(0);
+        let eos_token_ids = if flags.eos_token_ids.is_empty() {
+            facts.eos_token_ids
+        } else {
+            flags.eos_token_ids.clone()
+        };
+        let max_context = i32::try_from(max_context).unwrap_or(i32::MAX);
+        Ok(Response::new(GetModelInfoResponse {
+            model_path: facts.model_path,
+            tokenizer_path: flags.tokenizer_path.clone().unwrap_or_default(),
+            is_generation: true,
+            served_model_name: flags.model.clone(),
+            max_context_length: max_context,
+            vocab_size: facts
+                .vocab_size
+                .and_then(|n| i32::try_from(n).ok())
+                .unwrap_or(0),
+            eos_token_ids: eos_token_ids
+                .iter()
+                .filter_map(|&id| i32::try_from(id).ok())
+                .collect(),
+            bos_token_id: facts
+                .bos_token_id
+                .and_then(|id| i32::try_from(id).ok())
+                .unwrap_or(0),
+            // One token of the window is the first generated one.
+            max_req_input_len: max_context.saturating_sub(1).max(0),
+            ..Default::default()
+        }))
+    }
+}

@@ -1,0 +1,148 @@
+//! Calls to one SGLang scheduler over the gateway's own HTTP/2 client (h2c, prior
+//! knowledge): tonic's generated client encodes the messages and frames, hyper carries
+//! them, so a data-plane thread's pool reuses its connections to each engine and no
+//! connection crosses threads.
+
+use std::fmt;
+use std::time::Duration;
+
+use http::uri::{Authority, Scheme};
+use http::Uri;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use tonic::{Code, Request, Status, Streaming};
+
+use super::sglang::sglang_scheduler_client::SglangSchedulerClient;
+use super::sglang::{
+    AbortRequest, GenerateRequest, GenerateResponse, GetModelInfoRequest, GetModelInfoResponse,
+    HealthCheckRequest,
+};
+use crate::http::client::{build, ClientOptions, CONNECT_TIMEOUT};
+
+/// A pooled HTTP/2 client that carries gRPC calls; one per thread that makes calls.
+pub type Wire = Client<HttpConnector, tonic::body::Body>;
+
+/// Builds a [`Wire`]: h2c with prior knowledge, idle connections kept `idle_timeout`
+/// (`None`: forever).
+pub fn wire(idle_timeout: Option<Duration>) -> Wire {
+    build(ClientOptions::data_path_h2c(
+        usize::MAX,
+        idle_timeout,
+        CONNECT_TIMEOUT,
+    ))
+}
+
+/// Why a call to an engine failed.
+#[derive(Debug)]
+pub enum CallError {
+    /// No answer in time.
+    Timeout,
+    /// The engine answered with a gRPC status other than OK, or the exchange broke (tonic
+    /// reports transport failures as `UNAVAILABLE`/`UNKNOWN` statuses too).
+    Status(Status),
+}
+
+impl CallError {
+    /// Whether the engine does not serve this method.
+    pub fn is_unimplemented(&self) -> bool {
+        matches!(self, CallError::Status(s) if s.code() == Code::Unimplemented)
+    }
+}
+
+impl fmt::Display for CallError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CallError::Timeout => f.write_str("no answer in time"),
+            CallError::Status(s) if s.message().is_empty() => write!(f, "{:?}", s.code()),
+            CallError::Status(s) => write!(f, "{:?}: {}", s.code(), s.message()),
+        }
+    }
+}
+
+impl std::error::Error for CallError {}
+
+/// One SGLang scheduler, reached through `wire`. Cheap to build per call: it holds the
+/// pool handle and the engine's origin.
+#[derive(Clone)]
+pub struct Scheduler {
+    rpc: SglangSchedulerClient<Wire>,
+}
+
+impl Scheduler {
+    /// The scheduler at `authority` (host:port of a `grpc://` URL).
+    pub fn new(wire: Wire, authority: &Authority) -> Scheduler {
+        let origin = Uri::builder()
+            .scheme(Scheme::HTTP)
+            .authority(authority.clone())
+            .path_and_query("/")
+            .build()
+            .unwrap_or_default();
+        Scheduler {
+            rpc: SglangSchedulerClient::with_origin(wire, origin),
+        }
+    }
+
+    /// `HealthCheck`: whether the engine says it can generate.
+    pub async fn health(&self, timeout: Duration) -> Result<bool, CallError> {
+        let mut rpc = self.rpc.clone();
+        let call = rpc.health_check(timed(HealthCheckRequest::default(), timeout));
+        Ok(bounded(timeout, call).await?.healthy)
+    }
+
+    /// `GetModelInfo`: what the engine serves.
+    pub async fn model_info(&self, timeout: Duration) -> Result<GetModelInfoResponse, CallError> {
+        let mut rpc = self.rpc.clone();
+        bounded(
+            timeout,
+            rpc.get_model_info(timed(GetModelInfoRequest {}, timeout)),
+        )
+        .await
+    }
+
+    /// `Generate`: starts one generation and returns its stream once the engine answered
+    /// the call (the stream's messages are read by the caller, each within its own bound).
+    pub async fn generate(
+        &self,
+        request: GenerateRequest,
+        timeout: Duration,
+    ) -> Result<Streaming<GenerateResponse>, CallError> {
+        let mut rpc = self.rpc.clone();
+        bounded(timeout, rpc.generate(timed(request, timeout))).await
+    }
+
+    /// `Abort`: asks the engine to stop generating for `request_id`.
+    pub async fn abort(
+        &self,
+        request_id: String,
+        reason: &str,
+        timeout: Duration,
+    ) -> Result<(), CallError> {
+        let mut rpc = self.rpc.clone();
+        let request = AbortRequest {
+            request_id,
+            reason: reason.to_owned(),
+        };
+        bounded(timeout, rpc.abort(timed(request, timeout)))
+            .await
+            .map(drop)
+    }
+}
+
+/// A request that tells the engine its deadline (`grpc-timeout`).
+fn timed<T>(message: T, timeout: Duration) -> Request<T> {
+    let mut request = Request::new(message);
+    request.set_timeout(timeout);
+    request
+}
+
+/// Awaits a unary or stream-opening call within `timeout`.
+async fn bounded<T>(
+    timeout: Duration,
+    call: impl std::future::Future<Output = Result<tonic::Response<T>, Status>>,
+) -> Result<T, CallError> {
+    match tokio::time::timeout(timeout, call).await {
+        Ok(Ok(response)) => Ok(response.into_inner()),
+        Ok(Err(status)) => Err(CallError::Status(status)),
+        Err(_) => Err(CallError::Timeout),
+    }
+}

@@ -1,0 +1,691 @@
+//! The gRPC transport: the gateway's own chat pipeline in front of an SGLang scheduler.
+//!
+//! An attempt is served in the gateway: the OpenAI body is read ([`request`]), the prompt
+//! rendered with the model's chat template and tokenized (off the event loop when large),
+//! the token ids sent with `Generate`, and the ids that stream back decoded, cut at stop
+//! strings ([`decode`]) and answered as OpenAI JSON or SSE ([`reply`]). The engine always
+//! streams to the gateway, so a stop string or a client that goes away ends the
+//! generation at once: the engine is told with `Abort` ([`AbortOnDrop`]).
+//!
+//! Until the engine's first message the attempt can still fail over to another worker;
+//! after it, a failure ends the client's stream with an error event.
+
+mod decode;
+mod reply;
+pub mod request;
+mod tokenize;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use ::http::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
+use ::http::{Response, StatusCode};
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use tonic::Streaming;
+use uuid::Uuid;
+
+use super::{Answer, Attempt, SendError};
+use crate::chat::language::Language;
+use crate::chat::template::RenderInput;
+use crate::fleet::{Transport, Worker};
+use crate::grpc::sglang::generate_response::Response as Event;
+use crate::grpc::sglang::{
+    GenerateComplete, GenerateError, GenerateRequest, GenerateResponse, TokenizedInput,
+};
+use crate::grpc::{self, Scheduler, Wire};
+use crate::http::body::{FrameSender, RespBody};
+use crate::http::error::GatewayError;
+use crate::http::reply as http_reply;
+use crate::http::upload::{client_fault, LimitedBody};
+use crate::metrics::{GenerationTiming, Metrics, RouteLabels};
+use crate::pipeline::PipelineSettings;
+
+use decode::Decoding;
+use reply::{Finish, Reply, Usage};
+use request::{Ask, Input, Invalid, Route};
+
+/// Request bodies up to this size are rendered and tokenized on the event loop; larger
+/// ones (long chats, long documents) on the blocking pool, so one big prompt does not
+/// stall every other connection of its thread.
+const INLINE_BODY_BYTES: usize = 32 * 1024;
+/// How long an `Abort` may take; it is sent after the client's answer, in the background.
+const ABORT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Frames a stream may have waiting for a slow client before the producer waits.
+const STREAM_FRAMES: usize = 16;
+/// Longest engine message quoted back to a client.
+const MAX_ENGINE_MESSAGE: usize = 512;
+
+/// One data-plane thread's client to gRPC engines.
+pub struct GrpcClient {
+    wire: Wire,
+    /// `--stream-stall-timeout-secs`: longest silence of an engine mid-generation.
+    stall: Option<Duration>,
+    /// Where streamed generations report their timing and tokens.
+    metrics: Arc<Metrics>,
+}
+
+impl GrpcClient {
+    pub fn new(settings: &PipelineSettings, metrics: Arc<Metrics>) -> GrpcClient {
+        GrpcClient {
+            wire: grpc::client::wire(settings.upstream_pool_idle_timeout),
+            stall: settings.stream_stall_timeout,
+            metrics,
+        }
+    }
+
+    /// Whether this build serves `worker` over gRPC: a `grpc://` engine whose tokenizer
+    /// the gateway holds.
+    pub fn reaches(&self, worker: &Worker) -> Result<(), GatewayError> {
+        match (&worker.transport, &worker.language) {
+            (Transport::Grpc { tls: false, .. }, Some(_)) => Ok(()),
+            (Transport::Grpc { tls: true, .. }, _) => {
+                Err(GatewayError::UnsupportedTransport { transport: "grpcs" })
+            }
+            _ => Err(GatewayError::UnsupportedTransport { transport: "grpc" }),
+        }
+    }
+
+    /// Serves `attempt` on `worker` through the gateway's chat pipeline.
+    pub async fn send(&self, worker: &Worker, attempt: Attempt<'_>) -> Result<Answer, SendError> {
+        let (Transport::Grpc { authority, .. }, Some(language)) =
+            (&worker.transport, worker.language.clone())
+        else {
+            return Err(SendError::Exchange(GatewayError::UnsupportedTransport {
+                transport: "grpc",
+            }));
+        };
+        let path = attempt.head.uri.path();
+        let route = Route::of_path(path);
+        let local = matches!(path, "/v1/tokenize" | "/v1/detokenize");
+        if route.is_none() && !local {
+            return Err(SendError::Refused(GatewayError::NotImplemented {
+                route: "this route on gRPC workers",
+            }));
+        }
+        let body = read_body(attempt.body).await?;
+        let Some(route) = route else {
+            return answer_locally(path, worker, &language, &body);
+        };
+        let (mut ask, prompt) = understand(&language, route, body).await?;
+
+        let prefix = match route {
+            Route::Chat => "chatcmpl-",
+            Route::Completions => "cmpl-",
+            Route::Generate => "",
+        };
+        let id = format!("{prefix}{}", Uuid::new_v4().simple());
+        let prompt_tokens = u32::try_from(prompt.len()).unwrap_or(u32::MAX);
+        let request = GenerateRequest {
+            request_id: id.clone(),
+            tokenized: Some(TokenizedInput {
+                original_text: String::new(),
+                input_ids: prompt,
+            }),
+            sampling_params: Some(ask.sampling_params()),
+            stream: true,
+            ..GenerateRequest::default()
+        };
+        let decoding = Decoding::new(
+            &language,
+            std::mem::take(&mut ask.stops),
+            ask.visible_stops,
+            ask.skip_special_tokens,
+            ask.ending_ids(&language.eos_ids),
+        )
+        .map_err(|err| {
+            SendError::Refused(GatewayError::InvalidRequest {
+                message: err.to_string(),
+            })
+        })?;
+        let scheduler = Scheduler::new(self.wire.clone(), authority);
+        let dispatched = Instant::now();
+        let remaining = attempt.deadline.saturating_duration_since(Instant::now());
+        let mut events = scheduler
+            .generate(request, remaining)
+            .await
+            .map_err(|err| SendError::Exchange(call_error(err)))?;
+        let abort = AbortOnDrop {
+            scheduler,
+            request_id: Some(id.clone()),
+        };
+        let mut stream = EngineStream {
+            events: &mut events,
+            deadline: attempt.deadline,
+            stall: self.stall,
+        };
+        // The first message settles whether this engine serves the request: a refusal
+        // here can still go to another worker.
+        let first = match stream.next().await {
+            Ok(Some(Event::Error(err))) => return Err(refusal(&err)),
+            Ok(Some(event)) => event,
+            Ok(None) => return Err(SendError::Exchange(GatewayError::UpstreamBroken)),
+            Err(err) => return Err(SendError::Exchange(err)),
+        };
+        let reply = Reply {
+            route,
+            id,
+            created: unix_now(),
+            model: ask
+                .model
+                .clone()
+                .or_else(|| worker.model_id.clone())
+                .unwrap_or_default(),
+        };
+        let mut generation = Generation {
+            decoding,
+            reply,
+            prompt_tokens,
+            abort,
+            first_token: None,
+            keep: (route == Route::Generate).then(Kept::default),
+        };
+        if ask.stream {
+            let (tx, body) = RespBody::generated(STREAM_FRAMES);
+            let stall = self.stall;
+            let deadline = attempt.deadline;
+            let metrics = self.metrics.clone();
+            let arrived = attempt.arrived;
+            tokio::spawn(async move {
+                let include_usage = ask.include_usage;
+                generation
+                    .stream(tx, events, first, deadline, stall, include_usage)
+                    .await;
+                generation.record(&metrics, arrived, dispatched);
+            });
+            Ok(sse_response(body))
+        } else {
+            generation.collect(stream, first).await
+        }
+    }
+}
+
+/// The whole request body (the pipeline has usually held it already).
+async fn read_body(body: LimitedBody) -> Result<Bytes, SendError> {
+    body.collect()
+        .await
+        .map(|collected| collected.to_bytes())
+        .map_err(|err| match client_fault(err.as_ref()) {
+            Some(fault) => SendError::ClientBody(fault),
+            None => SendError::Exchange(GatewayError::ClientBodyBroken),
+        })
+}
+
+/// `/v1/tokenize` and `/v1/detokenize`: answered from the worker's tokenizer.
+fn answer_locally(
+    path: &str,
+    worker: &Worker,
+    language: &Language,
+    body: &[u8],
+) -> Result<Answer, SendError> {
+    let answer = if path == "/v1/tokenize" {
+        let window = worker
+            .labels
+            .get("max_context_length")
+            .and_then(|n| n.parse().ok());
+        tokenize::tokenize(language, body, window)
+    } else {
+        tokenize::detokenize(language, body)
+    };
+    answer
+        .map(|json| http_reply::json(StatusCode::OK, json))
+        .map_err(SendError::Refused)
+}
+
+/// The request read and its prompt rendered and tokenized: on the event loop for a small
+/// body, on the blocking pool for a large one (parsing a long chat costs as much as
+/// tokenizing it), so one long prompt does not stall the other connections of its thread.
+async fn understand(
+    language: &Arc<Language>,
+    route: Route,
+    body: Bytes,
+) -> Result<(Ask, Vec<u32>), SendError> {
+    if body.len() <= INLINE_BODY_BYTES {
+        return read_request(language, route, &body).map_err(SendError::Refused);
+    }
+    let kit = language.clone();
+    tokio::task::spawn_blocking(move || read_request(&kit, route, &body))
+        .await
+        .map_err(|_| {
+            SendError::Refused(GatewayError::ChatTemplate {
+                message: "rendering the prompt failed".into(),
+            })
+        })?
+        .map_err(SendError::Refused)
+}
+
+/// [`understand`]'s work: the body parsed, the prompt's ids made (`ask.input` is taken).
+fn read_request(
+    language: &Language,
+    route: Route,
+    body: &[u8],
+) -> Result<(Ask, Vec<u32>), GatewayError> {
+    let mut ask = Ask::parse(route, body)
+        .map_err(|Invalid(message)| GatewayError::InvalidRequest { message })?;
+    let input = std::mem::replace(&mut ask.input, Input::Ids(Vec::new()));
+    let prompt = prompt_ids(language, input)?;
+    Ok((ask, prompt))
+}
+
+/// An engine's refusal before anything was sent: one that blames the request (a 4xx
+/// status, e.g. a prompt over its context window) answers the client; any other may go
+/// to another worker.
+fn refusal(err: &GenerateError) -> SendError {
+    let message = bounded_message(&err.message);
+    let blames_request = err
+        .http_status_code
+        .parse::<u16>()
+        .is_ok_and(|code| (400..500).contains(&code));
+    if blames_request {
+        SendError::Refused(GatewayError::InvalidRequest { message })
+    } else {
+        SendError::Exchange(GatewayError::EngineFailed { message })
+    }
+}
+
+/// The prompt's token ids: a chat rendered by the model's template then tokenized as is
+/// (the template writes any BOS itself), a text prompt tokenized with the tokenizer's
+/// special tokens, token ids as given.
+fn prompt_ids(language: &Language, input: Input) -> Result<Vec<u32>, GatewayError> {
+    let (text, add_special) = match input {
+        Input::Ids(ids) => return Ok(ids),
+        Input::Text(text) => (text, true),
+        Input::Chat {
+            messages,
+            tools,
+            add_generation_prompt,
+            kwargs,
+        } => {
+            let Some(template) = &language.template else {
+                return Err(GatewayError::ChatTemplate {
+                    message: "the model has no chat template; use /v1/completions".into(),
+                });
+            };
+            let rendered = template
+                .render(&RenderInput {
+                    messages: &messages,
+                    tools: tools.as_ref(),
+                    add_generation_prompt,
+                    kwargs: kwargs.as_ref(),
+                    bos_token: language.bos_token.as_deref(),
+                    eos_token: language.eos_token.as_deref(),
+                })
+                .map_err(|err| GatewayError::ChatTemplate {
+                    message: err.to_string(),
+                })?;
+            (rendered, false)
+        }
+    };
+    let encoding = language
+        .tokenizer
+        .encode_fast(text, add_special)
+        .map_err(|err| GatewayError::InvalidRequest {
+            message: format!("the prompt could not be tokenized: {err}"),
+        })?;
+    Ok(encoding.get_ids().to_vec())
+}
+
+/// The engine's message stream, each message awaited within the request's deadline and
+/// the stall limit.
+struct EngineStream<'a> {
+    events: &'a mut Streaming<GenerateResponse>,
+    deadline: Instant,
+    stall: Option<Duration>,
+}
+
+impl EngineStream<'_> {
+    /// The next event; `None` when the engine ended the stream.
+    async fn next(&mut self) -> Result<Option<Event>, GatewayError> {
+        loop {
+            let by = match self.stall {
+                Some(stall) => self.deadline.min(Instant::now() + stall),
+                None => self.deadline,
+            };
+            let message = tokio::time::timeout_at(by.into(), self.events.message()).await;
+            match message {
+                Err(_) if Instant::now() >= self.deadline => {
+                    return Err(GatewayError::UpstreamTimeout)
+                }
+                Err(_) => {
+                    return Err(GatewayError::UpstreamStalled {
+                        secs: self.stall.map_or(0, |s| s.as_secs()),
+                    })
+                }
+                Ok(Err(status)) => return Err(call_error(grpc::CallError::Status(status))),
+                Ok(Ok(None)) => return Ok(None),
+                // A message without a body carries nothing: read on.
+                Ok(Ok(Some(GenerateResponse { response: None, .. }))) => continue,
+                Ok(Ok(Some(GenerateResponse {
+                    response: Some(event),
+                    ..
+                }))) => return Ok(Some(event)),
+            }
+        }
+    }
+}
+
+/// One generation in progress: its text so far and what its answer repeats.
+struct Generation {
+    decoding: Decoding,
+    reply: Reply,
+    prompt_tokens: u32,
+    abort: AbortOnDrop,
+    /// When the first generated id arrived.
+    first_token: Option<Instant>,
+    /// `/generate` answers with the whole text and ids so far: kept here; `None` for the
+    /// OpenAI routes, which send deltas.
+    keep: Option<Kept>,
+}
+
+/// The whole output so far, for `/generate`.
+#[derive(Default)]
+struct Kept {
+    text: String,
+    ids: Vec<u32>,
+}
+
+/// What one engine event did to the generation.
+enum Step {
+    /// More to come.
+    Going,
+    /// The generation is over (the engine finished, or a stop string matched).
+    Done(Finish),
+}
+
+impl Generation {
+    /// Applies `event`, appending the text it made final to `out`.
+    fn apply(&mut self, event: Event, out: &mut String) -> Result<Step, GatewayError> {
+        match event {
+            Event::Chunk(chunk) => {
+                if self.first_token.is_none() && !chunk.token_ids.is_empty() {
+                    self.first_token = Some(Instant::now());
+                }
+                if chunk.prompt_tokens > 0 {
+                    self.prompt_tokens = chunk.prompt_tokens as u32;
+                }
+                let stopped = self.decoding.push(&chunk.token_ids, out);
+                self.keep_ids(&chunk.token_ids);
+                if stopped {
+                    return Ok(Step::Done(Finish::Stop));
+                }
+                Ok(Step::Going)
+            }
+            Event::Complete(complete) => self.complete(complete, out).map(Step::Done),
+            Event::Error(err) => Err(GatewayError::EngineFailed {
+                message: bounded_message(&err.message),
+            }),
+        }
+    }
+
+    fn complete(
+        &mut self,
+        complete: GenerateComplete,
+        out: &mut String,
+    ) -> Result<Finish, GatewayError> {
+        // The engine is done: nothing to abort.
+        self.abort.request_id = None;
+        if complete.prompt_tokens > 0 {
+            self.prompt_tokens = complete.prompt_tokens as u32;
+        }
+        // The final message carries the ids no chunk carried: the last step's.
+        let stopped = self.decoding.push(&complete.output_ids, out);
+        self.keep_ids(&complete.output_ids);
+        if stopped {
+            return Ok(Finish::Stop);
+        }
+        self.decoding.finish(out);
+        if self.decoding.stopped() {
+            return Ok(Finish::Stop);
+        }
+        match complete.finish_reason.as_str() {
+            "length" => Ok(Finish::Length),
+            "abort" => Err(GatewayError::EngineFailed {
+                message: "the engine aborted the generation".into(),
+            }),
+            _ => Ok(Finish::Stop),
+        }
+    }
+
+    /// Keeps the ids the decoding consumed of `ids` (those after a stop are dropped).
+    fn keep_ids(&mut self, ids: &[u32]) {
+        if let Some(kept) = &mut self.keep {
+            kept.ids.extend_from_slice(ids);
+            kept.ids.truncate(self.decoding.tokens as usize);
+        }
+    }
+
+    /// Reports a finished stream's timing: time to first token from the request's
+    /// arrival, the mean gap between tokens after it, the generation from dispatch.
+    fn record(&self, metrics: &Metrics, arrived: Instant, dispatched: Instant) {
+        let now = Instant::now();
+        let tokens = self.decoding.tokens;
+        let timing = GenerationTiming {
+            ttft: self.first_token.map(|t| (t - arrived).as_secs_f64()),
+            tpot: self
+                .first_token
+                .filter(|_| tokens > 1)
+                .map(|t| (now - t).as_secs_f64() / f64::from(tokens - 1)),
+            duration: (now - dispatched).as_secs_f64(),
+            input_tokens: u64::from(self.prompt_tokens),
+            output_tokens: u64::from(tokens),
+        };
+        let route = RouteLabels {
+            connection_mode: "grpc",
+            model: Some(&self.reply.model),
+            endpoint: self.reply.route.endpoint(),
+        };
+        metrics.generation(&route, &timing);
+    }
+
+    fn usage(&self) -> Usage {
+        Usage::new(self.prompt_tokens, self.decoding.tokens)
+    }
+
+    /// A non-streamed answer: every event read, one JSON body.
+    async fn collect(
+        mut self,
+        mut stream: EngineStream<'_>,
+        first: Event,
+    ) -> Result<Answer, SendError> {
+        let mut text = String::new();
+        let mut event = first;
+        let finish = loop {
+            match self.apply(event, &mut text).map_err(SendError::Exchange)? {
+                Step::Done(finish) => break finish,
+                Step::Going => {}
+            }
+            event = match stream.next().await {
+                Ok(Some(event)) => event,
+                Ok(None) => return Err(SendError::Exchange(GatewayError::UpstreamBroken)),
+                Err(err) => return Err(SendError::Exchange(err)),
+            };
+        };
+        let ids = self.keep.as_ref().map_or(&[][..], |k| &k.ids[..]);
+        let body = self.reply.body(&text, ids, finish, self.usage());
+        Ok(http_reply::json(StatusCode::OK, body))
+    }
+
+    /// A streamed answer: SSE events sent as the text becomes final; ends with the
+    /// finishing event, the usage event when asked, and `[DONE]`. A client that goes away
+    /// stops the engine at once.
+    async fn stream(
+        &mut self,
+        tx: FrameSender,
+        mut events: Streaming<GenerateResponse>,
+        first: Event,
+        deadline: Instant,
+        stall: Option<Duration>,
+        include_usage: bool,
+    ) {
+        let mut stream = EngineStream {
+            events: &mut events,
+            deadline,
+            stall,
+        };
+        if let Some(role) = self.reply.role_event() {
+            if tx.send(role).await.is_err() {
+                return;
+            }
+        }
+        let mut text = String::new();
+        let mut event = Some(first);
+        let finish = loop {
+            let step = match event.take() {
+                Some(event) => self.apply(event, &mut text),
+                None => {
+                    let next = tokio::select! {
+                        next = stream.next() => next,
+                        () = tx.closed() => return,
+                    };
+                    match next {
+                        Ok(Some(next)) => {
+                            event = Some(next);
+                            continue;
+                        }
+                        Ok(None) => Err(GatewayError::UpstreamBroken),
+                        Err(err) => Err(err),
+                    }
+                }
+            };
+            match step {
+                Ok(Step::Going) => {
+                    if let Some(frame) = self.progress(&mut text) {
+                        if tx.send(frame).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                Ok(Step::Done(finish)) => break finish,
+                Err(err) => {
+                    tx.fail(err).await;
+                    return;
+                }
+            }
+        };
+        for event in self.closing(&mut text, finish, include_usage) {
+            if tx.send(event).await.is_err() {
+                return;
+            }
+        }
+        tx.finish().await;
+    }
+
+    /// The events that end a stream, `[DONE]` last: for the OpenAI routes the last text,
+    /// the finishing event and the usage when asked; for `/generate` one event with the
+    /// whole text and the finish reason.
+    fn closing(&mut self, text: &mut String, finish: Finish, include_usage: bool) -> Vec<Bytes> {
+        let usage = self.usage();
+        let mut events = Vec::with_capacity(4);
+        if let Some(kept) = &mut self.keep {
+            kept.text.push_str(text);
+            events.push(
+                self.reply
+                    .generate_event(&kept.text, &kept.ids, Some(finish), usage),
+            );
+        } else {
+            if !text.is_empty() {
+                events.push(self.reply.delta_event(text, None));
+            }
+            events.push(self.reply.delta_event("", Some(finish)));
+            if include_usage {
+                events.push(self.reply.usage_event(usage));
+            }
+        }
+        text.clear();
+        events.push(Reply::done_event());
+        events
+    }
+}
+
+impl Generation {
+    /// The event for text that became final mid-stream (taken from `text`): a delta, or
+    /// for `/generate` the whole text so far; `None` when there is nothing new.
+    fn progress(&mut self, text: &mut String) -> Option<Bytes> {
+        if text.is_empty() {
+            return None;
+        }
+        let usage = self.usage();
+        let frame = match &mut self.keep {
+            Some(kept) => {
+                kept.text.push_str(text);
+                self.reply
+                    .generate_event(&kept.text, &kept.ids, None, usage)
+            }
+            None => self.reply.delta_event(text, None),
+        };
+        text.clear();
+        Some(frame)
+    }
+}
+
+/// Sends `Abort` for a generation the gateway stops waiting for (the client went away, a
+/// stop string matched, the attempt failed) unless the engine finished it first.
+struct AbortOnDrop {
+    scheduler: Scheduler,
+    /// `None` once there is nothing to abort.
+    request_id: Option<String>,
+}
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        let Some(request_id) = self.request_id.take() else {
+            return;
+        };
+        // A generation dropped with its runtime (shutdown) has no one left to tell.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let scheduler = self.scheduler.clone();
+        runtime.spawn(async move {
+            if let Err(err) = scheduler
+                .abort(
+                    request_id.clone(),
+                    "client went away or stop matched",
+                    ABORT_TIMEOUT,
+                )
+                .await
+            {
+                tracing::debug!(request_id, error = %err, "abort not delivered");
+            }
+        });
+    }
+}
+
+/// How a failed call is answered: a deadline is the worker's timeout, anything else the
+/// exchange breaking.
+fn call_error(err: grpc::CallError) -> GatewayError {
+    match err {
+        grpc::CallError::Timeout => GatewayError::UpstreamTimeout,
+        grpc::CallError::Status(status) => match status.code() {
+            tonic::Code::DeadlineExceeded => GatewayError::UpstreamTimeout,
+            tonic::Code::Unavailable => GatewayError::UpstreamConnect,
+            _ => GatewayError::EngineFailed {
+                message: bounded_message(status.message()),
+            },
+        },
+    }
+}
+
+/// An engine's message, cut to [`MAX_ENGINE_MESSAGE`] bytes at a character boundary.
+fn bounded_message(message: &str) -> String {
+    let mut end = message.len().min(MAX_ENGINE_MESSAGE);
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    message[..end].to_owned()
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The head of a streamed answer.
+fn sse_response(body: RespBody) -> Answer {
+    let mut resp = Response::new(body);
+    let headers = resp.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    resp
+}

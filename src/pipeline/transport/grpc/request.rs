@@ -1,0 +1,468 @@
+//! What the client asked for, read from an OpenAI chat or completions body (or SGLang's
+//! `/generate`), and turned into the engine's sampling parameters.
+//!
+//! Proto3 zeroes are not the engine's defaults, so every numeric field is set here from
+//! the request or from the OpenAI default: temperature 1, top_p 1, top_k -1 (off), min_p 0,
+//! penalties 0 and repetition 1.
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::chat::stops::{MAX_STOPS, MAX_STOP_BYTES};
+use crate::grpc::sglang::SamplingParams;
+
+/// Most `stop_token_ids` a request may carry.
+pub const MAX_STOP_TOKEN_IDS: usize = 64;
+
+/// The route a request came in on: what it carries and the shape of its answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// `/v1/chat/completions`: messages rendered by the chat template.
+    Chat,
+    /// `/v1/completions`: a prompt string (or token ids) sent as is.
+    Completions,
+    /// SGLang's native `/generate`: `text` or `input_ids`, `sampling_params`.
+    Generate,
+}
+
+impl Route {
+    /// The route's `endpoint` metrics label.
+    pub fn endpoint(self) -> &'static str {
+        match self {
+            Route::Chat => "chat",
+            Route::Completions => "completions",
+            Route::Generate => "generate",
+        }
+    }
+
+    pub fn of_path(path: &str) -> Option<Route> {
+        match path {
+            "/v1/chat/completions" => Some(Route::Chat),
+            "/v1/completions" => Some(Route::Completions),
+            "/generate" => Some(Route::Generate),
+            _ => None,
+        }
+    }
+}
+
+/// `stop`: one string or several.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// `prompt` of a completion: text, or token ids sent as they are.
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub enum Prompt {
+    Text(String),
+    Ids(Vec<u32>),
+    /// A one-element batch, as some clients send it.
+    Batch([String; 1]),
+}
+
+#[derive(Deserialize, Default)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: bool,
+}
+
+/// The sampling knobs as a body gives them (OpenAI and SGLang name them alike); absent or
+/// null means the default.
+#[derive(Deserialize, Default)]
+struct Knobs {
+    temperature: Option<f32>,
+    top_p: Option<f32>,
+    top_k: Option<i32>,
+    min_p: Option<f32>,
+    frequency_penalty: Option<f32>,
+    presence_penalty: Option<f32>,
+    repetition_penalty: Option<f32>,
+}
+
+impl Knobs {
+    /// The knobs with the OpenAI defaults filled in, checked against their ranges.
+    fn resolve(self) -> Result<Sampling, Invalid> {
+        let sampling = Sampling {
+            temperature: self.temperature.unwrap_or(1.0),
+            top_p: self.top_p.unwrap_or(1.0),
+            top_k: self.top_k.unwrap_or(-1),
+            min_p: self.min_p.unwrap_or(0.0),
+            frequency_penalty: self.frequency_penalty.unwrap_or(0.0),
+            presence_penalty: self.presence_penalty.unwrap_or(0.0),
+            repetition_penalty: self.repetition_penalty.unwrap_or(1.0),
+        };
+        sampling.check()?;
+        Ok(sampling)
+    }
+}
+
+/// The fields of a chat or completions body the gRPC path reads; others are ignored, as
+/// an engine's own server would ignore fields it does not know.
+#[derive(Deserialize)]
+struct Body {
+    model: Option<String>,
+    messages: Option<Value>,
+    prompt: Option<Prompt>,
+    tools: Option<Value>,
+    #[serde(default)]
+    stream: bool,
+    stream_options: Option<StreamOptions>,
+    max_tokens: Option<u32>,
+    max_completion_tokens: Option<u32>,
+    #[serde(flatten)]
+    knobs: Knobs,
+    stop: Option<Stop>,
+    stop_token_ids: Option<Vec<u32>>,
+    n: Option<u32>,
+    #[serde(default)]
+    ignore_eos: bool,
+    skip_special_tokens: Option<bool>,
+    chat_template_kwargs: Option<Map<String, Value>>,
+    add_generation_prompt: Option<bool>,
+}
+
+/// SGLang's `/generate` body: the prompt and the engine's own sampling parameter names.
+#[derive(Deserialize)]
+struct GenerateBody {
+    text: Option<String>,
+    input_ids: Option<Vec<u32>>,
+    #[serde(default)]
+    sampling_params: GenerateSampling,
+    #[serde(default)]
+    stream: bool,
+}
+
+#[derive(Deserialize, Default)]
+struct GenerateSampling {
+    max_new_tokens: Option<u32>,
+    #[serde(flatten)]
+    knobs: Knobs,
+    stop: Option<Stop>,
+    stop_token_ids: Option<Vec<u32>>,
+    #[serde(default)]
+    ignore_eos: bool,
+    skip_special_tokens: Option<bool>,
+    #[serde(default)]
+    no_stop_trim: bool,
+}
+
+/// `max_new_tokens` of a `/generate` request that sets none (SGLang's default).
+const GENERATE_MAX_NEW_TOKENS: u32 = 128;
+
+/// A request the gRPC path can serve, before its prompt is rendered and tokenized.
+pub struct Ask {
+    pub route: Route,
+    pub model: Option<String>,
+    pub input: Input,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub max_tokens: Option<u32>,
+    pub stops: Vec<String>,
+    /// The stop string stays in the text (`/generate`'s `no_stop_trim`).
+    pub visible_stops: bool,
+    pub stop_token_ids: Vec<u32>,
+    pub skip_special_tokens: bool,
+    pub ignore_eos: bool,
+    pub sampling: Sampling,
+}
+
+/// What becomes the prompt.
+pub enum Input {
+    Chat {
+        messages: Value,
+        tools: Option<Value>,
+        add_generation_prompt: bool,
+        kwargs: Option<Map<String, Value>>,
+    },
+    Text(String),
+    Ids(Vec<u32>),
+}
+
+/// The sampling knobs, each with the OpenAI default already applied.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sampling {
+    pub temperature: f32,
+    pub top_p: f32,
+    pub top_k: i32,
+    pub min_p: f32,
+    pub frequency_penalty: f32,
+    pub presence_penalty: f32,
+    pub repetition_penalty: f32,
+}
+
+/// Why a body cannot be served; the message is the client's answer (400).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Invalid(pub String);
+
+impl Ask {
+    /// Reads `body` sent to `route`.
+    pub fn parse(route: Route, body: &[u8]) -> Result<Ask, Invalid> {
+        if route == Route::Generate {
+            return Ask::parse_generate(body);
+        }
+        let body: Body = serde_json::from_slice(body)
+            .map_err(|e| Invalid(format!("invalid request body: {e}")))?;
+        if body.n.is_some_and(|n| n != 1) {
+            return Err(Invalid(
+                "n other than 1 is not supported on gRPC workers yet".into(),
+            ));
+        }
+        let input = match route {
+            Route::Chat => {
+                let messages = body
+                    .messages
+                    .ok_or_else(|| Invalid("messages is required".into()))?;
+                if !messages.as_array().is_some_and(|m| !m.is_empty()) {
+                    return Err(Invalid("messages must be a non-empty array".into()));
+                }
+                Input::Chat {
+                    messages,
+                    tools: body.tools.filter(|t| !t.is_null()),
+                    add_generation_prompt: body.add_generation_prompt.unwrap_or(true),
+                    kwargs: body.chat_template_kwargs,
+                }
+            }
+            Route::Completions | Route::Generate => match body.prompt {
+                Some(Prompt::Text(text)) | Some(Prompt::Batch([text])) => Input::Text(text),
+                Some(Prompt::Ids(ids)) if !ids.is_empty() => Input::Ids(ids),
+                _ => {
+                    return Err(Invalid(
+                        "prompt must be a string or a non-empty array of token ids".into(),
+                    ))
+                }
+            },
+        };
+        let stops = stop_strings(body.stop)?;
+        let stop_token_ids = stop_token_ids(body.stop_token_ids)?;
+        let sampling = body.knobs.resolve()?;
+        Ok(Ask {
+            route,
+            model: body.model,
+            input,
+            stream: body.stream,
+            include_usage: body.stream_options.unwrap_or_default().include_usage,
+            max_tokens: body.max_completion_tokens.or(body.max_tokens),
+            stops,
+            visible_stops: false,
+            stop_token_ids,
+            skip_special_tokens: body.skip_special_tokens.unwrap_or(true),
+            ignore_eos: body.ignore_eos,
+            sampling,
+        })
+    }
+
+    fn parse_generate(body: &[u8]) -> Result<Ask, Invalid> {
+        let body: GenerateBody = serde_json::from_slice(body)
+            .map_err(|e| Invalid(format!("invalid request body: {e}")))?;
+        let input = match (body.text, body.input_ids) {
+            (Some(text), None) => Input::Text(text),
+            (None, Some(ids)) if !ids.is_empty() => Input::Ids(ids),
+            _ => {
+                return Err(Invalid(
+                    "give exactly one of text or input_ids (non-empty)".into(),
+                ))
+            }
+        };
+        let p = body.sampling_params;
+        let sampling = p.knobs.resolve()?;
+        Ok(Ask {
+            route: Route::Generate,
+            model: None,
+            input,
+            stream: body.stream,
+            include_usage: false,
+            max_tokens: Some(p.max_new_tokens.unwrap_or(GENERATE_MAX_NEW_TOKENS)),
+            stops: stop_strings(p.stop)?,
+            visible_stops: p.no_stop_trim,
+            stop_token_ids: stop_token_ids(p.stop_token_ids)?,
+            skip_special_tokens: p.skip_special_tokens.unwrap_or(true),
+            ignore_eos: p.ignore_eos,
+            sampling,
+        })
+    }
+
+    /// The ids that end this generation and are not shown: the model's EOS ids and the
+    /// request's stop ids, none under `ignore_eos` (which turns both off in SGLang).
+    pub fn ending_ids(&self, eos_ids: &[u32]) -> Vec<u32> {
+        if self.ignore_eos {
+            return Vec::new();
+        }
+        eos_ids
+            .iter()
+            .chain(&self.stop_token_ids)
+            .copied()
+            .collect()
+    }
+
+    /// The engine's sampling parameters for this request. Stop strings stay with the
+    /// gateway (it matches them on the text it decodes); `max_tokens` absent lets the
+    /// engine run to its context limit, as an OpenAI server does.
+    pub fn sampling_params(&self) -> SamplingParams {
+        let s = self.sampling;
+        SamplingParams {
+            temperature: s.temperature,
+            top_p: s.top_p,
+            top_k: s.top_k,
+            min_p: s.min_p,
+            frequency_penalty: s.frequency_penalty,
+            presence_penalty: s.presence_penalty,
+            repetition_penalty: s.repetition_penalty,
+            max_new_tokens: self.max_tokens.map(|n| n.min(i32::MAX as u32) as i32),
+            stop_token_ids: self.stop_token_ids.clone(),
+            skip_special_tokens: self.skip_special_tokens,
+            spaces_between_special_tokens: true,
+            n: 1,
+            ignore_eos: self.ignore_eos,
+            ..SamplingParams::default()
+        }
+    }
+}
+
+/// The non-empty stop strings of a `stop` field, within the bounds.
+fn stop_strings(stop: Option<Stop>) -> Result<Vec<String>, Invalid> {
+    let stops = match stop {
+        None => Vec::new(),
+        Some(Stop::One(s)) => vec![s],
+        Some(Stop::Many(list)) => list,
+    };
+    let stops: Vec<String> = stops.into_iter().filter(|s| !s.is_empty()).collect();
+    if stops.len() > MAX_STOPS || stops.iter().any(|s| s.len() > MAX_STOP_BYTES) {
+        return Err(Invalid(format!(
+            "stop takes at most {MAX_STOPS} strings of at most {MAX_STOP_BYTES} bytes"
+        )));
+    }
+    Ok(stops)
+}
+
+/// `stop_token_ids`, within the bound.
+fn stop_token_ids(ids: Option<Vec<u32>>) -> Result<Vec<u32>, Invalid> {
+    let ids = ids.unwrap_or_default();
+    if ids.len() > MAX_STOP_TOKEN_IDS {
+        return Err(Invalid(format!(
+            "stop_token_ids takes at most {MAX_STOP_TOKEN_IDS} ids"
+        )));
+    }
+    Ok(ids)
+}
+
+impl Sampling {
+    /// The ranges OpenAI documents; outside them an engine would fail or misbehave.
+    fn check(&self) -> Result<(), Invalid> {
+        let bad = |name: &str, range: &str| Err(Invalid(format!("{name} must be {range}")));
+        if !(0.0..=2.0).contains(&self.temperature) {
+            return bad("temperature", "between 0 and 2");
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return bad("top_p", "in (0, 1]");
+        }
+        if self.top_k < -1 || self.top_k == 0 {
+            return bad("top_k", "-1 (off) or a positive integer");
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return bad("min_p", "between 0 and 1");
+        }
+        if !(-2.0..=2.0).contains(&self.frequency_penalty) {
+            return bad("frequency_penalty", "between -2 and 2");
+        }
+        if !(-2.0..=2.0).contains(&self.presence_penalty) {
+            return bad("presence_penalty", "between -2 and 2");
+        }
+        if !(self.repetition_penalty > 0.0 && self.repetition_penalty <= 2.0) {
+            return bad("repetition_penalty", "in (0, 2]");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chat(body: &str) -> Result<Ask, Invalid> {
+        Ask::parse(Route::Chat, body.as_bytes())
+    }
+
+    #[test]
+    fn defaults_are_the_openai_defaults_not_proto_zeroes() {
+        let ask = chat(r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#).unwrap();
+        let p = ask.sampling_params();
+        assert_eq!((p.temperature, p.top_p, p.top_k), (1.0, 1.0, -1));
+        assert_eq!((p.min_p, p.repetition_penalty), (0.0, 1.0));
+        assert_eq!(p.max_new_tokens, None);
+        assert!(p.skip_special_tokens);
+        assert_eq!(p.n, 1);
+        assert!(!ask.stream);
+        let nulls = chat(r#"{"messages":[{}],"temperature":null,"top_k":null}"#).unwrap();
+        assert_eq!(nulls.sampling, ask.sampling, "null is the default");
+    }
+
+    #[test]
+    fn fields_map_to_sampling_params() {
+        let ask = chat(
+            r#"{"messages":[{"role":"user","content":"hi"}],"temperature":0,"top_p":0.5,
+                "top_k":40,"max_tokens":7,"max_completion_tokens":9,"stop":"\n",
+                "stream":true,"stream_options":{"include_usage":true},"stop_token_ids":[3]}"#,
+        )
+        .unwrap();
+        let p = ask.sampling_params();
+        assert_eq!((p.temperature, p.top_p, p.top_k), (0.0, 0.5, 40));
+        assert_eq!(p.max_new_tokens, Some(9));
+        assert_eq!(p.stop_token_ids, [3]);
+        assert!(p.stop.is_empty());
+        assert_eq!(ask.stops, ["\n"]);
+        assert!(ask.stream && ask.include_usage);
+    }
+
+    #[test]
+    fn bad_bodies_are_refused_with_a_reason() {
+        for (body, says) in [
+            ("{", "invalid request body"),
+            (r#"{"model":"m"}"#, "messages is required"),
+            (r#"{"messages":[]}"#, "non-empty array"),
+            (r#"{"messages":"hi"}"#, "non-empty array"),
+            (r#"{"messages":[{}],"n":2}"#, "n other than 1"),
+            (r#"{"messages":[{}],"temperature":3}"#, "temperature"),
+            (r#"{"messages":[{}],"top_k":0}"#, "top_k"),
+            (r#"{"messages":[{}],"stop":[1]}"#, "invalid request body"),
+        ] {
+            let Err(Invalid(message)) = chat(body) else {
+                panic!("{body} was accepted");
+            };
+            assert!(message.contains(says), "{body}: {message}");
+        }
+        let many = format!(r#"{{"messages":[{{}}],"stop":{:?}}}"#, vec!["x"; 17]);
+        assert!(chat(&many).is_err());
+    }
+
+    #[test]
+    fn generate_takes_sglang_names_and_defaults() {
+        let ask = Ask::parse(
+            Route::Generate,
+            br#"{"text":"hi","sampling_params":{"temperature":0,"stop":"x","no_stop_trim":true}}"#,
+        )
+        .unwrap();
+        assert!(matches!(ask.input, Input::Text(ref t) if t == "hi"));
+        assert_eq!(ask.max_tokens, Some(128));
+        assert_eq!(ask.sampling.temperature, 0.0);
+        assert!(ask.visible_stops && ask.stops == ["x"]);
+        let ids = Ask::parse(Route::Generate, br#"{"input_ids":[5],"stream":true}"#).unwrap();
+        assert!(matches!(ids.input, Input::Ids(ref i) if i == &[5]) && ids.stream);
+        assert!(Ask::parse(Route::Generate, br#"{"text":"a","input_ids":[1]}"#).is_err());
+        assert!(Ask::parse(Route::Generate, br#"{}"#).is_err());
+    }
+
+    #[test]
+    fn completions_take_text_or_ids() {
+        let text = Ask::parse(Route::Completions, br#"{"prompt":"hi"}"#).unwrap();
+        assert!(matches!(text.input, Input::Text(ref t) if t == "hi"));
+        let ids = Ask::parse(Route::Completions, br#"{"prompt":[1,2]}"#).unwrap();
+        assert!(matches!(ids.input, Input::Ids(ref i) if i == &[1, 2]));
+        let batch = Ask::parse(Route::Completions, br#"{"prompt":["hi"]}"#).unwrap();
+        assert!(matches!(batch.input, Input::Text(_)));
+        assert!(Ask::parse(Route::Completions, br#"{"prompt":[]}"#).is_err());
+        assert!(Ask::parse(Route::Completions, br#"{}"#).is_err());
+    }
+}
