@@ -17,7 +17,7 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use tokenizers::decoders::byte_level::ByteLevel;
 use tokenizers::models::bpe::{Vocab, BPE};
 use tokenizers::{AddedToken, Tokenizer};
-use tollgate::chat::detokenize::{Detokenizer, TokenBytes};
+use tollgate::chat::detokenize::{byte_level_spelling, Detokenizer, TokenBytes};
 use tollgate::chat::stops::StopMatcher;
 
 const TOKENS: usize = 4096;
@@ -35,21 +35,6 @@ impl Rng {
         self.0 ^= self.0 << 17;
         (self.0 % n as u64) as usize
     }
-}
-
-fn gpt2_chars(bytes: &[u8]) -> String {
-    let mut next = 256u32;
-    let mut map = [' '; 256];
-    for b in 0..=255u8 {
-        let printable = matches!(b, 0x21..=0x7E | 0xA1..=0xAC | 0xAE..=0xFF);
-        map[usize::from(b)] = if printable {
-            char::from(b)
-        } else {
-            next += 1;
-            char::from_u32(next - 1).unwrap()
-        };
-    }
-    bytes.iter().map(|&b| map[usize::from(b)]).collect()
 }
 
 /// The synthetic tokenizer and a 4,096-token generation over it.
@@ -92,7 +77,7 @@ fn synthetic() -> (Tokenizer, Vec<u32>) {
     }
     let mut vocab = Vocab::new();
     for (id, word) in words.iter().enumerate() {
-        vocab.insert(gpt2_chars(word), id as u32);
+        vocab.insert(byte_level_spelling(word), id as u32);
     }
     let model = BPE::builder()
         .vocab_and_merges(vocab, vec![])

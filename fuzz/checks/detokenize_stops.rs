@@ -24,7 +24,9 @@ use tokenizers::decoders::strip::Strip;
 use tokenizers::models::bpe::{Vocab, BPE};
 use tokenizers::normalizers::replace::Replace;
 use tokenizers::{AddedToken, Tokenizer};
-use tollgate::chat::detokenize::{Detokenizer, TokenBytes, MAX_HELD_RUN, MAX_WINDOW_IDS};
+use tollgate::chat::detokenize::{
+    byte_level_spelling, Detokenizer, TokenBytes, MAX_HELD_RUN, MAX_WINDOW_IDS,
+};
 use tollgate::chat::stops::{Outcome, StopMatcher};
 
 const ALPHABET: [&str; 10] = ["a", "b", " ", "é", "中", "\u{FFFD}", "😀", "<", "s", "\n"];
@@ -52,21 +54,6 @@ fn vocab(tokens: impl IntoIterator<Item = String>) -> Vocab {
     vocab
 }
 
-fn gpt2_chars(bytes: &[u8]) -> String {
-    let mut next = 256u32;
-    let mut map = [' '; 256];
-    for b in 0..=255u8 {
-        let printable = matches!(b, 0x21..=0x7E | 0xA1..=0xAC | 0xAE..=0xFF);
-        map[usize::from(b)] = if printable {
-            char::from(b)
-        } else {
-            next += 1;
-            char::from_u32(next - 1).unwrap_or(' ')
-        };
-    }
-    bytes.iter().map(|&b| map[usize::from(b)]).collect()
-}
-
 fn byte_level() -> &'static Loaded {
     static LOADED: OnceLock<Loaded> = OnceLock::new();
     LOADED.get_or_init(|| {
@@ -83,7 +70,7 @@ fn byte_level() -> &'static Loaded {
             vec![0xA9, zhong[0]],
         ]);
         let model = BPE::builder()
-            .vocab_and_merges(vocab(words.iter().map(|w| gpt2_chars(w))), vec![])
+            .vocab_and_merges(vocab(words.iter().map(|w| byte_level_spelling(w))), vec![])
             .build()
             .expect("byte-level model");
         let mut tokenizer = Tokenizer::new(model);

@@ -569,6 +569,19 @@ fn gpt2_bytes() -> [Option<u8>; 0x144] {
     inverse
 }
 
+/// How GPT-2's byte-level vocabularies spell `bytes` (the direction [`gpt2_bytes`]
+/// inverts): what a byte-level vocabulary is written in, for the code that builds one
+/// (the integration tests, the bench and the fuzz target build small tokenizers this way).
+pub fn byte_level_spelling(bytes: &[u8]) -> String {
+    let mut forward = ['\0'; 256];
+    for (code, byte) in gpt2_bytes().iter().enumerate() {
+        if let (Some(byte), Some(c)) = (byte, u32::try_from(code).ok().and_then(char::from_u32)) {
+            forward[usize::from(*byte)] = c;
+        }
+    }
+    bytes.iter().map(|&b| forward[usize::from(b)]).collect()
+}
+
 /// A small deterministic generator for the table check (the same samples every load).
 struct SplitMix(u64);
 

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 use tokenizers::Tokenizer;
+use tollgate::chat::detokenize::byte_level_spelling;
 
 /// Special tokens of the test tokenizer (ids after the 256 byte tokens and the merges).
 pub const IM_START: &str = "<|im_start|>";
@@ -14,39 +15,20 @@ pub const IM_END: &str = "<|im_end|>";
 /// The test's chat template: ChatML, written here.
 pub const TEMPLATE: &str = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
 
-/// GPT-2's byte-to-character table: printable bytes stand for themselves, the others are
-/// shifted past U+0100, so every byte has a visible one-character token.
-fn byte_chars() -> Vec<char> {
-    let printable =
-        |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
-    let mut shifted = 0;
-    (0u32..256)
-        .map(|b| {
-            if printable(b) {
-                char::from_u32(b).unwrap()
-            } else {
-                shifted += 1;
-                char::from_u32(255 + shifted).unwrap()
-            }
-        })
-        .collect()
-}
-
 /// A byte-level BPE tokenizer with a few merges and two special tokens, written as
 /// `tokenizer.json` and `tokenizer_config.json` (with the template) into `dir`.
 pub fn write_tokenizer(dir: &Path) -> Tokenizer {
-    let chars = byte_chars();
     let mut vocab = serde_json::Map::new();
-    for (id, c) in chars.iter().enumerate() {
-        vocab.insert(c.to_string(), json!(id));
+    for byte in 0..=u8::MAX {
+        vocab.insert(byte_level_spelling(&[byte]), json!(byte));
     }
-    let space = chars[b' ' as usize];
+    let space = byte_level_spelling(b" ");
     let merges: Vec<(String, String)> = [
         ("h", "e"),
         ("l", "l"),
         ("he", "ll"),
         ("hell", "o"),
-        (&space.to_string(), "w"),
+        (space.as_str(), "w"),
         ("o", "r"),
         (&format!("{space}w"), "or"),
         ("l", "d"),

@@ -17,7 +17,6 @@ pub struct Decoding {
     piece: String,
     /// Ids consumed, up to and including the one that completed a stop string.
     pub tokens: u32,
-    stopped: bool,
 }
 
 impl Decoding {
@@ -39,7 +38,6 @@ impl Decoding {
             stops: StopMatcher::new(&stops, visible)?,
             piece: String::new(),
             tokens: 0,
-            stopped: false,
         })
     }
 
@@ -47,7 +45,7 @@ impl Decoding {
     /// string ended the generation (ids after it are ignored).
     pub fn push(&mut self, ids: &[u32], out: &mut String) -> bool {
         for &id in ids {
-            if self.stopped {
+            if self.stopped() {
                 break;
             }
             self.tokens += 1;
@@ -57,35 +55,27 @@ impl Decoding {
             self.piece.clear();
             self.detokenizer.push(id, &mut self.piece);
             if !self.piece.is_empty() {
-                if let Outcome::Stopped { .. } = self.stops.push(&self.piece, out) {
-                    self.stopped = true;
-                }
+                self.stops.push(&self.piece, out);
             }
         }
-        self.stopped
+        self.stopped()
     }
 
     /// The end of the generation: releases what was held back for a possible stop string
-    /// or an unfinished character.
+    /// or an unfinished character; a match that was waiting for a longer one wins now.
     pub fn finish(&mut self, out: &mut String) {
-        if self.stopped {
+        if self.stopped() {
             return;
         }
         self.piece.clear();
         self.detokenizer.finish(&mut self.piece);
-        if !self.piece.is_empty() {
-            if let Outcome::Stopped { .. } = self.stops.push(&self.piece, out) {
-                self.stopped = true;
-                return;
-            }
-        }
-        // A match that was waiting for a longer one to fail wins now.
-        if let Outcome::Stopped { .. } = self.stops.finish(out) {
-            self.stopped = true;
+        if let Outcome::Continue = self.stops.push(&self.piece, out) {
+            self.stops.finish(out);
         }
     }
 
+    /// Whether a stop string ended the generation (the matcher remembers it).
     pub fn stopped(&self) -> bool {
-        self.stopped
+        self.stops.stopped().is_some()
     }
 }
