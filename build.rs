@@ -2,7 +2,7 @@
 //! Rust, so a fresh machine needs no `protoc`.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = ["proto/sglang_scheduler.proto"];
+    let protos = ["proto/sglang_scheduler.proto", "proto/vllm_engine.proto"];
     for proto in protos {
         println!("cargo:rerun-if-changed={proto}");
     }

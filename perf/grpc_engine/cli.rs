@@ -16,12 +16,22 @@ pub enum Mode {
     Llama { url: String },
 }
 
+/// Which engine's gRPC service is served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Service {
+    /// `sglang.grpc.scheduler.SglangScheduler`.
+    Sglang,
+    /// `vllm.grpc.engine.VllmEngine` (see `vllm.rs`).
+    Vllm,
+}
+
 /// Everything the command line can set.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Flags {
     pub host: String,
     pub port: u16,
     pub threads: usize,
+    pub service: Service,
     pub mode: Mode,
     /// `served_model_name` in GetModelInfo.
     pub model: String,
@@ -67,8 +77,9 @@ pub enum Command {
 pub const DEFAULT_MOCK_CONTEXT: u32 = 4096;
 
 pub const HELP: &str = "\
-grpc-engine: SGLang's gRPC scheduler service (sglang.grpc.scheduler.SglangScheduler) over
-HTTP/2, as a deterministic fake engine or as an adapter in front of llama.cpp's llama-server
+grpc-engine: SGLang's gRPC scheduler service (sglang.grpc.scheduler.SglangScheduler) or
+vLLM's engine service (vllm.grpc.engine.VllmEngine) over HTTP/2, as a deterministic fake
+engine or as an adapter in front of llama.cpp's llama-server
 
 USAGE: grpc-engine [FLAGS]
 
@@ -77,6 +88,10 @@ Server:
   --port N                  bind port, 0 picks a free one (default 0); prints
                             `LISTENING <ip>:<port>` once bound
   --threads N               tokio worker threads (default 1)
+
+Service:
+  --service sglang|vllm     the gRPC service served (default sglang); the other answers
+                            UNIMPLEMENTED, as a real engine's would
 
 Mode:
   (default)                 mock: echo the prompt's ids back, cycling
@@ -118,6 +133,7 @@ impl Default for Flags {
             host: "127.0.0.1".to_string(),
             port: 0,
             threads: 1,
+            service: Service::Sglang,
             mode: Mode::Mock,
             model: "mock-model".to_string(),
             tokenizer_path: None,
@@ -145,6 +161,13 @@ where
             Long("host") => flags.host = string_value(&mut parser)?,
             Long("port") => flags.port = parsed_value(&mut parser, "--port")?,
             Long("threads") => flags.threads = parsed_value(&mut parser, "--threads")?,
+            Long("service") => {
+                flags.service = match string_value(&mut parser)?.as_str() {
+                    "sglang" => Service::Sglang,
+                    "vllm" => Service::Vllm,
+                    other => return Err(format!("--service takes sglang or vllm, got '{other}'")),
+                }
+            }
             Long("llama-server") => {
                 flags.mode = Mode::Llama {
                     url: string_value(&mut parser)?,
@@ -211,6 +234,14 @@ mod tests {
         assert_eq!(flags, Flags::default());
         assert_eq!(flags.mode, Mode::Mock);
         assert_eq!(flags.port, 0);
+    }
+
+    #[test]
+    fn service_is_sglang_or_vllm() {
+        assert_eq!(run(&[]).unwrap().service, Service::Sglang);
+        assert_eq!(run(&["--service", "vllm"]).unwrap().service, Service::Vllm);
+        let err = run(&["--service", "trtllm"]).unwrap_err();
+        assert!(err.contains("sglang or vllm"), "{err}");
     }
 
     #[test]

@@ -220,75 +220,54 @@ fn cancelled(request_id: &str) {
 #[derive(Clone)]
 pub struct Scheduler(pub Arc<Engine>);
 
-#[tonic::async_trait]
-impl SglangScheduler for Scheduler {
-    type GenerateStream = ReceiverStream;
-
-    async fn generate(
-        &self,
-        request: Request<GenerateRequest>,
-    ) -> Result<Response<ReceiverStream>, Status> {
-        let request = request.into_inner();
+impl Engine {
+    /// Starts one generation; its messages, shaped as SGLang sends them, arrive on the
+    /// returned channel.
+    pub async fn start(
+        self: &Arc<Self>,
+        request: GenerateRequest,
+    ) -> Result<mpsc::Receiver<Item>, Status> {
         say::generate(&request);
         let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-        let engine = self.0.clone();
-        if let Some(message) = &engine.faults().generate_error {
+        if let Some(message) = &self.faults().generate_error {
             let mut sink = Sink::new(tx, request.request_id.clone(), request.stream, None);
             // The channel is empty: the send cannot wait.
             let _ = sink.fail(message, 500).await;
-            return Ok(Response::new(ReceiverStream(rx)));
+            return Ok(rx);
         }
-        let (registration, aborted) = engine.live.register(&request.request_id)?;
+        let (registration, aborted) = self.live.register(&request.request_id)?;
+        let engine = self.clone();
         tokio::spawn(async move { engine.run(request, tx, aborted, registration).await });
-        Ok(Response::new(ReceiverStream(rx)))
+        Ok(rx)
     }
 
-    async fn health_check(
-        &self,
-        _request: Request<HealthCheckRequest>,
-    ) -> Result<Response<HealthCheckResponse>, Status> {
-        let verdict = if self.0.faults().fail_health {
+    /// HealthCheck's verdict: healthy or not, and a word on it.
+    pub async fn health(&self) -> (bool, String) {
+        let verdict = if self.faults().fail_health {
             Err("unhealthy (--fail-health)".to_string())
         } else {
-            self.0.backend.health().await
+            self.backend.health().await
         };
-        let response = match verdict {
-            Ok(()) => HealthCheckResponse {
-                healthy: true,
-                message: "ok".to_string(),
-            },
-            Err(message) => HealthCheckResponse {
-                healthy: false,
-                message,
-            },
-        };
-        Ok(Response::new(response))
+        match verdict {
+            Ok(()) => (true, "ok".to_string()),
+            Err(message) => (false, message),
+        }
     }
 
-    async fn abort(
-        &self,
-        request: Request<AbortRequest>,
-    ) -> Result<Response<AbortResponse>, Status> {
-        let request_id = request.into_inner().request_id;
-        let found = self.0.live.abort(&request_id);
+    /// Signals the generation `request_id`; whether one ran.
+    pub fn abort(&self, request_id: &str) -> bool {
+        let found = self.live.abort(request_id);
         say::line(format_args!(
             "abort request_id={} found={found}",
-            Id(&request_id)
+            Id(request_id)
         ));
-        let message = if found { "aborted" } else { "not found" };
-        Ok(Response::new(AbortResponse {
-            success: found,
-            message: format!("request {request_id} {message}"),
-        }))
+        found
     }
 
-    async fn get_model_info(
-        &self,
-        _request: Request<GetModelInfoRequest>,
-    ) -> Result<Response<GetModelInfoResponse>, Status> {
-        let flags = &self.0.flags;
+    /// GetModelInfo, as SGLang answers it.
+    pub async fn model_info(&self) -> Result<GetModelInfoResponse, Status> {
+        let flags = &self.flags;
         let facts = self
-            .0
             .backend
             .facts(flags)
             .await
@@ -300,7 +279,7 @@ impl SglangScheduler for Scheduler {
             flags.eos_token_ids.clone()
         };
         let max_context = i32::try_from(max_context).unwrap_or(i32::MAX);
-        Ok(Response::new(GetModelInfoResponse {
+        Ok(GetModelInfoResponse {
             model_path: facts.model_path,
             tokenizer_path: flags.tokenizer_path.clone().unwrap_or_default(),
             is_generation: true,
@@ -321,6 +300,47 @@ impl SglangScheduler for Scheduler {
             // One token of the window is the first generated one.
             max_req_input_len: max_context.saturating_sub(1).max(0),
             ..Default::default()
+        })
+    }
+}
+
+#[tonic::async_trait]
+impl SglangScheduler for Scheduler {
+    type GenerateStream = ReceiverStream;
+
+    async fn generate(
+        &self,
+        request: Request<GenerateRequest>,
+    ) -> Result<Response<ReceiverStream>, Status> {
+        let rx = self.0.start(request.into_inner()).await?;
+        Ok(Response::new(ReceiverStream(rx)))
+    }
+
+    async fn health_check(
+        &self,
+        _request: Request<HealthCheckRequest>,
+    ) -> Result<Response<HealthCheckResponse>, Status> {
+        let (healthy, message) = self.0.health().await;
+        Ok(Response::new(HealthCheckResponse { healthy, message }))
+    }
+
+    async fn abort(
+        &self,
+        request: Request<AbortRequest>,
+    ) -> Result<Response<AbortResponse>, Status> {
+        let request_id = request.into_inner().request_id;
+        let found = self.0.abort(&request_id);
+        let message = if found { "aborted" } else { "not found" };
+        Ok(Response::new(AbortResponse {
+            success: found,
+            message: format!("request {request_id} {message}"),
         }))
+    }
+
+    async fn get_model_info(
+        &self,
+        _request: Request<GetModelInfoRequest>,
+    ) -> Result<Response<GetModelInfoResponse>, Status> {
+        self.0.model_info().await.map(Response::new)
     }
 }

@@ -71,14 +71,8 @@ pub struct Scheduler {
 impl Scheduler {
     /// The scheduler at `authority` (host:port of a `grpc://` URL).
     pub fn new(wire: Wire, authority: &Authority) -> Scheduler {
-        let origin = Uri::builder()
-            .scheme(Scheme::HTTP)
-            .authority(authority.clone())
-            .path_and_query("/")
-            .build()
-            .unwrap_or_default();
         Scheduler {
-            rpc: SglangSchedulerClient::with_origin(wire, origin),
+            rpc: SglangSchedulerClient::with_origin(wire, origin(authority)),
         }
     }
 
@@ -128,15 +122,25 @@ impl Scheduler {
     }
 }
 
+/// The `http://host:port/` every call to the engine at `authority` is made against.
+pub(super) fn origin(authority: &Authority) -> Uri {
+    Uri::builder()
+        .scheme(Scheme::HTTP)
+        .authority(authority.clone())
+        .path_and_query("/")
+        .build()
+        .unwrap_or_default()
+}
+
 /// A request that tells the engine its deadline (`grpc-timeout`).
-fn timed<T>(message: T, timeout: Duration) -> Request<T> {
+pub(super) fn timed<T>(message: T, timeout: Duration) -> Request<T> {
     let mut request = Request::new(message);
     request.set_timeout(timeout);
     request
 }
 
 /// Awaits a unary or stream-opening call within `timeout`.
-async fn bounded<T>(
+pub(super) async fn bounded<T>(
     timeout: Duration,
     call: impl std::future::Future<Output = Result<tonic::Response<T>, Status>>,
 ) -> Result<T, CallError> {

@@ -22,18 +22,14 @@ use ::http::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
 use ::http::{Response, StatusCode};
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use tonic::Streaming;
 use uuid::Uuid;
 
 use super::{Answer, Attempt, SendError};
 use crate::chat::language::Language;
 use crate::chat::template::RenderInput;
 use crate::fleet::{Transport, Worker};
-use crate::grpc::sglang::generate_response::Response as Event;
-use crate::grpc::sglang::{
-    GenerateComplete, GenerateError, GenerateRequest, GenerateResponse, TokenizedInput,
-};
-use crate::grpc::{self, Scheduler, Wire};
+use crate::grpc::engine::{Complete, EngineError, Event, Events, Generate};
+use crate::grpc::{self, Engine, Wire};
 use crate::http::body::{FrameSender, RespBody};
 use crate::http::error::GatewayError;
 use crate::http::reply as http_reply;
@@ -74,11 +70,12 @@ impl GrpcClient {
         }
     }
 
-    /// Whether this build serves `worker` over gRPC: a `grpc://` engine whose tokenizer
-    /// the gateway holds.
+    /// Whether this build serves `worker` over gRPC: a `grpc://` engine of a service the
+    /// gateway speaks, whose tokenizer the gateway holds.
     pub fn reaches(&self, worker: &Worker) -> Result<(), GatewayError> {
+        let spoken = worker.runtime.grpc_service().is_some();
         match (&worker.transport, &worker.language) {
-            (Transport::Grpc { tls: false, .. }, Some(_)) => Ok(()),
+            (Transport::Grpc { tls: false, .. }, Some(_)) if spoken => Ok(()),
             (Transport::Grpc { tls: true, .. }, _) => {
                 Err(GatewayError::UnsupportedTransport { transport: "grpcs" })
             }
@@ -88,9 +85,11 @@ impl GrpcClient {
 
     /// Serves `attempt` on `worker` through the gateway's chat pipeline.
     pub async fn send(&self, worker: &Worker, attempt: Attempt<'_>) -> Result<Answer, SendError> {
-        let (Transport::Grpc { authority, .. }, Some(language)) =
-            (&worker.transport, worker.language.clone())
-        else {
+        let (Transport::Grpc { authority, .. }, Some(language), Some(service)) = (
+            &worker.transport,
+            worker.language.clone(),
+            worker.runtime.grpc_service(),
+        ) else {
             return Err(SendError::Exchange(GatewayError::UnsupportedTransport {
                 transport: "grpc",
             }));
@@ -116,15 +115,10 @@ impl GrpcClient {
         };
         let id = format!("{prefix}{}", Uuid::new_v4().simple());
         let prompt_tokens = u32::try_from(prompt.len()).unwrap_or(u32::MAX);
-        let request = GenerateRequest {
+        let job = Generate {
             request_id: id.clone(),
-            tokenized: Some(TokenizedInput {
-                original_text: String::new(),
-                input_ids: prompt,
-            }),
-            sampling_params: Some(ask.sampling_params()),
-            stream: true,
-            ..GenerateRequest::default()
+            input_ids: prompt,
+            params: ask.sampling_params(),
         };
         let decoding = Decoding::new(
             &language,
@@ -138,15 +132,15 @@ impl GrpcClient {
                 message: err.to_string(),
             })
         })?;
-        let scheduler = Scheduler::new(self.wire.clone(), authority);
+        let engine = Engine::new(service, self.wire.clone(), authority);
         let dispatched = Instant::now();
         let remaining = attempt.deadline.saturating_duration_since(Instant::now());
-        let mut events = scheduler
-            .generate(request, remaining)
+        let mut events = engine
+            .generate(job, remaining)
             .await
             .map_err(|err| SendError::Exchange(call_error(err)))?;
         let abort = AbortOnDrop {
-            scheduler,
+            engine,
             request_id: Some(id.clone()),
         };
         let mut stream = EngineStream {
@@ -267,16 +261,12 @@ fn read_request(
     Ok((ask, prompt))
 }
 
-/// An engine's refusal before anything was sent: one that blames the request (a 4xx
-/// status, e.g. a prompt over its context window) answers the client; any other may go
-/// to another worker.
-fn refusal(err: &GenerateError) -> SendError {
+/// An engine's refusal before anything was sent: one that blames the request (e.g. a
+/// prompt over its context window) answers the client; any other may go to another
+/// worker.
+fn refusal(err: &EngineError) -> SendError {
     let message = bounded_message(&err.message);
-    let blames_request = err
-        .http_status_code
-        .parse::<u16>()
-        .is_ok_and(|code| (400..500).contains(&code));
-    if blames_request {
+    if err.blames_request {
         SendError::Refused(GatewayError::InvalidRequest { message })
     } else {
         SendError::Exchange(GatewayError::EngineFailed { message })
@@ -328,7 +318,7 @@ fn prompt_ids(language: &Language, input: Input) -> Result<Vec<u32>, GatewayErro
 /// The engine's message stream, each message awaited within the request's deadline and
 /// the stall limit.
 struct EngineStream<'a> {
-    events: &'a mut Streaming<GenerateResponse>,
+    events: &'a mut Events,
     deadline: Instant,
     stall: Option<Duration>,
 }
@@ -336,30 +326,17 @@ struct EngineStream<'a> {
 impl EngineStream<'_> {
     /// The next event; `None` when the engine ended the stream.
     async fn next(&mut self) -> Result<Option<Event>, GatewayError> {
-        loop {
-            let by = match self.stall {
-                Some(stall) => self.deadline.min(Instant::now() + stall),
-                None => self.deadline,
-            };
-            let message = tokio::time::timeout_at(by.into(), self.events.message()).await;
-            match message {
-                Err(_) if Instant::now() >= self.deadline => {
-                    return Err(GatewayError::UpstreamTimeout)
-                }
-                Err(_) => {
-                    return Err(GatewayError::UpstreamStalled {
-                        secs: self.stall.map_or(0, |s| s.as_secs()),
-                    })
-                }
-                Ok(Err(status)) => return Err(call_error(grpc::CallError::Status(status))),
-                Ok(Ok(None)) => return Ok(None),
-                // A message without a body carries nothing: read on.
-                Ok(Ok(Some(GenerateResponse { response: None, .. }))) => continue,
-                Ok(Ok(Some(GenerateResponse {
-                    response: Some(event),
-                    ..
-                }))) => return Ok(Some(event)),
-            }
+        let by = match self.stall {
+            Some(stall) => self.deadline.min(Instant::now() + stall),
+            None => self.deadline,
+        };
+        match tokio::time::timeout_at(by.into(), self.events.next()).await {
+            Err(_) if Instant::now() >= self.deadline => Err(GatewayError::UpstreamTimeout),
+            Err(_) => Err(GatewayError::UpstreamStalled {
+                secs: self.stall.map_or(0, |s| s.as_secs()),
+            }),
+            Ok(Err(status)) => Err(call_error(grpc::CallError::Status(status))),
+            Ok(Ok(event)) => Ok(event),
         }
     }
 }
@@ -396,15 +373,15 @@ impl Generation {
     /// Applies `event`, appending the text it made final to `out`.
     fn apply(&mut self, event: Event, out: &mut String) -> Result<Step, GatewayError> {
         match event {
-            Event::Chunk(chunk) => {
-                if self.first_token.is_none() && !chunk.token_ids.is_empty() {
+            Event::Chunk { ids, prompt_tokens } => {
+                if self.first_token.is_none() && !ids.is_empty() {
                     self.first_token = Some(Instant::now());
                 }
-                if chunk.prompt_tokens > 0 {
-                    self.prompt_tokens = chunk.prompt_tokens as u32;
+                if prompt_tokens > 0 {
+                    self.prompt_tokens = prompt_tokens;
                 }
-                let stopped = self.decoding.push(&chunk.token_ids, out);
-                self.keep_ids(&chunk.token_ids);
+                let stopped = self.decoding.push(&ids, out);
+                self.keep_ids(&ids);
                 if stopped {
                     return Ok(Step::Done(Finish::Stop));
                 }
@@ -417,19 +394,15 @@ impl Generation {
         }
     }
 
-    fn complete(
-        &mut self,
-        complete: GenerateComplete,
-        out: &mut String,
-    ) -> Result<Finish, GatewayError> {
+    fn complete(&mut self, complete: Complete, out: &mut String) -> Result<Finish, GatewayError> {
         // The engine is done: nothing to abort.
         self.abort.request_id = None;
         if complete.prompt_tokens > 0 {
-            self.prompt_tokens = complete.prompt_tokens as u32;
+            self.prompt_tokens = complete.prompt_tokens;
         }
-        // The final message carries the ids no chunk carried: the last step's.
-        let stopped = self.decoding.push(&complete.output_ids, out);
-        self.keep_ids(&complete.output_ids);
+        // The final message may carry ids no chunk carried (SGLang's last step).
+        let stopped = self.decoding.push(&complete.ids, out);
+        self.keep_ids(&complete.ids);
         if stopped {
             return Ok(Finish::Stop);
         }
@@ -511,7 +484,7 @@ impl Generation {
     async fn stream(
         &mut self,
         tx: FrameSender,
-        mut events: Streaming<GenerateResponse>,
+        mut events: Events,
         first: Event,
         deadline: Instant,
         stall: Option<Duration>,
@@ -621,7 +594,7 @@ impl Generation {
 /// Sends `Abort` for a generation the gateway stops waiting for (the client went away, a
 /// stop string matched, the attempt failed) unless the engine finished it first.
 struct AbortOnDrop {
-    scheduler: Scheduler,
+    engine: Engine,
     /// `None` once there is nothing to abort.
     request_id: Option<String>,
 }
@@ -635,9 +608,9 @@ impl Drop for AbortOnDrop {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let scheduler = self.scheduler.clone();
+        let engine = self.engine.clone();
         runtime.spawn(async move {
-            if let Err(err) = scheduler
+            if let Err(err) = engine
                 .abort(
                     request_id.clone(),
                     "client went away or stop matched",

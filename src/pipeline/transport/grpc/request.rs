@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::chat::stops::{MAX_STOPS, MAX_STOP_BYTES};
-use crate::grpc::sglang::SamplingParams;
+use crate::grpc::engine::{Params, Sampling};
 
 /// Most `stop_token_ids` a request may carry.
 pub const MAX_STOP_TOKEN_IDS: usize = 64;
@@ -94,7 +94,7 @@ impl Knobs {
             presence_penalty: self.presence_penalty.unwrap_or(0.0),
             repetition_penalty: self.repetition_penalty.unwrap_or(1.0),
         };
-        sampling.check()?;
+        check(&sampling)?;
         Ok(sampling)
     }
 }
@@ -179,18 +179,6 @@ pub enum Input {
     },
     Text(String),
     Ids(Vec<u32>),
-}
-
-/// The sampling knobs, each with the OpenAI default already applied.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Sampling {
-    pub temperature: f32,
-    pub top_p: f32,
-    pub top_k: i32,
-    pub min_p: f32,
-    pub frequency_penalty: f32,
-    pub presence_penalty: f32,
-    pub repetition_penalty: f32,
 }
 
 /// Why a body cannot be served; the message is the client's answer (400).
@@ -300,23 +288,13 @@ impl Ask {
     /// The engine's sampling parameters for this request. Stop strings stay with the
     /// gateway (it matches them on the text it decodes); `max_tokens` absent lets the
     /// engine run to its context limit, as an OpenAI server does.
-    pub fn sampling_params(&self) -> SamplingParams {
-        let s = self.sampling;
-        SamplingParams {
-            temperature: s.temperature,
-            top_p: s.top_p,
-            top_k: s.top_k,
-            min_p: s.min_p,
-            frequency_penalty: s.frequency_penalty,
-            presence_penalty: s.presence_penalty,
-            repetition_penalty: s.repetition_penalty,
-            max_new_tokens: self.max_tokens.map(|n| n.min(i32::MAX as u32) as i32),
+    pub fn sampling_params(&self) -> Params {
+        Params {
+            sampling: self.sampling,
+            max_tokens: self.max_tokens,
             stop_token_ids: self.stop_token_ids.clone(),
             skip_special_tokens: self.skip_special_tokens,
-            spaces_between_special_tokens: true,
-            n: 1,
             ignore_eos: self.ignore_eos,
-            ..SamplingParams::default()
         }
     }
 }
@@ -348,33 +326,31 @@ fn stop_token_ids(ids: Option<Vec<u32>>) -> Result<Vec<u32>, Invalid> {
     Ok(ids)
 }
 
-impl Sampling {
-    /// The ranges OpenAI documents; outside them an engine would fail or misbehave.
-    fn check(&self) -> Result<(), Invalid> {
-        let bad = |name: &str, range: &str| Err(Invalid(format!("{name} must be {range}")));
-        if !(0.0..=2.0).contains(&self.temperature) {
-            return bad("temperature", "between 0 and 2");
-        }
-        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return bad("top_p", "in (0, 1]");
-        }
-        if self.top_k < -1 || self.top_k == 0 {
-            return bad("top_k", "-1 (off) or a positive integer");
-        }
-        if !(0.0..=1.0).contains(&self.min_p) {
-            return bad("min_p", "between 0 and 1");
-        }
-        if !(-2.0..=2.0).contains(&self.frequency_penalty) {
-            return bad("frequency_penalty", "between -2 and 2");
-        }
-        if !(-2.0..=2.0).contains(&self.presence_penalty) {
-            return bad("presence_penalty", "between -2 and 2");
-        }
-        if !(self.repetition_penalty > 0.0 && self.repetition_penalty <= 2.0) {
-            return bad("repetition_penalty", "in (0, 2]");
-        }
-        Ok(())
+/// The ranges OpenAI documents; outside them an engine would fail or misbehave.
+fn check(s: &Sampling) -> Result<(), Invalid> {
+    let bad = |name: &str, range: &str| Err(Invalid(format!("{name} must be {range}")));
+    if !(0.0..=2.0).contains(&s.temperature) {
+        return bad("temperature", "between 0 and 2");
     }
+    if !(s.top_p > 0.0 && s.top_p <= 1.0) {
+        return bad("top_p", "in (0, 1]");
+    }
+    if s.top_k < -1 || s.top_k == 0 {
+        return bad("top_k", "-1 (off) or a positive integer");
+    }
+    if !(0.0..=1.0).contains(&s.min_p) {
+        return bad("min_p", "between 0 and 1");
+    }
+    if !(-2.0..=2.0).contains(&s.frequency_penalty) {
+        return bad("frequency_penalty", "between -2 and 2");
+    }
+    if !(-2.0..=2.0).contains(&s.presence_penalty) {
+        return bad("presence_penalty", "between -2 and 2");
+    }
+    if !(s.repetition_penalty > 0.0 && s.repetition_penalty <= 2.0) {
+        return bad("repetition_penalty", "in (0, 2]");
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -389,11 +365,11 @@ mod tests {
     fn defaults_are_the_openai_defaults_not_proto_zeroes() {
         let ask = chat(r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#).unwrap();
         let p = ask.sampling_params();
-        assert_eq!((p.temperature, p.top_p, p.top_k), (1.0, 1.0, -1));
-        assert_eq!((p.min_p, p.repetition_penalty), (0.0, 1.0));
-        assert_eq!(p.max_new_tokens, None);
+        let k = p.sampling;
+        assert_eq!((k.temperature, k.top_p, k.top_k), (1.0, 1.0, -1));
+        assert_eq!((k.min_p, k.repetition_penalty), (0.0, 1.0));
+        assert_eq!(p.max_tokens, None);
         assert!(p.skip_special_tokens);
-        assert_eq!(p.n, 1);
         assert!(!ask.stream);
         let nulls = chat(r#"{"messages":[{}],"temperature":null,"top_k":null}"#).unwrap();
         assert_eq!(nulls.sampling, ask.sampling, "null is the default");
@@ -408,10 +384,10 @@ mod tests {
         )
         .unwrap();
         let p = ask.sampling_params();
-        assert_eq!((p.temperature, p.top_p, p.top_k), (0.0, 0.5, 40));
-        assert_eq!(p.max_new_tokens, Some(9));
+        let k = p.sampling;
+        assert_eq!((k.temperature, k.top_p, k.top_k), (0.0, 0.5, 40));
+        assert_eq!(p.max_tokens, Some(9));
         assert_eq!(p.stop_token_ids, [3]);
-        assert!(p.stop.is_empty());
         assert_eq!(ask.stops, ["\n"]);
         assert!(ask.stream && ask.include_usage);
     }

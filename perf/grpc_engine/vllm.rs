@@ -1,0 +1,339 @@
+//! vLLM's `VllmEngine` service over the same engine (`--service vllm`).
+//!
+//! Requests are read into the SGLang shape the backends take, and the generation's
+//! messages are reshaped as vLLM's servicer sends them: a chunk per step, then, streamed,
+//! a complete that repeats the last chunk's ids (not streamed, one complete with every
+//! id); a refusal is an `INVALID_ARGUMENT` status, a failure `INTERNAL`, since vLLM's
+//! service has no error message.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tokio::sync::mpsc;
+use tollgate::grpc::sglang::{self, generate_response::Response as SglangEvent};
+use tollgate::grpc::vllm::generate_response::Response as VllmEvent;
+use tollgate::grpc::vllm::vllm_engine_server::VllmEngine;
+use tollgate::grpc::vllm::{
+    self, AbortRequest, AbortResponse, GenerateResponse, GetModelInfoRequest, GetModelInfoResponse,
+    HealthCheckRequest, HealthCheckResponse,
+};
+use tonic::{Request, Response, Status};
+
+use crate::service::Engine;
+use crate::sink::Item;
+
+/// The tonic service: a cheap handle on the shared [`Engine`].
+#[derive(Clone)]
+pub struct VllmService(pub Arc<Engine>);
+
+#[tonic::async_trait]
+impl VllmEngine for VllmService {
+    type GenerateStream = VllmStream;
+
+    async fn generate(
+        &self,
+        request: Request<vllm::GenerateRequest>,
+    ) -> Result<Response<VllmStream>, Status> {
+        let request = to_sglang(request.into_inner())?;
+        let stream = request.stream;
+        let rx = self.0.start(request).await?;
+        Ok(Response::new(VllmStream {
+            rx,
+            stream,
+            last_ids: Vec::new(),
+            ready: VecDeque::new(),
+        }))
+    }
+
+    async fn health_check(
+        &self,
+        _request: Request<HealthCheckRequest>,
+    ) -> Result<Response<HealthCheckResponse>, Status> {
+        let (healthy, message) = self.0.health().await;
+        Ok(Response::new(HealthCheckResponse { healthy, message }))
+    }
+
+    async fn abort(
+        &self,
+        request: Request<AbortRequest>,
+    ) -> Result<Response<AbortResponse>, Status> {
+        for request_id in request.into_inner().request_ids {
+            self.0.abort(&request_id);
+        }
+        Ok(Response::new(AbortResponse {}))
+    }
+
+    async fn get_model_info(
+        &self,
+        _request: Request<GetModelInfoRequest>,
+    ) -> Result<Response<GetModelInfoResponse>, Status> {
+        let info = self.0.model_info().await?;
+        let unsigned = |n: i32| u32::try_from(n).unwrap_or(0);
+        Ok(Response::new(GetModelInfoResponse {
+            model_path: info.model_path,
+            is_generation: info.is_generation,
+            max_context_length: unsigned(info.max_context_length),
+            vocab_size: unsigned(info.vocab_size),
+            supports_vision: false,
+            served_model_name: info.served_model_name,
+            tokenizer_path: info.tokenizer_path,
+            model_type: info.model_type,
+            architectures: Vec::new(),
+            eos_token_ids: info.eos_token_ids,
+            pad_token_id: info.pad_token_id,
+            bos_token_id: info.bos_token_id,
+            max_req_input_len: info.max_req_input_len,
+        }))
+    }
+}
+
+/// A vLLM request in the shape the backends take. vLLM's zeroes differ from SGLang's:
+/// top_k 0 is off, n 0 is one, an unset temperature is 1.
+fn to_sglang(request: vllm::GenerateRequest) -> Result<sglang::GenerateRequest, Status> {
+    let input_ids = match request.input {
+        Some(vllm::generate_request::Input::Tokenized(t)) => t.input_ids,
+        Some(vllm::generate_request::Input::Text(_)) => {
+            return Err(Status::invalid_argument(
+                "grpc-engine takes tokenized input only",
+            ))
+        }
+        None => return Err(Status::invalid_argument("GenerateRequest has no input")),
+    };
+    let p = request.sampling_params.unwrap_or_default();
+    if p.n > 1 {
+        return Err(Status::invalid_argument("grpc-engine generates n=1 only"));
+    }
+    let top_k = match p.top_k {
+        0 => -1,
+        k => i32::try_from(k).unwrap_or(i32::MAX),
+    };
+    Ok(sglang::GenerateRequest {
+        request_id: request.request_id,
+        tokenized: Some(sglang::TokenizedInput {
+            original_text: String::new(),
+            input_ids,
+        }),
+        sampling_params: Some(sglang::SamplingParams {
+            temperature: p.temperature.unwrap_or(1.0),
+            top_p: p.top_p,
+            top_k,
+            min_p: p.min_p,
+            frequency_penalty: p.frequency_penalty,
+            presence_penalty: p.presence_penalty,
+            repetition_penalty: p.repetition_penalty,
+            max_new_tokens: p.max_tokens.map(|n| i32::try_from(n).unwrap_or(i32::MAX)),
+            stop: p.stop,
+            stop_token_ids: p.stop_token_ids,
+            skip_special_tokens: p.skip_special_tokens,
+            spaces_between_special_tokens: p.spaces_between_special_tokens,
+            n: 1,
+            ignore_eos: p.ignore_eos,
+            ..sglang::SamplingParams::default()
+        }),
+        stream: request.stream,
+        ..sglang::GenerateRequest::default()
+    })
+}
+
+/// The generation's messages, reshaped as vLLM sends them.
+pub struct VllmStream {
+    rx: mpsc::Receiver<Item>,
+    stream: bool,
+    /// The ids of the last chunk sent, which a streamed complete repeats.
+    last_ids: Vec<u32>,
+    /// Messages made from one SGLang message and not yet sent.
+    ready: VecDeque<Result<GenerateResponse, Status>>,
+}
+
+impl VllmStream {
+    /// Queues the vLLM messages one SGLang message becomes.
+    fn reshape(&mut self, item: Item) {
+        let event = match item {
+            Err(status) => return self.ready.push_back(Err(status)),
+            Ok(message) => match message.response {
+                Some(event) => event,
+                None => return,
+            },
+        };
+        match event {
+            SglangEvent::Chunk(chunk) => {
+                self.last_ids.clone_from(&chunk.token_ids);
+                self.push_chunk(chunk.token_ids, chunk.prompt_tokens, chunk.cached_tokens);
+            }
+            SglangEvent::Complete(complete) => {
+                let prompt_tokens = unsigned(complete.prompt_tokens);
+                let output_ids = if self.stream {
+                    // SGLang's complete carries the last step's ids: vLLM sends them as
+                    // a chunk, then repeats them.
+                    if !complete.output_ids.is_empty() {
+                        self.last_ids.clone_from(&complete.output_ids);
+                        self.push_chunk(
+                            complete.output_ids,
+                            complete.prompt_tokens,
+                            complete.cached_tokens,
+                        );
+                    }
+                    std::mem::take(&mut self.last_ids)
+                } else {
+                    complete.output_ids
+                };
+                let matched_stop = complete.matched_stop.map(|m| match m {
+                    sglang::generate_complete::MatchedStop::MatchedTokenId(id) => {
+                        vllm::generate_complete::MatchedStop::MatchedTokenId(id)
+                    }
+                    sglang::generate_complete::MatchedStop::MatchedStopStr(s) => {
+                        vllm::generate_complete::MatchedStop::MatchedStopStr(s)
+                    }
+                });
+                let completion_tokens = u32::try_from(output_ids.len()).unwrap_or(u32::MAX);
+                self.push(VllmEvent::Complete(vllm::GenerateComplete {
+                    output_ids,
+                    finish_reason: complete.finish_reason,
+                    prompt_tokens,
+                    completion_tokens,
+                    cached_tokens: unsigned(complete.cached_tokens),
+                    index: 0,
+                    matched_stop,
+                }));
+            }
+            SglangEvent::Error(err) => {
+                let client_fault = err.http_status_code.starts_with('4');
+                self.ready.push_back(Err(if client_fault {
+                    Status::invalid_argument(err.message)
+                } else {
+                    Status::internal(err.message)
+                }));
+            }
+        }
+    }
+
+    fn push_chunk(&mut self, ids: Vec<u32>, prompt_tokens: i32, cached_tokens: i32) {
+        let completion_tokens = u32::try_from(ids.len()).unwrap_or(u32::MAX);
+        self.push(VllmEvent::Chunk(vllm::GenerateStreamChunk {
+            token_ids: ids,
+            prompt_tokens: unsigned(prompt_tokens),
+            completion_tokens,
+            cached_tokens: unsigned(cached_tokens),
+            index: 0,
+        }));
+    }
+
+    fn push(&mut self, event: VllmEvent) {
+        self.ready.push_back(Ok(GenerateResponse {
+            response: Some(event),
+        }));
+    }
+}
+
+impl tonic::codegen::tokio_stream::Stream for VllmStream {
+    type Item = Result<GenerateResponse, Status>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            if let Some(next) = self.ready.pop_front() {
+                return Poll::Ready(Some(next));
+            }
+            match self.rx.poll_recv(cx) {
+                Poll::Ready(Some(item)) => self.reshape(item),
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
+fn unsigned(n: i32) -> u32 {
+    u32::try_from(n).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sglang_message(event: SglangEvent) -> Item {
+        Ok(sglang::GenerateResponse {
+            request_id: "r".into(),
+            response: Some(event),
+        })
+    }
+
+    fn stream(streamed: bool) -> VllmStream {
+        let (_tx, rx) = mpsc::channel(1);
+        VllmStream {
+            rx,
+            stream: streamed,
+            last_ids: Vec::new(),
+            ready: VecDeque::new(),
+        }
+    }
+
+    fn drained(s: &mut VllmStream) -> Vec<VllmEvent> {
+        s.ready
+            .drain(..)
+            .map(|m| m.ok().and_then(|m| m.response).expect("a message"))
+            .collect()
+    }
+
+    #[test]
+    fn a_streamed_complete_repeats_the_last_chunk() {
+        let mut s = stream(true);
+        s.reshape(sglang_message(SglangEvent::Chunk(
+            sglang::GenerateStreamChunk {
+                token_ids: vec![1, 2],
+                prompt_tokens: 3,
+                ..Default::default()
+            },
+        )));
+        s.reshape(sglang_message(SglangEvent::Complete(
+            sglang::GenerateComplete {
+                output_ids: vec![4],
+                finish_reason: "length".into(),
+                prompt_tokens: 3,
+                ..Default::default()
+            },
+        )));
+        let events = drained(&mut s);
+        let ids: Vec<(bool, Vec<u32>)> = events
+            .iter()
+            .map(|e| match e {
+                VllmEvent::Chunk(c) => (false, c.token_ids.clone()),
+                VllmEvent::Complete(c) => (true, c.output_ids.clone()),
+            })
+            .collect();
+        assert_eq!(
+            ids,
+            vec![(false, vec![1, 2]), (false, vec![4]), (true, vec![4])]
+        );
+    }
+
+    #[test]
+    fn a_request_error_is_invalid_argument() {
+        let mut s = stream(true);
+        s.reshape(sglang_message(SglangEvent::Error(sglang::GenerateError {
+            message: "too long".into(),
+            http_status_code: "400".into(),
+            details: String::new(),
+        })));
+        let status = s.ready.pop_front().and_then(Result::err).expect("status");
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    }
+
+    #[test]
+    fn vllm_zeroes_read_as_its_defaults() {
+        let request = vllm::GenerateRequest {
+            request_id: "r".into(),
+            input: Some(vllm::generate_request::Input::Tokenized(
+                vllm::TokenizedInput {
+                    original_text: String::new(),
+                    input_ids: vec![1],
+                },
+            )),
+            sampling_params: Some(vllm::SamplingParams::default()),
+            stream: true,
+        };
+        let p = to_sglang(request).unwrap().sampling_params.unwrap();
+        assert_eq!((p.temperature, p.top_k, p.n), (1.0, -1, 1));
+    }
+}
