@@ -126,15 +126,31 @@ async fn a_vllm_stream_is_not_doubled_by_the_repeating_complete() {
 async fn vllm_refusals_failures_and_a_client_that_leaves() {
     let dir = temp_dir("errors");
     write_tokenizer(&dir);
-    // A prompt over the engine's window: INVALID_ARGUMENT, the client's 400.
+    // The engine advertises an 8-token window. A longer prompt is refused by the gateway
+    // before dispatch; one that fills the window leaves the engine no room, and its
+    // INVALID_ARGUMENT is the client's 400.
     let small = vllm_engine(&["--max-context", "8"]);
     let gw = gateway_for(&small, &dir).await;
-    let reply = post_json(
-        &format!("{}/v1/completions", gw.url()),
-        &json!({"prompt": "hello world hello world hello world hello world", "max_tokens": 2}),
-    )
-    .await;
+    let url = format!("{}/v1/completions", gw.url());
+    let reply = post_json(&url, &json!({"prompt": vec![104; 9], "max_tokens": 2})).await;
+    support::assert_gateway_error(&reply, 400, "context_length_exceeded");
+    assert!(
+        reply.text().contains("context window is 8"),
+        "{}",
+        reply.text()
+    );
+    assert!(
+        !small.log_text().contains("generate request_id"),
+        "dispatched: {}",
+        small.log_text()
+    );
+    let reply = post_json(&url, &json!({"prompt": vec![104; 8], "max_tokens": 2})).await;
     support::assert_gateway_error(&reply, 400, "invalid_request");
+    assert!(
+        reply.text().contains("context window 8"),
+        "{}",
+        reply.text()
+    );
 
     // A client that leaves mid-stream: the engine is told with vLLM's Abort.
     let e = vllm_engine(&["--itl-ms", "50"]);

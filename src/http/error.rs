@@ -32,6 +32,8 @@ pub enum GatewayError {
     InvalidRequest { message: String },
     /// The model's chat template refused the conversation or failed on it.
     ChatTemplate { message: String },
+    /// The prompt is longer than the context window the worker advertises.
+    ContextLengthExceeded { prompt_tokens: usize, window: u32 },
     /// A gRPC engine reported a failed generation.
     EngineFailed { message: String },
     /// A route of the contract that this build does not serve yet.
@@ -122,6 +124,7 @@ impl GatewayError {
             G::NotImplemented { .. } =>       (S::NOT_IMPLEMENTED,     "not_implemented",                 INTERNAL,       KEEP),
             G::InvalidRequest { .. } =>       (S::BAD_REQUEST,         "invalid_request",                 VALIDATION,     KEEP),
             G::ChatTemplate { .. } =>         (S::BAD_REQUEST,         "chat_template_error",             VALIDATION,     KEEP),
+            G::ContextLengthExceeded { .. } => (S::BAD_REQUEST,        "context_length_exceeded",         VALIDATION,     KEEP),
             G::EngineFailed { .. } =>         (S::BAD_GATEWAY,         "worker_generation_failed",        BACKEND,        KEEP),
             G::UpstreamConnect =>             (S::BAD_GATEWAY,         "worker_connect_failed",           BACKEND,        KEEP),
             G::UpstreamBroken =>              (S::BAD_GATEWAY,         "worker_connection_error",         BACKEND,        KEEP),
@@ -184,6 +187,13 @@ impl fmt::Display for GatewayError {
             GatewayError::ModelNotFound => f.write_str("no worker serves the requested model"),
             GatewayError::InvalidRequest { message } => f.write_str(message),
             GatewayError::ChatTemplate { message } => write!(f, "chat template: {message}"),
+            GatewayError::ContextLengthExceeded {
+                prompt_tokens,
+                window,
+            } => write!(
+                f,
+                "the prompt is {prompt_tokens} tokens; the model's context window is {window}"
+            ),
             GatewayError::EngineFailed { message } => {
                 write!(f, "the engine failed the generation: {message}")
             }
