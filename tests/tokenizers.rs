@@ -296,14 +296,18 @@ async fn add_worker(gw: &Proc, spec: &Value) {
 }
 
 /// A mock engine serving `echo-model` that stops on the test tokenizer's `<|im_end|>`,
-/// and a gateway without a worker where `registration` (a tokenizer in `dir`, written
-/// here) has loaded.
-async fn registered_setup(dir: &Path, registration: Value) -> (Tokenizer, u32, Proc, Proc) {
+/// and a gateway (`args`) without a worker where `registration` (a tokenizer in `dir`,
+/// written here) has loaded.
+async fn registered_setup(
+    dir: &Path,
+    registration: Value,
+    args: &[&str],
+) -> (Tokenizer, u32, Proc, Proc) {
     let tok = write_tokenizer(dir);
     let eos = tok.token_to_id(IM_END).unwrap();
     let engine =
         common::grpc_engine(&["--model", "echo-model", "--eos-token-id", &eos.to_string()]);
-    let gw = gateway(&[]);
+    let gw = gateway(args);
     let id = add_ok(&gw, &registration).await;
     assert_eq!(settled(&gw, &id).await["status"], "completed");
     (tok, eos, engine, gw)
@@ -330,7 +334,7 @@ async fn a_grpc_worker_serves_with_the_tokenizer_it_names() {
                       "chat_template_path": path(&template)});
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(&template, &custom).unwrap();
-    let (tok, eos, engine, gw) = registered_setup(&dir, body).await;
+    let (tok, eos, engine, gw) = registered_setup(&dir, body, &[]).await;
 
     let url = format!("grpc://{}", engine.addr);
     let spec = json!({"url": url, "labels": {"tokenizer_path": "echo-tok"}});
@@ -348,7 +352,19 @@ async fn a_grpc_worker_serves_with_the_tokenizer_it_names() {
 async fn a_grpc_worker_without_a_tokenizer_takes_the_one_named_after_its_model() {
     let dir = temp_dir("grpc-model");
     let body = json!({"name": "echo-model", "source": path(&dir)});
-    let (tok, eos, engine, gw) = registered_setup(&dir, body).await;
+    let (tok, eos, engine, gw) = registered_setup(&dir, body, &[]).await;
+    add_worker(&gw, &json!({"url": format!("grpc://{}", engine.addr)})).await;
+    wait_ready(&gw).await;
+    let prompt = chat_prompt(&tok, "", "hello");
+    assert_echoed(&chat(&gw, "hello").await, &tok, &prompt, eos);
+}
+
+#[tokio::test]
+async fn the_tokenizer_path_flag_may_name_a_registered_tokenizer() {
+    let dir = temp_dir("grpc-flag");
+    let body = json!({"name": "flag-tok", "source": path(&dir)});
+    let args = ["--tokenizer-path", "flag-tok"];
+    let (tok, eos, engine, gw) = registered_setup(&dir, body, &args).await;
     add_worker(&gw, &json!({"url": format!("grpc://{}", engine.addr)})).await;
     wait_ready(&gw).await;
     let prompt = chat_prompt(&tok, "", "hello");
