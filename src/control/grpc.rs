@@ -34,13 +34,8 @@ pub struct GrpcControl {
     tokenizers: Arc<Tokenizers>,
 }
 
-impl Default for GrpcControl {
-    fn default() -> GrpcControl {
-        GrpcControl::new(Arc::default())
-    }
-}
-
 impl GrpcControl {
+    /// Its registered tokenizers are the ones `/v1/tokenizers` manages, shared, not a copy.
     pub fn new(tokenizers: Arc<Tokenizers>) -> GrpcControl {
         GrpcControl {
             wire: grpc::client::wire(Some(Duration::from_secs(30))),
