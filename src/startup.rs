@@ -11,7 +11,9 @@ use crate::admission::Admission;
 use crate::app::{readiness, Gateway};
 use crate::auth::gate::Authenticator;
 use crate::config::Config;
+use crate::control::grpc::GrpcControl;
 use crate::control::jobs::Jobs;
+use crate::control::tokenizers::Tokenizers;
 use crate::control::{lifecycle, load, Control, LoadDemand};
 use crate::fleet::Registry;
 use crate::http::tls::UpstreamTls;
@@ -140,9 +142,11 @@ pub fn run(config: Config) -> Result<(), String> {
         metrics: metrics.clone(),
         tls: upstream_tls.clone(),
     });
+    let tokenizers = Arc::new(Tokenizers::default());
     let admin = Arc::new(Admin {
         registry: registry.clone(),
         jobs: jobs.clone(),
+        tokenizers: tokenizers.clone(),
         call_timeout: config.pipeline.request_timeout,
         pd_disaggregation: config.fleet.pd_disaggregation,
         dp_aware: config.fleet.dp_aware,
@@ -159,7 +163,7 @@ pub fn run(config: Config) -> Result<(), String> {
         upstream_http2: config.fleet.upstream_http2,
         startup_api_key: config.auth.api_key.clone(),
         tls: upstream_tls,
-        grpc: Default::default(),
+        grpc: GrpcControl::new(tokenizers),
         load_demand: LoadDemand {
             disabled: config.control.disable_load_monitoring,
             overload_on: config.fleet.overload.on(),

@@ -268,8 +268,9 @@ pub static FLAGS: &[Flag] = &[
         "PATH",
         "none (--model-path)",
         Group::Workers,
-        "Tokenizer for gRPC workers: a directory with tokenizer.json, or the tokenizer.json \
-         file itself; wins over --model-path",
+        "Tokenizer for gRPC workers: a directory with tokenizer.json, the tokenizer.json \
+         file itself, or the name or ID of a tokenizer registered through /v1/tokenizers; \
+         wins over --model-path",
         |c, v| {
             c.control.language.tokenizer_path = Some(file_path(v)?);
             Ok(())

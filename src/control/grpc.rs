@@ -20,28 +20,31 @@ use crate::fleet::{Discovered, LanguageRef, RuntimeType, Transport, Worker};
 use crate::grpc::engine::ModelInfo;
 use crate::grpc::{self, Engine, Service, Wire};
 
+use super::tokenizers::Tokenizers;
 use super::{Control, LanguageSettings};
 
 /// Distinct tokenizer/template sets kept loaded; past this, kits are loaded per worker
 /// and not kept for sharing.
 const MAX_LANGUAGES: usize = 64;
 
-/// The control plane's gRPC side: its client and the loaded language kits.
+/// The control plane's gRPC side: its client, the loaded language kits, and the
+/// tokenizers registered through `/v1/tokenizers` that workers can name.
 pub struct GrpcControl {
     wire: Wire,
     languages: Mutex<HashMap<Sources, Arc<Language>>>,
-}
-
-impl Default for GrpcControl {
-    fn default() -> GrpcControl {
-        GrpcControl {
-            wire: grpc::client::wire(Some(Duration::from_secs(30))),
-            languages: Mutex::new(HashMap::new()),
-        }
-    }
+    tokenizers: Arc<Tokenizers>,
 }
 
 impl GrpcControl {
+    /// Its registered tokenizers are the ones `/v1/tokenizers` manages, shared, not a copy.
+    pub fn new(tokenizers: Arc<Tokenizers>) -> GrpcControl {
+        GrpcControl {
+            wire: grpc::client::wire(Some(Duration::from_secs(30))),
+            languages: Mutex::new(HashMap::new()),
+            tokenizers,
+        }
+    }
+
     fn engine(&self, service: Service, spec_url: &Transport) -> Result<Engine, String> {
         match spec_url {
             Transport::Grpc {
@@ -111,12 +114,23 @@ pub async fn discover(
         engines.push((service, control.grpc.engine(service, &spec.url.transport)?));
     }
     let (service, info) = wait_for_model_info(control, &engines, spec, timeout).await?;
-    let sources = sources(spec, &info, &control.settings.language).ok_or_else(|| {
-        "no tokenizer for this gRPC worker: give it a tokenizer_path or model_path label, \
-         or start the gateway with --model-path or --tokenizer-path"
-            .to_owned()
-    })?;
-    let language = control.grpc.language(sources).await?;
+    let flags = &control.settings.language;
+    let registry = &control.grpc.tokenizers;
+    let registered = registered_name(spec, flags).and_then(|name| registry.language(name));
+    let language = match (registered, sources(spec, &info, flags)) {
+        (Some(kit), _) => kit,
+        (None, Some(sources)) => control.grpc.language(sources).await?,
+        // Last resort: a registered tokenizer named after the model the engine serves.
+        (None, None) => Some(info.served_model_name.as_str())
+            .filter(|name| !name.is_empty())
+            .and_then(|name| registry.language(name))
+            .ok_or_else(|| {
+                "no tokenizer for this gRPC worker: give it a tokenizer_path or model_path \
+                 label, start the gateway with --model-path or --tokenizer-path, or register \
+                 a tokenizer named after the model through /v1/tokenizers"
+                    .to_owned()
+            })?,
+    };
     let served = [&info.served_model_name, &info.model_path]
         .into_iter()
         .find(|name| !name.is_empty())
@@ -204,6 +218,21 @@ pub async fn probe(control: &Control, worker: &Worker) -> bool {
         Ok(engine) => engine.health(worker.health.timeout).await.unwrap_or(false),
         Err(_) => false,
     }
+}
+
+/// The name a worker's tokenizer source is looked up by in the tokenizer registry: its
+/// card's or labels' `tokenizer_path`, else `--tokenizer-path` unless a `model_path` label
+/// comes first (the order of [`sources`]).
+fn registered_name<'a>(spec: &'a WorkerSpec, flags: &'a LanguageSettings) -> Option<&'a str> {
+    let named = |value: Option<&'a String>| value.map(String::as_str).filter(|v| !v.is_empty());
+    let card = spec.models.first().and_then(|c| c.tokenizer_path.as_ref());
+    if let Some(name) = named(card).or_else(|| named(spec.labels.get("tokenizer_path"))) {
+        return Some(name);
+    }
+    if named(spec.labels.get("model_path")).is_some() {
+        return None;
+    }
+    flags.tokenizer_path.as_deref().and_then(Path::to_str)
 }
 
 /// Where a worker's tokenizer comes from, first found: its model card's or labels'
