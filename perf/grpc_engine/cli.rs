@@ -60,6 +60,8 @@ pub struct Timing {
 pub struct Faults {
     /// HealthCheck answers `healthy: false`.
     pub fail_health: bool,
+    /// FlushCache answers `success: false`, as an engine with requests in flight does.
+    pub refuse_flush: bool,
     /// Every Generate answers one GenerateError with this message.
     pub generate_error: Option<String>,
     /// A generation's stream breaks with a gRPC error after this many tokens.
@@ -110,6 +112,7 @@ Mock timing:
 
 Faults (either mode):
   --fail-health             HealthCheck answers healthy: false
+  --refuse-flush            FlushCache answers success: false (requests in flight)
   --generate-error MESSAGE  every Generate answers a GenerateError with MESSAGE
   --drop-after N            break each stream with a gRPC error after N tokens
 
@@ -120,6 +123,9 @@ Stdout, one line per event (request ids with spaces or control characters are es
   finish request_id=ID reason=stop|length|abort completion_tokens=N
   error request_id=ID message=JSON
   abort request_id=ID found=B
+  flush_cache success=B
+  start_profile output_dir=DIR|none num_steps=N|none   (sglang service only)
+  stop_profile                                          (sglang service only)
   cancelled request_id=ID
   restored request_id=ID tokens=N   (llama: ids llama-server left out, put back)
   withheld request_id=ID tokens=N   (llama: ids lost at the end, counted only)
@@ -184,6 +190,7 @@ where
             Long("ttft-ms") => flags.timing.ttft_ms = parsed_value(&mut parser, "--ttft-ms")?,
             Long("itl-ms") => flags.timing.itl_ms = parsed_value(&mut parser, "--itl-ms")?,
             Long("fail-health") => flags.faults.fail_health = true,
+            Long("refuse-flush") => flags.faults.refuse_flush = true,
             Long("generate-error") => {
                 flags.faults.generate_error = Some(string_value(&mut parser)?)
             }

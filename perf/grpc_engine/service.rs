@@ -11,10 +11,14 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, oneshot};
+use tollgate::grpc::common::{
+    FlushCacheRequest, FlushCacheResponse, ProfileResponse, StartProfileRequest, StopProfileRequest,
+};
 use tollgate::grpc::sglang::sglang_scheduler_server::SglangScheduler;
 use tollgate::grpc::sglang::{
-    AbortRequest, AbortResponse, GenerateRequest, GetModelInfoRequest, GetModelInfoResponse,
-    HealthCheckRequest, HealthCheckResponse,
+    AbortRequest, AbortResponse, GenerateRequest, GetLoadsRequest, GetLoadsResponse,
+    GetModelInfoRequest, GetModelInfoResponse, HealthCheckRequest, HealthCheckResponse,
+    SchedulerLoad,
 };
 use tonic::{Request, Response, Status};
 
@@ -264,6 +268,37 @@ impl Engine {
         found
     }
 
+    /// FlushCache: refused under `--refuse-flush`.
+    pub fn flush_cache(&self) -> FlushCacheResponse {
+        let success = !self.faults().refuse_flush;
+        say::line(format_args!("flush_cache success={success}"));
+        let message = if success {
+            "cache flushed"
+        } else {
+            "requests are in flight (--refuse-flush)"
+        };
+        FlushCacheResponse {
+            success,
+            message: message.to_string(),
+        }
+    }
+
+    /// The load report: one rank, the generations running now, no queue.
+    pub fn load(&self) -> SchedulerLoad {
+        let running = self
+            .live
+            .aborts
+            .lock()
+            .map_or(0, |live| i32::try_from(live.len()).unwrap_or(i32::MAX));
+        SchedulerLoad {
+            dp_rank: 0,
+            num_running_reqs: running,
+            num_total_reqs: running,
+            max_running_requests: i32::try_from(MAX_LIVE).unwrap_or(i32::MAX),
+            ..SchedulerLoad::default()
+        }
+    }
+
     /// GetModelInfo, as SGLang answers it.
     pub async fn model_info(&self) -> Result<GetModelInfoResponse, Status> {
         let flags = &self.flags;
@@ -342,5 +377,53 @@ impl SglangScheduler for Scheduler {
         _request: Request<GetModelInfoRequest>,
     ) -> Result<Response<GetModelInfoResponse>, Status> {
         self.0.model_info().await.map(Response::new)
+    }
+
+    async fn get_loads(
+        &self,
+        _request: Request<GetLoadsRequest>,
+    ) -> Result<Response<GetLoadsResponse>, Status> {
+        Ok(Response::new(GetLoadsResponse {
+            timestamp: String::new(),
+            version: "grpc-engine".to_string(),
+            dp_rank_count: 1,
+            loads: vec![self.0.load()],
+        }))
+    }
+
+    async fn flush_cache(
+        &self,
+        _request: Request<FlushCacheRequest>,
+    ) -> Result<Response<FlushCacheResponse>, Status> {
+        Ok(Response::new(self.0.flush_cache()))
+    }
+
+    async fn start_profile(
+        &self,
+        request: Request<StartProfileRequest>,
+    ) -> Result<Response<ProfileResponse>, Status> {
+        let request = request.into_inner();
+        say::line(format_args!(
+            "start_profile output_dir={} num_steps={}",
+            Id(request.output_dir.as_deref().unwrap_or("none")),
+            request
+                .num_steps
+                .map_or_else(|| "none".to_string(), |n| n.to_string())
+        ));
+        Ok(Response::new(ProfileResponse {
+            success: true,
+            message: "profiling started".to_string(),
+        }))
+    }
+
+    async fn stop_profile(
+        &self,
+        _request: Request<StopProfileRequest>,
+    ) -> Result<Response<ProfileResponse>, Status> {
+        say::line(format_args!("stop_profile"));
+        Ok(Response::new(ProfileResponse {
+            success: true,
+            message: "profiling stopped".to_string(),
+        }))
     }
 }

@@ -12,12 +12,14 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tokio::sync::mpsc;
+use tollgate::grpc::common::{FlushCacheRequest, FlushCacheResponse};
 use tollgate::grpc::sglang::{self, generate_response::Response as SglangEvent};
 use tollgate::grpc::vllm::generate_response::Response as VllmEvent;
 use tollgate::grpc::vllm::vllm_engine_server::VllmEngine;
 use tollgate::grpc::vllm::{
-    self, AbortRequest, AbortResponse, GenerateResponse, GetModelInfoRequest, GetModelInfoResponse,
-    HealthCheckRequest, HealthCheckResponse,
+    self, AbortRequest, AbortResponse, GenerateResponse, GetLoadsRequest, GetLoadsResponse,
+    GetModelInfoRequest, GetModelInfoResponse, HealthCheckRequest, HealthCheckResponse,
+    SchedulerLoad,
 };
 use tonic::{Request, Response, Status};
 
@@ -86,6 +88,32 @@ impl VllmEngine for VllmService {
             bos_token_id: info.bos_token_id,
             max_req_input_len: info.max_req_input_len,
         }))
+    }
+
+    async fn get_loads(
+        &self,
+        _request: Request<GetLoadsRequest>,
+    ) -> Result<Response<GetLoadsResponse>, Status> {
+        let l = self.0.load();
+        Ok(Response::new(GetLoadsResponse {
+            timestamp: String::new(),
+            version: "grpc-engine".to_string(),
+            dp_rank_count: 1,
+            loads: vec![SchedulerLoad {
+                dp_rank: l.dp_rank,
+                num_running_reqs: l.num_running_reqs,
+                num_total_reqs: l.num_total_reqs,
+                max_running_requests: l.max_running_requests,
+                ..SchedulerLoad::default()
+            }],
+        }))
+    }
+
+    async fn flush_cache(
+        &self,
+        _request: Request<FlushCacheRequest>,
+    ) -> Result<Response<FlushCacheResponse>, Status> {
+        Ok(Response::new(self.0.flush_cache()))
     }
 }
 

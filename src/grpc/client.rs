@@ -12,10 +12,13 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use tonic::{Code, Request, Status, Streaming};
 
+use super::common::{
+    FlushCacheRequest, FlushCacheResponse, ProfileResponse, StartProfileRequest, StopProfileRequest,
+};
 use super::sglang::sglang_scheduler_client::SglangSchedulerClient;
 use super::sglang::{
-    AbortRequest, GenerateRequest, GenerateResponse, GetModelInfoRequest, GetModelInfoResponse,
-    HealthCheckRequest,
+    AbortRequest, GenerateRequest, GenerateResponse, GetLoadsRequest, GetLoadsResponse,
+    GetModelInfoRequest, GetModelInfoResponse, HealthCheckRequest,
 };
 use crate::http::client::{build, ClientOptions, CONNECT_TIMEOUT};
 
@@ -102,6 +105,51 @@ impl Scheduler {
     ) -> Result<Streaming<GenerateResponse>, CallError> {
         let mut rpc = self.rpc.clone();
         bounded(timeout, rpc.generate(timed(request, timeout))).await
+    }
+
+    /// `GetLoads`: the scheduler's load per DP rank, with the sections named in
+    /// `include`.
+    pub async fn loads(
+        &self,
+        include: &[&str],
+        timeout: Duration,
+    ) -> Result<GetLoadsResponse, CallError> {
+        let mut rpc = self.rpc.clone();
+        let request = GetLoadsRequest {
+            dp_rank: None,
+            include: include.iter().map(|s| (*s).to_owned()).collect(),
+        };
+        bounded(timeout, rpc.get_loads(timed(request, timeout))).await
+    }
+
+    /// `FlushCache`: drops the KV prefix cache on every scheduler process.
+    pub async fn flush_cache(
+        &self,
+        request: FlushCacheRequest,
+        timeout: Duration,
+    ) -> Result<FlushCacheResponse, CallError> {
+        let mut rpc = self.rpc.clone();
+        bounded(timeout, rpc.flush_cache(timed(request, timeout))).await
+    }
+
+    /// `StartProfile`.
+    pub async fn start_profile(
+        &self,
+        request: StartProfileRequest,
+        timeout: Duration,
+    ) -> Result<ProfileResponse, CallError> {
+        let mut rpc = self.rpc.clone();
+        bounded(timeout, rpc.start_profile(timed(request, timeout))).await
+    }
+
+    /// `StopProfile`: the engine writes its traces.
+    pub async fn stop_profile(&self, timeout: Duration) -> Result<ProfileResponse, CallError> {
+        let mut rpc = self.rpc.clone();
+        bounded(
+            timeout,
+            rpc.stop_profile(timed(StopProfileRequest {}, timeout)),
+        )
+        .await
     }
 
     /// `Abort`: asks the engine to stop generating for `request_id`.

@@ -14,6 +14,7 @@ use http::uri::Authority;
 use tonic::{Code, Status, Streaming};
 
 use super::client::{CallError, Scheduler, Wire};
+use super::common::{FlushCacheRequest, StartProfileRequest};
 use super::vllm_client::Vllm;
 use super::{sglang, vllm};
 
@@ -114,6 +115,46 @@ pub struct ModelInfo {
     pub max_context_length: u32,
 }
 
+/// One data-parallel rank's load as the engine reports it (`GetLoads`); figures it does
+/// not fill are 0.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Load {
+    pub dp_rank: i32,
+    pub num_running_reqs: i32,
+    pub num_waiting_reqs: i32,
+    pub num_used_tokens: i32,
+    pub max_total_num_tokens: i32,
+    pub token_usage: f64,
+    pub gen_throughput: f64,
+    pub cache_hit_rate: f64,
+    pub utilization: f64,
+    pub max_running_requests: i32,
+}
+
+/// A [`Load`] from either service's `SchedulerLoad`: the two messages carry the same
+/// fields under the same names.
+macro_rules! load_of {
+    ($l:expr) => {
+        Load {
+            dp_rank: $l.dp_rank,
+            num_running_reqs: $l.num_running_reqs,
+            num_waiting_reqs: $l.num_waiting_reqs,
+            num_used_tokens: $l.num_used_tokens,
+            max_total_num_tokens: $l.max_total_num_tokens,
+            token_usage: $l.token_usage,
+            gen_throughput: $l.gen_throughput,
+            cache_hit_rate: $l.cache_hit_rate,
+            utilization: $l.utilization,
+            max_running_requests: $l.max_running_requests,
+        }
+    };
+}
+
+/// Why an administrative call (flush, profile) did not succeed, worded for the fan-out's
+/// `failed` list.
+#[derive(Debug, PartialEq)]
+pub struct AdminFailure(pub String);
+
 /// One engine, reached through a thread's [`Wire`]. Cheap to build per call.
 #[derive(Clone)]
 pub enum Engine {
@@ -176,6 +217,75 @@ impl Engine {
         }
     }
 
+    /// `GetLoads`: the engine's load per DP rank (SGLang's core, memory and queue
+    /// sections; vLLM reports one rank).
+    pub async fn loads(&self, timeout: Duration) -> Result<Vec<Load>, CallError> {
+        Ok(match self {
+            Engine::Sglang(s) => s
+                .loads(&["core"], timeout)
+                .await?
+                .loads
+                .into_iter()
+                .map(|l| load_of!(l))
+                .collect(),
+            Engine::Vllm(v) => v
+                .loads(timeout)
+                .await?
+                .loads
+                .into_iter()
+                .map(|l| load_of!(l))
+                .collect(),
+        })
+    }
+
+    /// `FlushCache`, at once (the engine refuses while requests are in flight, as its
+    /// HTTP route does). A refusal counts as a failure.
+    pub async fn flush_cache(&self, timeout: Duration) -> Result<(), AdminFailure> {
+        let request = FlushCacheRequest { timeout_s: 0.0 };
+        let answer = match self {
+            Engine::Sglang(s) => s.flush_cache(request, timeout).await,
+            Engine::Vllm(v) => v.flush_cache(request, timeout).await,
+        };
+        let answer = answer.map_err(|err| admin_failure(self.service(), "FlushCache", &err))?;
+        refused_unless(answer.success, "FlushCache", &answer.message)
+    }
+
+    /// `StartProfile` (SGLang only; vLLM's service has no profiler RPC).
+    pub async fn start_profile(
+        &self,
+        request: StartProfileRequest,
+        timeout: Duration,
+    ) -> Result<(), AdminFailure> {
+        let Engine::Sglang(s) = self else {
+            return Err(unimplemented(self.service(), "StartProfile"));
+        };
+        let answer = s
+            .start_profile(request, timeout)
+            .await
+            .map_err(|err| admin_failure(Service::Sglang, "StartProfile", &err))?;
+        refused_unless(answer.success, "StartProfile", &answer.message)
+    }
+
+    /// `StopProfile` (SGLang only).
+    pub async fn stop_profile(&self, timeout: Duration) -> Result<(), AdminFailure> {
+        let Engine::Sglang(s) = self else {
+            return Err(unimplemented(self.service(), "StopProfile"));
+        };
+        let answer = s
+            .stop_profile(timeout)
+            .await
+            .map_err(|err| admin_failure(Service::Sglang, "StopProfile", &err))?;
+        refused_unless(answer.success, "StopProfile", &answer.message)
+    }
+
+    /// The service this engine speaks.
+    pub fn service(&self) -> Service {
+        match self {
+            Engine::Sglang(_) => Service::Sglang,
+            Engine::Vllm(_) => Service::Vllm,
+        }
+    }
+
     /// `Abort`: asks the engine to stop generating for `request_id`.
     pub async fn abort(
         &self,
@@ -187,6 +297,37 @@ impl Engine {
             Engine::Sglang(s) => s.abort(request_id, reason, timeout).await,
             Engine::Vllm(v) => v.abort(request_id, timeout).await,
         }
+    }
+}
+
+/// A failed administrative call, worded as the fan-out reports it; an engine without the
+/// RPC is `UNIMPLEMENTED`, as the spec words it.
+fn admin_failure(service: Service, rpc: &str, err: &CallError) -> AdminFailure {
+    if err.is_unimplemented() {
+        unimplemented(service, rpc)
+    } else {
+        AdminFailure(format!("{rpc} failed: {err}"))
+    }
+}
+
+fn unimplemented(service: Service, rpc: &str) -> AdminFailure {
+    AdminFailure(format!(
+        "UNIMPLEMENTED: {} workers do not support {rpc}",
+        service.runtime()
+    ))
+}
+
+/// An answer's `success: false` as a failure carrying the engine's words.
+fn refused_unless(success: bool, rpc: &str, message: &str) -> Result<(), AdminFailure> {
+    if success {
+        Ok(())
+    } else if message.is_empty() {
+        Err(AdminFailure(format!("{rpc} refused by the engine")))
+    } else {
+        let message: String = message.chars().take(200).collect();
+        Err(AdminFailure(format!(
+            "{rpc} refused by the engine: {message}"
+        )))
     }
 }
 

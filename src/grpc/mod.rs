@@ -2,6 +2,12 @@
 //! engines over its own HTTP/2 client, and [`engine`], the one face the rest of the
 //! gateway sees whichever service an engine speaks.
 
+/// Administration messages the engines' services share (`proto/common.proto`).
+pub mod common {
+    #![allow(clippy::all, clippy::pedantic, missing_docs)]
+    tonic::include_proto!("smg.grpc.common");
+}
+
 /// SGLang's scheduler service (`proto/sglang_scheduler.proto`).
 pub mod sglang {
     #![allow(clippy::all, clippy::pedantic, missing_docs)]

@@ -7,10 +7,11 @@ use http::uri::Authority;
 use tonic::Streaming;
 
 use super::client::{bounded, origin, timed, CallError, Wire};
+use super::common::{FlushCacheRequest, FlushCacheResponse};
 use super::vllm::vllm_engine_client::VllmEngineClient;
 use super::vllm::{
-    AbortRequest, GenerateRequest, GenerateResponse, GetModelInfoRequest, GetModelInfoResponse,
-    HealthCheckRequest,
+    AbortRequest, GenerateRequest, GenerateResponse, GetLoadsRequest, GetLoadsResponse,
+    GetModelInfoRequest, GetModelInfoResponse, HealthCheckRequest,
 };
 
 /// One vLLM engine, reached through `wire`. Cheap to build per call.
@@ -53,6 +54,26 @@ impl Vllm {
     ) -> Result<Streaming<GenerateResponse>, CallError> {
         let mut rpc = self.rpc.clone();
         bounded(timeout, rpc.generate(timed(request, timeout))).await
+    }
+
+    /// `GetLoads`: the scheduler's load (vLLM reports one rank, core figures only).
+    pub async fn loads(&self, timeout: Duration) -> Result<GetLoadsResponse, CallError> {
+        let mut rpc = self.rpc.clone();
+        let request = GetLoadsRequest {
+            dp_rank: None,
+            include: Vec::new(),
+        };
+        bounded(timeout, rpc.get_loads(timed(request, timeout))).await
+    }
+
+    /// `FlushCache`: drops the prefix cache (older servicers answer UNIMPLEMENTED).
+    pub async fn flush_cache(
+        &self,
+        request: FlushCacheRequest,
+        timeout: Duration,
+    ) -> Result<FlushCacheResponse, CallError> {
+        let mut rpc = self.rpc.clone();
+        bounded(timeout, rpc.flush_cache(timed(request, timeout))).await
     }
 
     /// `Abort`: asks the engine to stop generating for `request_id` (vLLM takes no
