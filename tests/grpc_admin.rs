@@ -42,6 +42,19 @@ fn vllm(args: &[&str]) -> Proc {
     common::grpc_engine(&[&["--service", "vllm", "--model", "m"], args].concat())
 }
 
+/// Waits for `line` in the engine's log: its output is read by a background thread, so a
+/// line printed just before the engine answered may land a moment after the answer.
+async fn logged(engine: &Proc, line: &str) {
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            engine.log_text().contains(line)
+        })
+        .await,
+        "no {line:?} in:\n{}",
+        engine.log_text()
+    );
+}
+
 fn failures(body: &Value) -> Vec<(String, String)> {
     body["failed"]
         .as_array()
@@ -73,11 +86,7 @@ async fn flush_cache_reaches_both_grpc_services() {
     assert_eq!(body["total_workers"], 2);
     assert!(body.get("failed").is_none(), "{body}");
     for engine in [&s, &v] {
-        assert!(
-            engine.log_text().contains("flush_cache success=true"),
-            "{}",
-            engine.log_text()
-        );
+        logged(engine, "flush_cache success=true").await;
     }
 }
 
@@ -126,12 +135,7 @@ async fn profiling_reaches_sglang_and_reports_vllm_as_unimplemented() {
         "{}",
         failed[0].1
     );
-    assert!(
-        s.log_text()
-            .contains("start_profile output_dir=/tmp/traces num_steps=4"),
-        "{}",
-        s.log_text()
-    );
+    logged(&s, "start_profile output_dir=/tmp/traces num_steps=4").await;
 
     // Only the SGLang engine, named by its URL: all targeted workers succeed.
     let reply = post_json(
@@ -140,7 +144,7 @@ async fn profiling_reaches_sglang_and_reports_vllm_as_unimplemented() {
     )
     .await;
     assert_eq!(reply.status, 200, "{}", reply.text());
-    assert!(s.log_text().contains("stop_profile"), "{}", s.log_text());
+    logged(&s, "stop_profile").await;
 }
 
 #[tokio::test]
