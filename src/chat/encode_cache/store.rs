@@ -70,12 +70,13 @@ pub struct Counts {
 
 impl Counters {
     pub const fn new() -> Counters {
-        const ZERO: AtomicU64 = AtomicU64::new(0);
-        const PAIR: [AtomicU64; 2] = [ZERO, ZERO];
         Counters {
-            lookups: [PAIR, PAIR],
-            evictions: [ZERO; 2],
-            reused_bytes: [ZERO; 2],
+            lookups: [
+                [const { AtomicU64::new(0) }; 2],
+                [const { AtomicU64::new(0) }; 2],
+            ],
+            evictions: [const { AtomicU64::new(0) }; 2],
+            reused_bytes: [const { AtomicU64::new(0) }; 2],
         }
     }
 

@@ -10,6 +10,7 @@ use tokenizers::Tokenizer;
 use super::store::{Cache, Counters, Counts, Limits};
 use super::*;
 use crate::chat::detokenize::byte_level_spelling;
+use crate::rng::{below, seed_this_thread};
 
 const START: &str = "<|im_start|>";
 const END: &str = "<|im_end|>";
@@ -69,16 +70,16 @@ fn byte_level(extra: &[Value], normalizer: Value) -> Tokenizer {
     }
     let space = byte_level_spelling(b" ");
     let pairs = [
-        ("h", "e"),
-        ("l", "l"),
-        ("he", "ll"),
-        ("hell", "o"),
-        (space.as_str(), "w"),
-        ("o", "r"),
-        (&format!("{space}w"), "or"),
         ("u", "s"),
         ("us", "e"),
         ("use", "r"),
+        ("w", "o"),
+        ("wo", "r"),
+        ("wor", "l"),
+        ("worl", "d"),
+        (space.as_str(), "world"),
+        ("e", "l"),
+        ("l", "o"),
     ];
     let mut merges = Vec::new();
     for (a, b) in pairs {
@@ -160,28 +161,17 @@ fn chatml(turns: &[(&str, String)]) -> String {
     out
 }
 
-/// A small deterministic generator (xorshift).
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % n as u64) as usize
-    }
-
-    /// Content that makes the tokenizer work at the edges: spaces and newlines around
-    /// special tokens, special tokens inside content, partial special tokens, non-ASCII.
-    fn content(&mut self) -> String {
-        const PIECES: [&str; 16] = [
-            "hello", " world", "user", " ", "\n", "  ", "é", "世界", "<|im", "_end|>", "<", "|>",
-            START, END, BOS, "🎉",
-        ];
-        (0..self.below(12))
-            .map(|_| PIECES[self.below(PIECES.len())])
-            .collect()
-    }
+/// Content that makes the tokenizer work at the edges: spaces and newlines around special
+/// tokens, special tokens inside content, partial special tokens, non-ASCII; drawn from
+/// the thread's generator (seeded by the test).
+fn content() -> String {
+    const PIECES: [&str; 16] = [
+        "hello", " world", "user", " ", "\n", "  ", "é", "世界", "<|im", "_end|>", "<", "|>",
+        START, END, BOS, "🎉",
+    ];
+    (0..below(12))
+        .map(|_| PIECES[below(PIECES.len())])
+        .collect()
 }
 
 #[test]
@@ -326,19 +316,19 @@ fn cached_ids_equal_the_tokenizers_for_random_chats_and_growths() {
         let cuts = Boundaries::of(&tok);
         assert!(cuts.any());
         let home = TestHome::roomy();
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        seed_this_thread(0x9e37_79b9_7f4a_7c15);
         for _ in 0..60 {
             let mut turns: Vec<(&str, String)> = Vec::new();
-            for _ in 0..1 + rng.below(6) {
-                let role = ["system", "user", "assistant"][rng.below(3)];
-                turns.push((role, rng.content()));
+            for _ in 0..1 + below(6) {
+                let role = ["system", "user", "assistant"][below(3)];
+                turns.push((role, content()));
                 let text = chatml(&turns);
                 assert_eq!(
                     cached(&home, &tok, &cuts, &text),
                     plain_ids(&tok, &text, false)
                 );
                 // And the rendering without the generation prompt, cut anywhere.
-                let cut = rng.below(text.len() + 1);
+                let cut = below(text.len() + 1);
                 let cut = (0..=cut)
                     .rev()
                     .find(|&i| text.is_char_boundary(i))
@@ -527,16 +517,16 @@ fn qwen3_cached_ids_equal_the_tokenizers() {
         .collect();
     assert!(names.contains(&START) && names.contains(&END), "{names:?}");
     let home = TestHome::roomy();
-    let mut rng = Rng(42);
+    seed_this_thread(42);
     for _ in 0..40 {
         let mut turns: Vec<(&str, String)> = Vec::new();
-        for _ in 0..1 + rng.below(8) {
-            let role = ["system", "user", "assistant", "tool"][rng.below(4)];
-            let mut content = rng.content();
-            if role == "assistant" && rng.below(2) == 0 {
-                content = format!("<think>\n{content}\n</think>\n\n{}", rng.content());
+        for _ in 0..1 + below(8) {
+            let role = ["system", "user", "assistant", "tool"][below(4)];
+            let mut said = content();
+            if role == "assistant" && below(2) == 0 {
+                said = format!("<think>\n{said}\n</think>\n\n{}", content());
             }
-            turns.push((role, content));
+            turns.push((role, said));
             let text = chatml(&turns);
             assert_eq!(
                 cached(&home, &tok, &cuts, &text),
