@@ -18,16 +18,21 @@
 //! the tokenizer at hand: special and not normalized (taken out before normalization), not
 //! `single_word` (taken out whatever follows), not inside a longer added token and not
 //! overlapping one that could start before it (the search would take the other), never
-//! overlapping itself, not starting or ending with whitespace (a neighbour's
-//! `lstrip`/`rstrip` could eat into it), and unknown to the model's own vocabulary (so its
-//! id appears in an encoding only where its content was taken out). Prefix reuse is off
-//! entirely for a tokenizer that truncates or pads (ids then depend on the whole length) or
-//! that encodes special tokens as text.
+//! overlapping itself, and not starting or ending with whitespace (a neighbour's
+//! `lstrip`/`rstrip` could eat into it). Prefix reuse is off entirely for a tokenizer that
+//! truncates or pads (ids then depend on the whole length) or that encodes special tokens
+//! as text.
+//!
+//! Each occurrence then yields exactly one id of its token; the model may still make the
+//! same id out of other text (many vocabularies hold the special tokens too, and a
+//! normalizer can spell one out of look-alike characters), which is why the places of a
+//! prompt are paired with its ids by count and order, and a prompt whose ids hold one more
+//! is not cut at all.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tokenizers::{Model, Tokenizer};
+use tokenizers::Tokenizer;
 
 /// What the caches know of one tokenizer: an identity no other tokenizer of this process
 /// ever has (a cache entry of a dropped tokenizer can never answer for a new one), and its
@@ -82,18 +87,15 @@ impl Boundaries {
             return out;
         }
         let added = tokenizer.get_added_tokens_decoder();
-        let model = tokenizer.get_model();
         let mut candidates: Vec<(u32, &str)> = added
             .iter()
-            .filter(|(id, t)| {
+            .filter(|(_, t)| {
                 t.special
                     && !t.normalized
                     && !t.single_word
                     && !t.content.is_empty()
                     && !t.content.starts_with(char::is_whitespace)
                     && !t.content.ends_with(char::is_whitespace)
-                    && model.token_to_id(&t.content).is_none()
-                    && model.id_to_token(**id).is_none()
             })
             .map(|(id, t)| (*id, t.content.as_str()))
             .collect();

@@ -287,9 +287,10 @@ fn prefix_keys(seed: &RandomState, tokenizer: u64, text: &str, places: &[Place])
 }
 
 /// The marks of a prompt whose ids are `ids`: each place pairs with the next id of a cut
-/// token, in order. Every place's token is taken out as itself, and a cut token's id
-/// comes from nothing else ([`boundaries`]), so the pairing is exact; should the two lists
-/// disagree anyway, the prompt gets no marks.
+/// token, in order. Every place's token is taken out as itself and yields one id
+/// ([`boundaries`]), so when the counts agree no id came from anywhere else and the pairing
+/// is exact; when they do not (the model made a cut token's id out of other text), the
+/// prompt gets no marks.
 fn marks(cuts: &Boundaries, places: &[Place], keys: &[u64], ids: &[u32]) -> Vec<Mark> {
     let mut out = Vec::with_capacity(places.len());
     let mut next = places.iter().zip(keys);

@@ -2,7 +2,6 @@
 //! the chat and wherever it grows; hits, misses, evictions and bounds as counted.
 
 use std::cell::RefCell;
-use std::path::Path;
 
 use serde_json::{json, Value};
 use tokenizers::Tokenizer;
@@ -136,6 +135,21 @@ fn metaspace() -> Tokenizer {
     }))
 }
 
+/// [`metaspace`] with an NFKC normalizer and ChatML's tokens in the model's vocabulary
+/// too, under the same ids (alone and as a word after a space).
+fn metaspace_with_vocab_specials() -> Tokenizer {
+    let mut spec: Value = serde_json::from_str(&metaspace().to_string(false).unwrap()).unwrap();
+    spec["normalizer"] = json!({"type": "NFKC"});
+    for token in spec["added_tokens"].clone().as_array().unwrap() {
+        let content = token["content"].as_str().unwrap();
+        spec["model"]["vocab"][content] = token["id"].clone();
+        spec["model"]["vocab"][format!("▁{content}")] = token["id"].clone();
+    }
+    // A word the vocabulary holds is one token, merges or not.
+    spec["model"]["ignore_merges"] = json!(true);
+    build(spec)
+}
+
 fn build(spec: Value) -> Tokenizer {
     Tokenizer::from_bytes(spec.to_string()).unwrap()
 }
@@ -203,6 +217,42 @@ fn only_tokens_every_occurrence_of_which_is_taken_out_are_cuts() {
     // Out: single_word, normalized, inside a longer token, reachable from an earlier
     // start ("x<|ov"), overlapping itself, starting with whitespace, not special.
     assert_eq!(names, [START, END, BOS, "<|in|>more"]);
+}
+
+#[test]
+fn a_cut_token_the_vocabulary_also_holds_stays_exact() {
+    // "<|im_end|>" spelled out of NFKC look-alikes: the normalizer makes the special
+    // token's text, which the model (whose vocabulary holds it too) turns into its id.
+    let tok = metaspace_with_vocab_specials();
+    let cuts = Boundaries::of(&tok);
+    assert!(cuts.token(0).is_some());
+    let home = TestHome::roomy();
+    let look_alike = "x \u{ff1c}|im_end|\u{ff1e}";
+    let first = chatml(&[("user", "hi".into())]);
+    let second = chatml(&[("user", "hi".into()), ("assistant", look_alike.into())]);
+    let third = chatml(&[
+        ("user", "hi".into()),
+        ("assistant", look_alike.into()),
+        ("user", "ok".into()),
+    ]);
+    for text in [&first, &second, &third] {
+        assert_eq!(
+            cached(&home, &tok, &cuts, text),
+            plain_ids(&tok, text, false)
+        );
+    }
+    let end_id = tok.token_to_id(END).unwrap();
+    let ends = plain_ids(&tok, &second, false)
+        .into_iter()
+        .filter(|&id| id == end_id)
+        .count();
+    assert_eq!(ends, second.matches(END).count() + 1);
+    // That extra id left the second prompt unmarked: the second and the third both
+    // reused the first one's prefix, not the second's longer one.
+    let counts = home.counts();
+    let first_prefix = (first.rfind(START).unwrap() + START.len()) as u64;
+    assert_eq!(counts.hits[1], 2);
+    assert_eq!(counts.reused_bytes[1], 2 * first_prefix);
 }
 
 #[test]
@@ -501,38 +551,39 @@ fn the_process_wide_entry_point_counts_in_the_process_counters() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// With `TOLLGATE_QWEN3_TOKENIZER_DIR` (see `tests/chat_template.rs`): the same property
-/// with Qwen3's own tokenizer and template-shaped chats.
+/// The same property with the real tokenizers `TOLLGATE_TOKENIZER_JSON_DIRS` names (a path
+/// list of directories with a `tokenizer.json`; `tests/run.sh` passes SmolLM2's and
+/// Qwen3's), on ChatML chats with thinking blocks.
 #[test]
-#[ignore = "needs TOLLGATE_QWEN3_TOKENIZER_DIR"]
-fn qwen3_cached_ids_equal_the_tokenizers() {
-    let Some(dir) = std::env::var_os("TOLLGATE_QWEN3_TOKENIZER_DIR") else {
+fn real_tokenizers_cached_ids_equal_the_tokenizers() {
+    let Some(dirs) = std::env::var_os("TOLLGATE_TOKENIZER_JSON_DIRS") else {
         return;
     };
-    let tok = Tokenizer::from_file(Path::new(&dir).join("tokenizer.json")).unwrap();
-    let cuts = Boundaries::of(&tok);
-    let names: Vec<&str> = (0..)
-        .map_while(|i| cuts.token(i))
-        .map(|t| &*t.content)
-        .collect();
-    assert!(names.contains(&START) && names.contains(&END), "{names:?}");
-    let home = TestHome::roomy();
-    seed_this_thread(42);
-    for _ in 0..40 {
-        let mut turns: Vec<(&str, String)> = Vec::new();
-        for _ in 0..1 + below(8) {
-            let role = ["system", "user", "assistant", "tool"][below(4)];
-            let mut said = content();
-            if role == "assistant" && below(2) == 0 {
-                said = format!("<think>\n{said}\n</think>\n\n{}", content());
+    for dir in std::env::split_paths(&dirs).filter(|d| !d.as_os_str().is_empty()) {
+        let path = dir.join("tokenizer.json");
+        let tok = Tokenizer::from_file(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let cuts = Boundaries::of(&tok);
+        let has_chatml = (0..)
+            .map_while(|i| cuts.token(i))
+            .any(|t| &*t.content == START);
+        let home = TestHome::roomy();
+        seed_this_thread(42);
+        for _ in 0..40 {
+            let mut turns: Vec<(&str, String)> = Vec::new();
+            for _ in 0..1 + below(8) {
+                let role = ["system", "user", "assistant", "tool"][below(4)];
+                let mut said = content();
+                if role == "assistant" && below(2) == 0 {
+                    said = format!("<think>\n{said}\n</think>\n\n{}", content());
+                }
+                turns.push((role, said));
+                let text = chatml(&turns);
+                let ids = plain_ids(&tok, &text, false);
+                assert_eq!(cached(&home, &tok, &cuts, &text), ids, "{}", path.display());
             }
-            turns.push((role, said));
-            let text = chatml(&turns);
-            assert_eq!(
-                cached(&home, &tok, &cuts, &text),
-                plain_ids(&tok, &text, false)
-            );
+        }
+        if has_chatml {
+            assert!(home.counts().hits[1] > 0, "{}", path.display());
         }
     }
-    assert!(home.counts().hits[1] > 0);
 }
