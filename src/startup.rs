@@ -102,6 +102,7 @@ pub fn run(config: Config) -> Result<(), String> {
     let policy = routing::build_with_params(routing_settings.policy, &routing_settings.params);
     let registry = Arc::new(Registry::with_aliases(config.fleet.model_aliases.clone()));
     let threads = config.runtime.worker_threads;
+    crate::chat::encode_cache::configure(&config.tokenizer_cache, threads);
     let control_rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .thread_name("tollgate-control")

@@ -25,6 +25,7 @@ use http_body_util::BodyExt;
 use uuid::Uuid;
 
 use super::{Answer, Attempt, SendError};
+use crate::chat::encode_cache;
 use crate::chat::language::Language;
 use crate::chat::template::RenderInput;
 use crate::fleet::{Transport, Worker};
@@ -252,7 +253,8 @@ async fn understand(
         return read_request(language, route, &body).map_err(SendError::Refused);
     }
     let kit = language.clone();
-    tokio::task::spawn_blocking(move || read_request(&kit, route, &body))
+    let work = move || encode_cache::on_pool(|| read_request(&kit, route, &body));
+    tokio::task::spawn_blocking(work)
         .await
         .map_err(|_| {
             SendError::Refused(GatewayError::ChatTemplate {
@@ -320,13 +322,9 @@ fn prompt_ids(language: &Language, input: Input) -> Result<Vec<u32>, GatewayErro
             (rendered, false)
         }
     };
-    let encoding = language
-        .tokenizer
-        .encode_fast(text, add_special)
-        .map_err(|err| GatewayError::InvalidRequest {
-            message: format!("the prompt could not be tokenized: {err}"),
-        })?;
-    Ok(encoding.get_ids().to_vec())
+    encode_cache::encode(language, &text, add_special).map_err(|err| GatewayError::InvalidRequest {
+        message: format!("the prompt could not be tokenized: {err}"),
+    })
 }
 
 /// The engine's message stream, each message awaited within the request's deadline and
