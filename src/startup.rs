@@ -163,8 +163,8 @@ pub fn run(config: Config) -> Result<(), String> {
         dp_aware: config.fleet.dp_aware,
         upstream_http2: config.fleet.upstream_http2,
         startup_api_key: config.auth.api_key.clone(),
+        grpc: GrpcControl::new(tokenizers, &upstream_tls),
         tls: upstream_tls,
-        grpc: GrpcControl::new(tokenizers),
         load_demand: LoadDemand {
             disabled: config.control.disable_load_monitoring,
             overload_on: config.fleet.overload.on(),

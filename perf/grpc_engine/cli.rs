@@ -32,6 +32,8 @@ pub struct Flags {
     pub port: u16,
     pub threads: usize,
     pub service: Service,
+    /// `--tls-cert-path` / `--tls-key-path`: serve gRPC over TLS (`grpcs://`, ALPN h2).
+    pub tls: Option<(String, String)>,
     pub mode: Mode,
     /// `served_model_name` in GetModelInfo.
     pub model: String,
@@ -90,6 +92,8 @@ Server:
   --port N                  bind port, 0 picks a free one (default 0); prints
                             `LISTENING <ip>:<port>` once bound
   --threads N               tokio worker threads (default 1)
+  --tls-cert-path PATH      serve over TLS (grpcs://, ALPN h2) with this PEM certificate chain
+  --tls-key-path PATH       ... and this PEM private key (both or neither)
 
 Service:
   --service sglang|vllm     the gRPC service served (default sglang); the other answers
@@ -140,6 +144,7 @@ impl Default for Flags {
             port: 0,
             threads: 1,
             service: Service::Sglang,
+            tls: None,
             mode: Mode::Mock,
             model: "mock-model".to_string(),
             tokenizer_path: None,
@@ -160,6 +165,7 @@ where
     use lexopt::prelude::*;
 
     let mut flags = Flags::default();
+    let (mut tls_cert, mut tls_key) = (None, None);
     let mut parser = lexopt::Parser::from_args(args);
     while let Some(arg) = parser.next().map_err(|e| e.to_string())? {
         match arg {
@@ -167,6 +173,8 @@ where
             Long("host") => flags.host = string_value(&mut parser)?,
             Long("port") => flags.port = parsed_value(&mut parser, "--port")?,
             Long("threads") => flags.threads = parsed_value(&mut parser, "--threads")?,
+            Long("tls-cert-path") => tls_cert = Some(string_value(&mut parser)?),
+            Long("tls-key-path") => tls_key = Some(string_value(&mut parser)?),
             Long("service") => {
                 flags.service = match string_value(&mut parser)?.as_str() {
                     "sglang" => Service::Sglang,
@@ -200,6 +208,11 @@ where
             other => return Err(other.unexpected().to_string()),
         }
     }
+    flags.tls = match (tls_cert, tls_key) {
+        (Some(cert), Some(key)) => Some((cert, key)),
+        (None, None) => None,
+        _ => return Err("--tls-cert-path and --tls-key-path go together".into()),
+    };
     validate(&flags)?;
     Ok(Command::Run(Box::new(flags)))
 }

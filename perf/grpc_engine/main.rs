@@ -76,9 +76,14 @@ async fn run(flags: Flags) -> Result<(), String> {
         .local_addr()
         .map_err(|e| format!("cannot read listening address: {e}"))?;
     let service = flags.service;
+    // gRPC is HTTP/2 only.
+    let tls = match &flags.tls {
+        Some((cert, key)) => Some(shared::tls_acceptor(cert, key, &[b"h2"])?),
+        None => None,
+    };
     let engine = Arc::new(Engine::new(backend, flags));
     // The line tests wait for to learn the port (mock-worker's format).
     say::line(format_args!("LISTENING {addr}"));
-    serve::serve(listener, engine, service).await;
+    serve::serve(listener, engine, service, tls).await;
     Ok(())
 }

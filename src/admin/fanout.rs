@@ -311,14 +311,10 @@ async fn rpc(
     let Some(service) = worker.runtime.grpc_service() else {
         return Err(grpc_unsupported(worker.runtime, op.rpc()));
     };
-    let Transport::Grpc {
-        tls: false,
-        authority,
-    } = &worker.transport
-    else {
-        return Err("grpcs:// workers are not served by this build".to_owned());
+    let Transport::Grpc { tls, authority } = &worker.transport else {
+        return Err("not a gRPC worker".to_owned());
     };
-    let engine = Engine::new(service, client.grpc().clone(), authority);
+    let engine = Engine::new(service, client.grpc().clone(), authority, *tls);
     let done = match op {
         Op::Flush => engine.flush_cache(timeout).await,
         Op::StartProfile(body) => {

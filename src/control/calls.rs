@@ -47,7 +47,7 @@ impl CallClient {
         CallClient {
             http1: client::build(ClientOptions::control_calls(tls.clone(), false)),
             h2c: client::build(ClientOptions::control_calls(tls.clone(), true)),
-            grpc: grpc::client::wire(Some(Duration::from_secs(30))),
+            grpc: grpc::client::wire(Some(Duration::from_secs(30)), tls),
         }
     }
 

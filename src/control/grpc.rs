@@ -22,6 +22,7 @@ use crate::grpc::{self, Engine, Service, Wire};
 
 use super::tokenizers::Tokenizers;
 use super::{Control, LanguageSettings};
+use crate::http::tls::UpstreamTls;
 
 /// Distinct tokenizer/template sets kept loaded; past this, kits are loaded per worker
 /// and not kept for sharing.
@@ -37,9 +38,10 @@ pub struct GrpcControl {
 
 impl GrpcControl {
     /// Its registered tokenizers are the ones `/v1/tokenizers` manages, shared, not a copy.
-    pub fn new(tokenizers: Arc<Tokenizers>) -> GrpcControl {
+    /// `tls`: the roots `grpcs://` engines are verified against.
+    pub fn new(tokenizers: Arc<Tokenizers>, tls: &UpstreamTls) -> GrpcControl {
         GrpcControl {
-            wire: grpc::client::wire(Some(Duration::from_secs(30))),
+            wire: grpc::client::wire(Some(Duration::from_secs(30)), tls),
             languages: Mutex::new(HashMap::new()),
             tokenizers,
         }
@@ -47,12 +49,8 @@ impl GrpcControl {
 
     fn engine(&self, service: Service, spec_url: &Transport) -> Result<Engine, String> {
         match spec_url {
-            Transport::Grpc {
-                tls: false,
-                authority,
-            } => Ok(Engine::new(service, self.wire.clone(), authority)),
-            Transport::Grpc { tls: true, .. } => {
-                Err("grpcs:// workers are not served by this build yet (use grpc://)".into())
+            Transport::Grpc { tls, authority } => {
+                Ok(Engine::new(service, self.wire.clone(), authority, *tls))
             }
             _ => Err("not a gRPC worker".into()),
         }

@@ -156,17 +156,12 @@ async fn poll_grpc(
     worker: &Worker,
     timeout: Duration,
 ) -> Result<EngineLoad, String> {
-    let (
-        Some(service),
-        Transport::Grpc {
-            tls: false,
-            authority,
-        },
-    ) = (worker.runtime.grpc_service(), &worker.transport)
+    let (Some(service), Transport::Grpc { tls, authority }) =
+        (worker.runtime.grpc_service(), &worker.transport)
     else {
         return Err("not a gRPC engine this gateway speaks to".to_owned());
     };
-    let engine = Engine::new(service, client.grpc().clone(), authority);
+    let engine = Engine::new(service, client.grpc().clone(), authority, *tls);
     let loads = engine
         .loads(timeout)
         .await

@@ -163,11 +163,11 @@ pub enum Engine {
 }
 
 impl Engine {
-    /// The engine at `authority` speaking `service`.
-    pub fn new(service: Service, wire: Wire, authority: &Authority) -> Engine {
+    /// The engine at `authority` speaking `service`, over TLS when `tls` (`grpcs://`).
+    pub fn new(service: Service, wire: Wire, authority: &Authority, tls: bool) -> Engine {
         match service {
-            Service::Sglang => Engine::Sglang(Scheduler::new(wire, authority)),
-            Service::Vllm => Engine::Vllm(Vllm::new(wire, authority)),
+            Service::Sglang => Engine::Sglang(Scheduler::new(wire, authority, tls)),
+            Service::Vllm => Engine::Vllm(Vllm::new(wire, authority, tls)),
         }
     }
 

@@ -21,10 +21,11 @@ pub struct Vllm {
 }
 
 impl Vllm {
-    /// The engine at `authority` (host:port of a `grpc://` URL).
-    pub fn new(wire: Wire, authority: &Authority) -> Vllm {
+    /// The engine at `authority` (host:port of a `grpc://` URL, or of a `grpcs://` one
+    /// when `tls`).
+    pub fn new(wire: Wire, authority: &Authority, tls: bool) -> Vllm {
         Vllm {
-            rpc: VllmEngineClient::with_origin(wire, origin(authority)),
+            rpc: VllmEngineClient::with_origin(wire, origin(authority, tls)),
         }
     }
 

@@ -34,6 +34,7 @@ use crate::grpc::{self, Engine, Wire};
 use crate::http::body::{FrameSender, RespBody};
 use crate::http::error::GatewayError;
 use crate::http::reply as http_reply;
+use crate::http::tls::UpstreamTls;
 use crate::http::upload::{client_fault, LimitedBody};
 use crate::metrics::{GenerationTiming, Metrics, RouteLabels};
 use crate::pipeline::PipelineSettings;
@@ -63,30 +64,32 @@ pub struct GrpcClient {
 }
 
 impl GrpcClient {
-    pub fn new(settings: &PipelineSettings, metrics: Arc<Metrics>) -> GrpcClient {
+    /// `tls`: the roots `grpcs://` engines are verified against.
+    pub fn new(
+        settings: &PipelineSettings,
+        tls: &UpstreamTls,
+        metrics: Arc<Metrics>,
+    ) -> GrpcClient {
         GrpcClient {
-            wire: grpc::client::wire(settings.upstream_pool_idle_timeout),
+            wire: grpc::client::wire(settings.upstream_pool_idle_timeout, tls),
             stall: settings.stream_stall_timeout,
             metrics,
         }
     }
 
-    /// Whether this build serves `worker` over gRPC: a `grpc://` engine of a service the
-    /// gateway speaks, whose tokenizer the gateway holds.
+    /// Whether this build serves `worker` over gRPC: a `grpc://` or `grpcs://` engine of
+    /// a service the gateway speaks, whose tokenizer the gateway holds.
     pub fn reaches(&self, worker: &Worker) -> Result<(), GatewayError> {
         let spoken = worker.runtime.grpc_service().is_some();
         match (&worker.transport, &worker.language) {
-            (Transport::Grpc { tls: false, .. }, Some(_)) if spoken => Ok(()),
-            (Transport::Grpc { tls: true, .. }, _) => {
-                Err(GatewayError::UnsupportedTransport { transport: "grpcs" })
-            }
+            (Transport::Grpc { .. }, Some(_)) if spoken => Ok(()),
             _ => Err(GatewayError::UnsupportedTransport { transport: "grpc" }),
         }
     }
 
     /// Serves `attempt` on `worker` through the gateway's chat pipeline.
     pub async fn send(&self, worker: &Worker, attempt: Attempt<'_>) -> Result<Answer, SendError> {
-        let (Transport::Grpc { authority, .. }, Some(language), Some(service)) = (
+        let (Transport::Grpc { authority, tls }, Some(language), Some(service)) = (
             &worker.transport,
             worker.language.clone(),
             worker.runtime.grpc_service(),
@@ -143,7 +146,7 @@ impl GrpcClient {
                 message: err.to_string(),
             })
         })?;
-        let engine = Engine::new(service, self.wire.clone(), authority);
+        let engine = Engine::new(service, self.wire.clone(), authority, *tls);
         let dispatched = Instant::now();
         let remaining = attempt.deadline.saturating_duration_since(Instant::now());
         let mut events = engine
