@@ -223,7 +223,10 @@ async fn engine_errors_and_bad_requests_are_clear() {
     assert!(reply.text().contains("out of memory"), "{}", reply.text());
 
     for (body, says) in [
-        (json!({"messages": msgs, "n": 2}), "n other than 1"),
+        (
+            json!({"messages": msgs, "n": 17}),
+            "n must be between 1 and 16",
+        ),
         (json!({"model": "m"}), "messages is required"),
         (json!({"messages": msgs, "temperature": 9}), "temperature"),
     ] {
