@@ -404,9 +404,9 @@ mod tests {
         assert_eq!(status.code(), tonic::Code::InvalidArgument);
     }
 
-    #[test]
-    fn vllm_zeroes_read_as_its_defaults() {
-        let request = vllm::GenerateRequest {
+    /// A streamed request for one id with `params`.
+    fn request_with(params: vllm::SamplingParams) -> vllm::GenerateRequest {
+        vllm::GenerateRequest {
             request_id: "r".into(),
             input: Some(vllm::generate_request::Input::Tokenized(
                 vllm::TokenizedInput {
@@ -414,9 +414,14 @@ mod tests {
                     input_ids: vec![1],
                 },
             )),
-            sampling_params: Some(vllm::SamplingParams::default()),
+            sampling_params: Some(params),
             stream: true,
-        };
+        }
+    }
+
+    #[test]
+    fn vllm_zeroes_read_as_its_defaults() {
+        let request = request_with(vllm::SamplingParams::default());
         let p = to_sglang(request).unwrap().sampling_params.unwrap();
         assert_eq!((p.temperature, p.top_k, p.n), (1.0, -1, 1));
     }
@@ -466,22 +471,12 @@ mod tests {
 
     #[test]
     fn n_and_logprobs_reach_the_backend() {
-        let request = vllm::GenerateRequest {
-            request_id: "r".into(),
-            input: Some(vllm::generate_request::Input::Tokenized(
-                vllm::TokenizedInput {
-                    original_text: String::new(),
-                    input_ids: vec![1],
-                },
-            )),
-            sampling_params: Some(vllm::SamplingParams {
-                n: 3,
-                logprobs: Some(2),
-                ..Default::default()
-            }),
-            stream: true,
+        let params = vllm::SamplingParams {
+            n: 3,
+            logprobs: Some(2),
+            ..Default::default()
         };
-        let r = to_sglang(request).unwrap();
+        let r = to_sglang(request_with(params)).unwrap();
         assert_eq!(r.sampling_params.unwrap().n, 3);
         assert!(r.return_logprob);
         assert_eq!(r.top_logprobs_num, 2);

@@ -157,7 +157,7 @@ impl Choices {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::path::PathBuf;
     use std::sync::Arc;
 
@@ -169,7 +169,7 @@ mod tests {
     use crate::chat::language::Language;
 
     /// Ids 0..3 are "a", "b", "c", "d" (no decoder: joined by spaces, windowed).
-    fn language() -> Language {
+    pub(in super::super) fn language() -> Language {
         let vocab = [("a", 0), ("b", 1), ("c", 2), ("d", 3)]
             .into_iter()
             .map(|(t, id)| (t.to_string(), id))

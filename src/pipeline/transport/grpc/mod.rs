@@ -547,17 +547,24 @@ impl Generation {
                     }
                 }
             };
-            let frames = match step {
-                Ok(Applied::Going(index)) => self.progress(index).into_iter().collect(),
-                Ok(Applied::Finished(index, finish)) => self.finishing(index, finish),
-                Ok(Applied::Ignored) => Vec::new(),
+            match step {
+                Ok(Applied::Going(index)) => {
+                    if let Some(frame) = self.progress(index) {
+                        if tx.send(frame).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                Ok(Applied::Finished(index, finish)) => {
+                    for frame in self.finishing(index, finish) {
+                        if tx.send(frame).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                Ok(Applied::Ignored) => {}
                 Err(err) => {
                     tx.fail(err).await;
-                    return;
-                }
-            };
-            for frame in frames {
-                if tx.send(frame).await.is_err() {
                     return;
                 }
             }

@@ -555,4 +555,91 @@ mod tests {
         let e = event_json(&r.generate_event("ab", &[1, 2], Some(Finish::Stop), Usage::new(3, 2)));
         assert_eq!(e["meta_info"]["finish_reason"], json!({"type":"stop"}));
     }
+
+    fn spelled(route: Route, top: usize) -> Reply {
+        Reply {
+            spelling: Some(Spelling {
+                language: Arc::new(super::super::choices::tests::language()),
+                top,
+            }),
+            ..reply(route)
+        }
+    }
+
+    fn scored(id: u32, offset: u32) -> Scored {
+        Scored {
+            id,
+            score: crate::grpc::engine::TokenLogprob {
+                logprob: -0.5,
+                top: vec![(id, -0.5), (id + 1, -1.5)],
+            },
+            offset,
+        }
+    }
+
+    #[test]
+    fn chat_logprobs_and_choices_in_order() {
+        let r = spelled(Route::Chat, 1);
+        let entries = [scored(1, 0)];
+        let choices = [
+            Outcome {
+                text: "b",
+                logprobs: &entries,
+                finish: Finish::Stop,
+            },
+            Outcome {
+                text: "",
+                logprobs: &[],
+                finish: Finish::Length,
+            },
+        ];
+        let v: Value = serde_json::from_slice(&r.body(&choices, &[], Usage::new(1, 2))).unwrap();
+        assert_eq!(
+            v["choices"][0]["logprobs"],
+            json!({"content": [{"token": "b", "logprob": -0.5, "bytes": [98],
+                                "top_logprobs": [{"token": "b", "logprob": -0.5, "bytes": [98]}]}]})
+        );
+        assert_eq!(v["choices"][1]["index"], 1);
+        assert_eq!(v["choices"][1]["logprobs"], json!({"content": []}));
+        assert_eq!(v["choices"][1]["finish_reason"], "length");
+        // Streamed, a delta without entries has none.
+        let e = event_json(&r.delta_event(1, &text(""), Some(Finish::Stop)));
+        assert_eq!(e["choices"][0]["index"], 1);
+        assert_eq!(e["choices"][0]["logprobs"], Value::Null);
+        assert_eq!(
+            event_json(&r.role_event(1).unwrap())["choices"][0]["index"],
+            1
+        );
+    }
+
+    #[test]
+    fn completion_logprobs_take_the_legacy_shape() {
+        let r = spelled(Route::Completions, 2);
+        let delta = Delta {
+            text: "b c".into(),
+            logprobs: vec![scored(1, 0), scored(2, 2)],
+        };
+        let e = event_json(&r.delta_event(0, &delta, None));
+        assert_eq!(
+            e["choices"][0]["logprobs"],
+            json!({"tokens": ["b", "c"], "token_logprobs": [-0.5, -0.5],
+                   "top_logprobs": [{"b": -0.5, "c": -1.5}, {"c": -0.5, "d": -1.5}],
+                   "text_offset": [0, 2]})
+        );
+        let plain = event_json(&reply(Route::Completions).delta_event(0, &delta, None));
+        assert_eq!(plain["choices"][0]["logprobs"], Value::Null);
+    }
+
+    #[test]
+    fn top_maps_keep_the_first_of_equal_spellings() {
+        let map = TopMap(vec![
+            ("\u{fffd}".into(), -1.0),
+            ("\u{fffd}".into(), -2.0),
+            ("x".into(), -3.0),
+        ]);
+        assert_eq!(
+            serde_json::to_value(&map).unwrap(),
+            json!({"\u{fffd}": -1.0, "x": -3.0})
+        );
+    }
 }
