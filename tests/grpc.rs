@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::tokenizer::{write_tokenizer, IM_END};
 use common::{eventually, gateway, get, post_json, scrape, Proc};
 use serde_json::{json, Value};
-use support::echo::{chat_prompt, echo, gateway_for, grpc_url};
+use support::echo::{chat_prompt, echo, gateway_for, grpc_url, logged};
 use support::{read_frames, start_json};
 
 /// A fresh directory under the target's temp space.
@@ -82,12 +82,8 @@ async fn chat_is_rendered_tokenized_generated_and_decoded_by_the_gateway() {
     assert_eq!(v["usage"]["completion_tokens"], generated);
     assert_eq!(v["usage"]["total_tokens"], prompt.len() + generated);
     // The engine got the rendered, tokenized prompt and the OpenAI defaults.
-    let log = e.log_text();
-    assert!(
-        log.contains(&format!("input_ids={}", prompt.len())),
-        "{log}"
-    );
-    assert!(log.contains("max_new_tokens=200"), "{log}");
+    logged(&e, &format!("input_ids={}", prompt.len())).await;
+    logged(&e, "max_new_tokens=200").await;
 }
 
 #[tokio::test]
@@ -223,7 +219,10 @@ async fn engine_errors_and_bad_requests_are_clear() {
     assert!(reply.text().contains("out of memory"), "{}", reply.text());
 
     for (body, says) in [
-        (json!({"messages": msgs, "n": 2}), "n other than 1"),
+        (
+            json!({"messages": msgs, "n": 17}),
+            "n must be between 1 and 16",
+        ),
         (json!({"model": "m"}), "messages is required"),
         (json!({"messages": msgs, "temperature": 9}), "temperature"),
     ] {

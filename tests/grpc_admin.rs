@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::tokenizer::write_tokenizer;
 use common::{eventually, gateway, get, post_json, wait_ready, Proc};
 use serde_json::{json, Value};
-use support::echo::{grpc_url, temp_dir};
+use support::echo::{grpc_url, logged, temp_dir};
 
 /// A gateway in front of `engines`, tokenizing with a tokenizer written for the test.
 async fn gateway_for(name: &str, engines: &[&Proc], extra: &[&str]) -> Proc {
@@ -40,19 +40,6 @@ fn sglang(args: &[&str]) -> Proc {
 
 fn vllm(args: &[&str]) -> Proc {
     common::grpc_engine(&[&["--service", "vllm", "--model", "m"], args].concat())
-}
-
-/// Waits for `line` in the engine's log: its output is read by a background thread, so a
-/// line printed just before the engine answered may land a moment after the answer.
-async fn logged(engine: &Proc, line: &str) {
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            engine.log_text().contains(line)
-        })
-        .await,
-        "no {line:?} in:\n{}",
-        engine.log_text()
-    );
 }
 
 fn failures(body: &Value) -> Vec<(String, String)> {

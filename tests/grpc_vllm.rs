@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::tokenizer::{write_tokenizer, IM_END};
 use common::{eventually, gateway, post_json, Proc};
 use serde_json::{json, Value};
-use support::echo::{chat_prompt, echo, gateway_for, grpc_url};
+use support::echo::{chat_prompt, echo, gateway_for, grpc_url, logged};
 use support::{read_frames, start_json};
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -67,13 +67,9 @@ async fn a_vllm_engine_is_detected_and_serves_chat() {
     // The EOS id the engine stopped on is counted, not shown.
     assert_eq!(v["usage"]["completion_tokens"], ids.len() + 1);
     // vLLM's request shape: the engine read top_k and max_tokens as sent.
-    let log = e.log_text();
-    assert!(log.contains("max_new_tokens=200"), "{log}");
-    assert!(log.contains("top_k=40"), "{log}");
-    assert!(
-        log.contains(&format!("input_ids={}", prompt.len())),
-        "{log}"
-    );
+    logged(&e, "max_new_tokens=200").await;
+    logged(&e, "top_k=40").await;
+    logged(&e, &format!("input_ids={}", prompt.len())).await;
 }
 
 #[tokio::test]

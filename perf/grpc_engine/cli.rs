@@ -100,8 +100,14 @@ Service:
                             UNIMPLEMENTED, as a real engine's would
 
 Mode:
-  (default)                 mock: echo the prompt's ids back, cycling
-  --llama-server URL        adapter: generate with the llama-server at URL (http://host:port)
+  (default)                 mock: echo the prompt's ids back, cycling; with n > 1 sequence i
+                            echoes the prompt rotated by i (starting at its i-th id), the
+                            sequences interleaved one chunk each per step, each with its own
+                            complete; asked for logprobs, the k-th token of a sequence (from 1)
+                            scores -0.1*k and its top alternatives are the token itself, then
+                            token+1, token+2, ..., the j-th below it scoring -0.1*k - j
+  --llama-server URL        adapter: generate with the llama-server at URL (http://host:port);
+                            n > 1 and logprobs are refused
 
 Model info (GetModelInfo):
   --model NAME              served_model_name (default mock-model)
@@ -124,7 +130,7 @@ Stdout, one line per event (request ids with spaces or control characters are es
   LISTENING <ip>:<port>
   generate request_id=ID input_ids=N max_new_tokens=M|none stream=B temperature=T top_p=P
            top_k=K min_p=P stop_token_ids=[..] stop=[..] ignore_eos=B
-  finish request_id=ID reason=stop|length|abort completion_tokens=N
+  finish request_id=ID reason=stop|length|abort completion_tokens=N [index=I, when n > 1]
   error request_id=ID message=JSON
   abort request_id=ID found=B
   flush_cache success=B

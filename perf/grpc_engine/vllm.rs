@@ -2,9 +2,10 @@
 //!
 //! Requests are read into the SGLang shape the backends take, and the generation's
 //! messages are reshaped as vLLM's servicer sends them: a chunk per step, then, streamed,
-//! a complete that repeats the last chunk's ids (not streamed, one complete with every
-//! id); a refusal is an `INVALID_ARGUMENT` status, a failure `INTERNAL`, since vLLM's
-//! service has no error message.
+//! a complete that repeats the last chunk's ids and scores (not streamed, one complete
+//! with every id), per sequence (`index`) when `n` > 1; a refusal is an
+//! `INVALID_ARGUMENT` status, a failure `INTERNAL`, since vLLM's service has no error
+//! message.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -44,7 +45,7 @@ impl VllmEngine for VllmService {
         Ok(Response::new(VllmStream {
             rx,
             stream,
-            last_ids: Vec::new(),
+            last: Vec::new(),
             ready: VecDeque::new(),
         }))
     }
@@ -118,7 +119,8 @@ impl VllmEngine for VllmService {
 }
 
 /// A vLLM request in the shape the backends take. vLLM's zeroes differ from SGLang's:
-/// top_k 0 is off, n 0 is one, an unset temperature is 1.
+/// top_k 0 is off, n 0 is one, an unset temperature is 1; `logprobs` set asks for scores
+/// with that many alternatives (vLLM's -1, every token, is refused).
 fn to_sglang(request: vllm::GenerateRequest) -> Result<sglang::GenerateRequest, Status> {
     let input_ids = match request.input {
         Some(vllm::generate_request::Input::Tokenized(t)) => t.input_ids,
@@ -130,9 +132,15 @@ fn to_sglang(request: vllm::GenerateRequest) -> Result<sglang::GenerateRequest, 
         None => return Err(Status::invalid_argument("GenerateRequest has no input")),
     };
     let p = request.sampling_params.unwrap_or_default();
-    if p.n > 1 {
-        return Err(Status::invalid_argument("grpc-engine generates n=1 only"));
-    }
+    let top_logprobs_num = match p.logprobs {
+        None => 0,
+        Some(k) if k >= 0 => k,
+        Some(k) => {
+            return Err(Status::invalid_argument(format!(
+                "grpc-engine takes logprobs >= 0, not {k}"
+            )))
+        }
+    };
     let top_k = match p.top_k {
         0 => -1,
         k => i32::try_from(k).unwrap_or(i32::MAX),
@@ -156,21 +164,34 @@ fn to_sglang(request: vllm::GenerateRequest) -> Result<sglang::GenerateRequest, 
             stop_token_ids: p.stop_token_ids,
             skip_special_tokens: p.skip_special_tokens,
             spaces_between_special_tokens: p.spaces_between_special_tokens,
-            n: 1,
+            n: i32::try_from(p.n.max(1)).unwrap_or(i32::MAX),
             ignore_eos: p.ignore_eos,
             ..sglang::SamplingParams::default()
         }),
+        return_logprob: p.logprobs.is_some(),
+        top_logprobs_num,
+        logprob_start_len: -1,
         stream: request.stream,
         ..sglang::GenerateRequest::default()
     })
+}
+
+/// Most sequences one stream tracks (the backends allow fewer).
+const MAX_SEQUENCES: usize = 64;
+
+/// A sequence's last chunk, which its streamed complete repeats.
+#[derive(Default)]
+struct Last {
+    ids: Vec<u32>,
+    scores: Option<vllm::OutputLogProbs>,
 }
 
 /// The generation's messages, reshaped as vLLM sends them.
 pub struct VllmStream {
     rx: mpsc::Receiver<Item>,
     stream: bool,
-    /// The ids of the last chunk sent, which a streamed complete repeats.
-    last_ids: Vec<u32>,
+    /// By sequence index.
+    last: Vec<Last>,
     /// Messages made from one SGLang message and not yet sent.
     ready: VecDeque<Result<GenerateResponse, Status>>,
 }
@@ -187,25 +208,45 @@ impl VllmStream {
         };
         match event {
             SglangEvent::Chunk(chunk) => {
-                self.last_ids.clone_from(&chunk.token_ids);
-                self.push_chunk(chunk.token_ids, chunk.prompt_tokens, chunk.cached_tokens);
+                let Some(last) = self.last(chunk.index) else {
+                    return self.too_many(chunk.index);
+                };
+                last.ids.clone_from(&chunk.token_ids);
+                let scores = chunk.output_logprobs.map(to_vllm_scores);
+                last.scores.clone_from(&scores);
+                self.push_chunk(
+                    chunk.index,
+                    chunk.token_ids,
+                    scores,
+                    chunk.prompt_tokens,
+                    chunk.cached_tokens,
+                );
             }
             SglangEvent::Complete(complete) => {
+                let index = complete.index;
                 let prompt_tokens = unsigned(complete.prompt_tokens);
-                let output_ids = if self.stream {
+                let scores = complete.output_logprobs.map(to_vllm_scores);
+                let (output_ids, output_logprobs) = if self.stream {
                     // SGLang's complete carries the last step's ids: vLLM sends them as
                     // a chunk, then repeats them.
                     if !complete.output_ids.is_empty() {
-                        self.last_ids.clone_from(&complete.output_ids);
+                        let Some(last) = self.last(index) else {
+                            return self.too_many(index);
+                        };
+                        last.ids.clone_from(&complete.output_ids);
+                        last.scores.clone_from(&scores);
                         self.push_chunk(
+                            index,
                             complete.output_ids,
+                            scores,
                             complete.prompt_tokens,
                             complete.cached_tokens,
                         );
                     }
-                    std::mem::take(&mut self.last_ids)
+                    let last = self.last(index).map(std::mem::take).unwrap_or_default();
+                    (last.ids, last.scores)
                 } else {
-                    complete.output_ids
+                    (complete.output_ids, scores)
                 };
                 let matched_stop = complete.matched_stop.map(|m| match m {
                     sglang::generate_complete::MatchedStop::MatchedTokenId(id) => {
@@ -222,7 +263,8 @@ impl VllmStream {
                     prompt_tokens,
                     completion_tokens,
                     cached_tokens: unsigned(complete.cached_tokens),
-                    index: 0,
+                    output_logprobs,
+                    index,
                     matched_stop,
                 }));
             }
@@ -237,14 +279,40 @@ impl VllmStream {
         }
     }
 
-    fn push_chunk(&mut self, ids: Vec<u32>, prompt_tokens: i32, cached_tokens: i32) {
+    /// The last chunk of sequence `index`; `None` past [`MAX_SEQUENCES`].
+    fn last(&mut self, index: u32) -> Option<&mut Last> {
+        let at = index as usize;
+        if at >= MAX_SEQUENCES {
+            return None;
+        }
+        if self.last.len() <= at {
+            self.last.resize_with(at + 1, Last::default);
+        }
+        self.last.get_mut(at)
+    }
+
+    fn too_many(&mut self, index: u32) {
+        self.ready.push_back(Err(Status::internal(format!(
+            "grpc-engine: sequence {index}, at most {MAX_SEQUENCES}"
+        ))));
+    }
+
+    fn push_chunk(
+        &mut self,
+        index: u32,
+        ids: Vec<u32>,
+        scores: Option<vllm::OutputLogProbs>,
+        prompt_tokens: i32,
+        cached_tokens: i32,
+    ) {
         let completion_tokens = u32::try_from(ids.len()).unwrap_or(u32::MAX);
         self.push(VllmEvent::Chunk(vllm::GenerateStreamChunk {
             token_ids: ids,
             prompt_tokens: unsigned(prompt_tokens),
             completion_tokens,
             cached_tokens: unsigned(cached_tokens),
-            index: 0,
+            output_logprobs: scores,
+            index,
         }));
     }
 
@@ -276,6 +344,22 @@ fn unsigned(n: i32) -> u32 {
     u32::try_from(n).unwrap_or(0)
 }
 
+/// SGLang's scores message as vLLM's (the two are alike).
+fn to_vllm_scores(scores: sglang::OutputLogProbs) -> vllm::OutputLogProbs {
+    vllm::OutputLogProbs {
+        token_logprobs: scores.token_logprobs,
+        token_ids: scores.token_ids,
+        top_logprobs: scores
+            .top_logprobs
+            .into_iter()
+            .map(|t| vllm::TopLogProbs {
+                values: t.values,
+                token_ids: t.token_ids,
+            })
+            .collect(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -292,7 +376,7 @@ mod tests {
         VllmStream {
             rx,
             stream: streamed,
-            last_ids: Vec::new(),
+            last: Vec::new(),
             ready: VecDeque::new(),
         }
     }
@@ -348,9 +432,9 @@ mod tests {
         assert_eq!(status.code(), tonic::Code::InvalidArgument);
     }
 
-    #[test]
-    fn vllm_zeroes_read_as_its_defaults() {
-        let request = vllm::GenerateRequest {
+    /// A streamed request for one id with `params`.
+    fn request_with(params: vllm::SamplingParams) -> vllm::GenerateRequest {
+        vllm::GenerateRequest {
             request_id: "r".into(),
             input: Some(vllm::generate_request::Input::Tokenized(
                 vllm::TokenizedInput {
@@ -358,10 +442,71 @@ mod tests {
                     input_ids: vec![1],
                 },
             )),
-            sampling_params: Some(vllm::SamplingParams::default()),
+            sampling_params: Some(params),
             stream: true,
-        };
+        }
+    }
+
+    #[test]
+    fn vllm_zeroes_read_as_its_defaults() {
+        let request = request_with(vllm::SamplingParams::default());
         let p = to_sglang(request).unwrap().sampling_params.unwrap();
         assert_eq!((p.temperature, p.top_k, p.n), (1.0, -1, 1));
+    }
+
+    #[test]
+    fn each_sequence_repeats_its_own_last_chunk_and_scores() {
+        let mut s = stream(true);
+        let scored = |id: u32| {
+            Some(sglang::OutputLogProbs {
+                token_logprobs: vec![-1.0],
+                token_ids: vec![id],
+                top_logprobs: vec![],
+            })
+        };
+        for (index, id) in [(0, 5), (1, 6), (0, 7)] {
+            s.reshape(sglang_message(SglangEvent::Chunk(
+                sglang::GenerateStreamChunk {
+                    token_ids: vec![id],
+                    index,
+                    output_logprobs: scored(id),
+                    ..Default::default()
+                },
+            )));
+        }
+        for index in [1, 0] {
+            s.reshape(sglang_message(SglangEvent::Complete(
+                sglang::GenerateComplete {
+                    finish_reason: "length".into(),
+                    index,
+                    ..Default::default()
+                },
+            )));
+        }
+        let completes: Vec<(u32, Vec<u32>, Vec<u32>)> = drained(&mut s)
+            .into_iter()
+            .filter_map(|e| match e {
+                VllmEvent::Complete(c) => Some((
+                    c.index,
+                    c.output_ids,
+                    c.output_logprobs.map(|l| l.token_ids).unwrap_or_default(),
+                )),
+                VllmEvent::Chunk(_) => None,
+            })
+            .collect();
+        assert_eq!(completes, [(1, vec![6], vec![6]), (0, vec![7], vec![7])]);
+    }
+
+    #[test]
+    fn n_and_logprobs_reach_the_backend() {
+        let params = vllm::SamplingParams {
+            n: 3,
+            logprobs: Some(2),
+            ..Default::default()
+        };
+        let r = to_sglang(request_with(params)).unwrap();
+        assert_eq!(r.sampling_params.unwrap().n, 3);
+        assert!(r.return_logprob);
+        assert_eq!(r.top_logprobs_num, 2);
     }
 }

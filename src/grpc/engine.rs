@@ -7,6 +7,12 @@
 //! `GenerateError` message and ends a stream with the ids no chunk carried; vLLM refuses
 //! with an `INVALID_ARGUMENT` status and repeats the last chunk's ids in its complete.
 //! Both become the same [`Event`]s.
+//!
+//! With `n` > 1 both engines interleave the sequences' messages, each chunk and complete
+//! naming its sequence by `index`, and send one complete per sequence. Log probabilities
+//! come beside the ids they score (SGLang may send a complete's cumulatively); they are
+//! handed on aligned with the ids of their message, so the pipeline never guesses which
+//! score belongs to which token.
 
 use std::time::Duration;
 
@@ -63,6 +69,11 @@ pub struct Params {
     pub stop_token_ids: Vec<u32>,
     pub skip_special_tokens: bool,
     pub ignore_eos: bool,
+    /// Sequences generated from the one prompt (OpenAI's `n`), at least 1.
+    pub n: u32,
+    /// Log probabilities of every generated token with this many likeliest alternatives
+    /// each; `None`: none asked.
+    pub logprobs: Option<u32>,
 }
 
 /// One generation to start. It is always streamed from the engine, so the gateway sees
@@ -77,23 +88,40 @@ pub struct Generate {
 /// What the engine sent, in the gateway's terms.
 #[derive(Debug, PartialEq)]
 pub enum Event {
-    /// New token ids; `prompt_tokens` is 0 when the engine did not say.
-    Chunk { ids: Vec<u32>, prompt_tokens: u32 },
-    /// The generation ended.
+    /// New token ids of sequence `index`; `prompt_tokens` is 0 when the engine did not
+    /// say; `logprobs` is empty or one entry per id.
+    Chunk {
+        index: u32,
+        ids: Vec<u32>,
+        prompt_tokens: u32,
+        logprobs: Vec<Option<TokenLogprob>>,
+    },
+    /// Sequence `Complete::index` ended.
     Complete(Complete),
     /// The engine refused or failed the generation.
     Error(EngineError),
 }
 
-/// The end of a generation.
+/// The end of one sequence of a generation.
 #[derive(Debug, PartialEq)]
 pub struct Complete {
+    pub index: u32,
     /// Ids no chunk carried (SGLang sends the last step's here; vLLM repeats them, so
     /// this is empty for it).
     pub ids: Vec<u32>,
+    /// Empty or one entry per id of `ids`.
+    pub logprobs: Vec<Option<TokenLogprob>>,
     /// `stop`, `length` or `abort`.
     pub finish_reason: String,
     pub prompt_tokens: u32,
+}
+
+/// A generated token's log probability and the likeliest tokens at its position.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TokenLogprob {
+    pub logprob: f32,
+    /// `(id, log probability)`, in the engine's order (likeliest first).
+    pub top: Vec<(u32, f32)>,
 }
 
 /// An engine's refusal or failure.
@@ -397,10 +425,16 @@ fn sglang_request(job: Generate) -> sglang::GenerateRequest {
             stop_token_ids: p.stop_token_ids,
             skip_special_tokens: p.skip_special_tokens,
             spaces_between_special_tokens: true,
-            n: 1,
+            n: i32::try_from(p.n.max(1)).unwrap_or(1),
             ignore_eos: p.ignore_eos,
             ..sglang::SamplingParams::default()
         }),
+        return_logprob: p.logprobs.is_some(),
+        // Generated tokens only: no prompt log probabilities.
+        logprob_start_len: -1,
+        top_logprobs_num: p
+            .logprobs
+            .map_or(0, |k| i32::try_from(k).unwrap_or(i32::MAX)),
         stream: true,
         ..sglang::GenerateRequest::default()
     }
@@ -431,7 +465,8 @@ fn vllm_request(job: Generate) -> vllm::GenerateRequest {
             skip_special_tokens: p.skip_special_tokens,
             spaces_between_special_tokens: true,
             ignore_eos: p.ignore_eos,
-            n: 1,
+            n: p.n.max(1),
+            logprobs: p.logprobs.map(|k| i32::try_from(k).unwrap_or(i32::MAX)),
             ..vllm::SamplingParams::default()
         }),
         stream: true,
@@ -442,10 +477,17 @@ fn from_sglang(response: sglang::generate_response::Response) -> Event {
     use sglang::generate_response::Response;
     match response {
         Response::Chunk(chunk) => Event::Chunk {
+            index: chunk.index,
+            logprobs: aligned(&chunk.token_ids, chunk.output_logprobs.map(Scores::from)),
             ids: chunk.token_ids,
             prompt_tokens: u32::try_from(chunk.prompt_tokens).unwrap_or(0),
         },
         Response::Complete(complete) => Event::Complete(Complete {
+            index: complete.index,
+            logprobs: aligned(
+                &complete.output_ids,
+                complete.output_logprobs.map(Scores::from),
+            ),
             ids: complete.output_ids,
             finish_reason: complete.finish_reason,
             prompt_tokens: u32::try_from(complete.prompt_tokens).unwrap_or(0),
@@ -464,16 +506,81 @@ fn from_vllm(response: vllm::generate_response::Response) -> Event {
     use vllm::generate_response::Response;
     match response {
         Response::Chunk(chunk) => Event::Chunk {
+            index: chunk.index,
+            logprobs: aligned(&chunk.token_ids, chunk.output_logprobs.map(Scores::from)),
             ids: chunk.token_ids,
             prompt_tokens: chunk.prompt_tokens,
         },
-        // Streamed, the complete repeats the ids of the chunk just before it.
+        // Streamed, the complete repeats the ids (and scores) of its sequence's last chunk.
         Response::Complete(complete) => Event::Complete(Complete {
+            index: complete.index,
             ids: Vec::new(),
+            logprobs: Vec::new(),
             finish_reason: complete.finish_reason,
             prompt_tokens: complete.prompt_tokens,
         }),
     }
+}
+
+/// Either service's `OutputLogProbs` (the two messages are alike).
+struct Scores {
+    values: Vec<f32>,
+    ids: Vec<u32>,
+    top: Vec<Vec<(u32, f32)>>,
+}
+
+/// `From` for each service's `OutputLogProbs`: the messages are alike field for field.
+macro_rules! scores_from {
+    ($($message:ty),+) => {$(
+        impl From<$message> for Scores {
+            fn from(lp: $message) -> Scores {
+                let top = lp
+                    .top_logprobs
+                    .into_iter()
+                    .map(|t| t.token_ids.into_iter().zip(t.values).collect())
+                    .collect();
+                Scores {
+                    values: lp.token_logprobs,
+                    ids: lp.token_ids,
+                    top,
+                }
+            }
+        }
+    )+};
+}
+
+scores_from!(sglang::OutputLogProbs, vllm::OutputLogProbs);
+
+/// The scores of `ids`, one entry per id (empty when the engine sent none). The engine's
+/// entries are matched from the end: a message may score more ids than it carries (a
+/// cumulative complete), never the ids of a later one; an id the engine did not score
+/// (vLLM leaves out a position it has no score for) gets `None`.
+fn aligned(ids: &[u32], scores: Option<Scores>) -> Vec<Option<TokenLogprob>> {
+    let Some(scores) = scores else {
+        return Vec::new();
+    };
+    let len = scores.values.len().min(scores.ids.len());
+    if len == 0 {
+        return Vec::new();
+    }
+    // Top lists run beside the entries, or are absent when none were asked.
+    let mut tops: Vec<Vec<(u32, f32)>> = scores.top.into_iter().take(len).collect();
+    tops.resize(len, Vec::new());
+    let mut next = len.saturating_sub(ids.len());
+    ids.iter()
+        .map(|&id| {
+            if next < len && scores.ids[next] == id {
+                let entry = TokenLogprob {
+                    logprob: scores.values[next],
+                    top: std::mem::take(&mut tops[next]),
+                };
+                next += 1;
+                Some(entry)
+            } else {
+                None
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -495,6 +602,8 @@ mod tests {
             stop_token_ids: vec![3],
             skip_special_tokens: true,
             ignore_eos: false,
+            n: 1,
+            logprobs: None,
         }
     }
 
@@ -550,7 +659,9 @@ mod tests {
         assert_eq!(
             event,
             Event::Complete(Complete {
+                index: 0,
                 ids: vec![],
+                logprobs: vec![],
                 finish_reason: "length".into(),
                 prompt_tokens: 4
             })
@@ -584,5 +695,102 @@ mod tests {
                 })
             );
         }
+    }
+
+    #[test]
+    fn n_and_logprobs_reach_both_services() {
+        let mut j = job();
+        j.params.n = 3;
+        j.params.logprobs = Some(2);
+        let r = sglang_request(j.clone());
+        assert_eq!(r.sampling_params.unwrap().n, 3);
+        assert!(r.return_logprob);
+        assert_eq!((r.top_logprobs_num, r.logprob_start_len), (2, -1));
+        let v = vllm_request(j).sampling_params.unwrap();
+        assert_eq!((v.n, v.logprobs), (3, Some(2)));
+        let none = sglang_request(job());
+        assert!(!none.return_logprob);
+        assert_eq!(vllm_request(job()).sampling_params.unwrap().logprobs, None);
+    }
+
+    fn scores(ids: &[u32]) -> Scores {
+        Scores {
+            values: ids.iter().map(|&id| -(id as f32)).collect(),
+            ids: ids.to_vec(),
+            top: ids
+                .iter()
+                .map(|&id| vec![(id, -(id as f32)), (id + 1, -9.0)])
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn scores_align_with_the_ids_of_their_message() {
+        assert!(aligned(&[1, 2], None).is_empty());
+        let same = aligned(&[1, 2], Some(scores(&[1, 2])));
+        assert_eq!(same.len(), 2);
+        assert_eq!(same[1].as_ref().unwrap().logprob, -2.0);
+        assert_eq!(same[1].as_ref().unwrap().top, vec![(2, -2.0), (3, -9.0)]);
+        // A cumulative complete: the last entries are this message's.
+        let tail = aligned(&[7], Some(scores(&[5, 6, 7])));
+        assert_eq!(
+            tail,
+            vec![Some(TokenLogprob {
+                logprob: -7.0,
+                top: vec![(7, -7.0), (8, -9.0)]
+            })]
+        );
+        // A position the engine did not score.
+        let gap = aligned(&[4, 5, 6], Some(scores(&[4, 6])));
+        assert!(gap[0].is_some() && gap[1].is_none() && gap[2].is_some());
+        let gap = aligned(&[4, 5], Some(scores(&[5])));
+        assert!(gap[0].is_none() && gap[1].is_some());
+    }
+
+    #[test]
+    fn chunks_and_completes_carry_their_index_and_scores() {
+        use sglang::generate_response::Response;
+        let lp = sglang::OutputLogProbs {
+            token_logprobs: vec![-0.5],
+            token_ids: vec![9],
+            top_logprobs: vec![sglang::TopLogProbs {
+                values: vec![-0.5, -1.5],
+                token_ids: vec![9, 10],
+            }],
+        };
+        let event = from_sglang(Response::Chunk(sglang::GenerateStreamChunk {
+            token_ids: vec![9],
+            index: 2,
+            output_logprobs: Some(lp),
+            ..Default::default()
+        }));
+        let Event::Chunk {
+            index, logprobs, ..
+        } = event
+        else {
+            panic!("chunk expected");
+        };
+        assert_eq!(index, 2);
+        assert_eq!(
+            logprobs[0].as_ref().unwrap().top,
+            vec![(9, -0.5), (10, -1.5)]
+        );
+        let event = from_vllm(vllm::generate_response::Response::Complete(
+            vllm::GenerateComplete {
+                output_ids: vec![9],
+                index: 1,
+                output_logprobs: Some(vllm::OutputLogProbs {
+                    token_logprobs: vec![-0.5],
+                    token_ids: vec![9],
+                    top_logprobs: vec![],
+                }),
+                ..Default::default()
+            },
+        ));
+        let Event::Complete(complete) = event else {
+            panic!("complete expected");
+        };
+        assert_eq!(complete.index, 1);
+        assert!(complete.ids.is_empty() && complete.logprobs.is_empty());
     }
 }

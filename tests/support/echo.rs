@@ -53,6 +53,19 @@ pub fn chat_prompt(tok: &Tokenizer, content: &str) -> Vec<u32> {
     tok.encode(text, false).unwrap().get_ids().to_vec()
 }
 
+/// Waits for `line` in the engine's log: its output is read by a background thread, so a
+/// line printed just before the engine answered may land a moment after the answer.
+pub async fn logged(engine: &Proc, line: &str) {
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            engine.log_text().contains(line)
+        })
+        .await,
+        "no {line:?} in:\n{}",
+        engine.log_text()
+    );
+}
+
 /// A client that leaves a streamed completion after its first text makes the gateway
 /// stop `engine` (an Abort, or the stream's cancellation, in the engine's log).
 pub async fn leaving_client_stops_the_engine(gw: &Proc, engine: &Proc) {

@@ -14,6 +14,15 @@ use crate::grpc::engine::{Params, Sampling};
 /// Most `stop_token_ids` a request may carry.
 pub const MAX_STOP_TOKEN_IDS: usize = 64;
 
+/// Most choices (`n`) one request may ask for: each is a sequence the engine generates
+/// and the gateway decodes, so one request cannot take a whole engine.
+pub const MAX_CHOICES: u32 = 16;
+
+/// Most alternatives per token: chat's `top_logprobs` (OpenAI's bound) and completions'
+/// `logprobs` (the legacy API's).
+pub const MAX_CHAT_TOP_LOGPROBS: u32 = 20;
+pub const MAX_COMPLETION_LOGPROBS: u32 = 5;
+
 /// The route a request came in on: what it carries and the shape of its answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Route {
@@ -117,6 +126,9 @@ struct Body {
     stop: Option<Stop>,
     stop_token_ids: Option<Vec<u32>>,
     n: Option<u32>,
+    /// Chat: `true` asks for log probabilities; completions: how many alternatives.
+    logprobs: Option<Value>,
+    top_logprobs: Option<u32>,
     #[serde(default)]
     ignore_eos: bool,
     skip_special_tokens: Option<bool>,
@@ -167,6 +179,10 @@ pub struct Ask {
     pub skip_special_tokens: bool,
     pub ignore_eos: bool,
     pub sampling: Sampling,
+    /// Choices to generate, 1..=[`MAX_CHOICES`].
+    pub n: u32,
+    /// Log probabilities asked for, with this many alternatives per token.
+    pub logprobs: Option<u32>,
 }
 
 /// What becomes the prompt.
@@ -193,11 +209,11 @@ impl Ask {
         }
         let body: Body = serde_json::from_slice(body)
             .map_err(|e| Invalid(format!("invalid request body: {e}")))?;
-        if body.n.is_some_and(|n| n != 1) {
-            return Err(Invalid(
-                "n other than 1 is not supported on gRPC workers yet".into(),
-            ));
+        let n = body.n.unwrap_or(1);
+        if !(1..=MAX_CHOICES).contains(&n) {
+            return Err(Invalid(format!("n must be between 1 and {MAX_CHOICES}")));
         }
+        let logprobs = logprobs(route, body.logprobs, body.top_logprobs)?;
         let input = match route {
             Route::Chat => {
                 let messages = body
@@ -239,6 +255,8 @@ impl Ask {
             skip_special_tokens: body.skip_special_tokens.unwrap_or(true),
             ignore_eos: body.ignore_eos,
             sampling,
+            n,
+            logprobs,
         })
     }
 
@@ -269,6 +287,8 @@ impl Ask {
             skip_special_tokens: p.skip_special_tokens.unwrap_or(true),
             ignore_eos: p.ignore_eos,
             sampling,
+            n: 1,
+            logprobs: None,
         })
     }
 
@@ -295,7 +315,47 @@ impl Ask {
             stop_token_ids: self.stop_token_ids.clone(),
             skip_special_tokens: self.skip_special_tokens,
             ignore_eos: self.ignore_eos,
+            n: self.n,
+            logprobs: self.logprobs,
         }
+    }
+}
+
+/// The log probabilities a body asks for: chat's `logprobs: true` with `top_logprobs`
+/// alternatives, completions' `logprobs: k`; `None` when none.
+fn logprobs(
+    route: Route,
+    field: Option<Value>,
+    top_logprobs: Option<u32>,
+) -> Result<Option<u32>, Invalid> {
+    let field = field.filter(|v| !v.is_null());
+    match route {
+        Route::Chat => {
+            let asked = match field {
+                None => false,
+                Some(Value::Bool(asked)) => asked,
+                Some(_) => return Err(Invalid("logprobs must be true or false".into())),
+            };
+            let top = top_logprobs.unwrap_or(0);
+            if top > MAX_CHAT_TOP_LOGPROBS {
+                return Err(Invalid(format!(
+                    "top_logprobs must be between 0 and {MAX_CHAT_TOP_LOGPROBS}"
+                )));
+            }
+            if top > 0 && !asked {
+                return Err(Invalid("top_logprobs needs logprobs: true".into()));
+            }
+            Ok(asked.then_some(top))
+        }
+        Route::Completions | Route::Generate => match field {
+            None => Ok(None),
+            Some(v) => match v.as_u64() {
+                Some(k) if k <= u64::from(MAX_COMPLETION_LOGPROBS) => Ok(Some(k as u32)),
+                _ => Err(Invalid(format!(
+                    "logprobs must be an integer between 0 and {MAX_COMPLETION_LOGPROBS}"
+                ))),
+            },
+        },
     }
 }
 
@@ -399,7 +459,17 @@ mod tests {
             (r#"{"model":"m"}"#, "messages is required"),
             (r#"{"messages":[]}"#, "non-empty array"),
             (r#"{"messages":"hi"}"#, "non-empty array"),
-            (r#"{"messages":[{}],"n":2}"#, "n other than 1"),
+            (r#"{"messages":[{}],"n":0}"#, "n must be between 1 and 16"),
+            (r#"{"messages":[{}],"n":17}"#, "n must be between 1 and 16"),
+            (r#"{"messages":[{}],"logprobs":2}"#, "logprobs must be true"),
+            (
+                r#"{"messages":[{}],"logprobs":true,"top_logprobs":21}"#,
+                "top_logprobs must be between 0 and 20",
+            ),
+            (
+                r#"{"messages":[{}],"top_logprobs":2}"#,
+                "needs logprobs: true",
+            ),
             (r#"{"messages":[{}],"temperature":3}"#, "temperature"),
             (r#"{"messages":[{}],"top_k":0}"#, "top_k"),
             (r#"{"messages":[{}],"stop":[1]}"#, "invalid request body"),
@@ -440,5 +510,40 @@ mod tests {
         assert!(matches!(batch.input, Input::Text(_)));
         assert!(Ask::parse(Route::Completions, br#"{"prompt":[]}"#).is_err());
         assert!(Ask::parse(Route::Completions, br#"{}"#).is_err());
+    }
+
+    #[test]
+    fn n_and_logprobs_are_read_per_route() {
+        let ask = chat(r#"{"messages":[{}],"n":3,"logprobs":true,"top_logprobs":2}"#).unwrap();
+        let p = ask.sampling_params();
+        assert_eq!((p.n, p.logprobs), (3, Some(2)));
+        let plain = chat(r#"{"messages":[{}],"logprobs":false,"top_logprobs":0}"#).unwrap();
+        assert_eq!((plain.n, plain.logprobs), (1, None));
+        assert_eq!(
+            chat(r#"{"messages":[{}],"logprobs":true}"#)
+                .unwrap()
+                .logprobs,
+            Some(0)
+        );
+        let text = |body: &str| Ask::parse(Route::Completions, body.as_bytes());
+        assert_eq!(
+            text(r#"{"prompt":"a","logprobs":5}"#).unwrap().logprobs,
+            Some(5)
+        );
+        assert_eq!(
+            text(r#"{"prompt":"a","logprobs":null}"#).unwrap().logprobs,
+            None
+        );
+        for bad in [
+            r#"{"prompt":"a","logprobs":6}"#,
+            r#"{"prompt":"a","logprobs":true}"#,
+        ] {
+            let Err(Invalid(message)) = text(bad) else {
+                panic!("{bad} was accepted");
+            };
+            assert!(message.contains("between 0 and 5"), "{message}");
+        }
+        let generate = Ask::parse(Route::Generate, br#"{"text":"a"}"#).unwrap();
+        assert_eq!((generate.n, generate.logprobs), (1, None));
     }
 }
