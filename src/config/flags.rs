@@ -241,8 +241,9 @@ pub static FLAGS: &[Flag] = &[
         "none",
         Group::Workers,
         "Workers registered at startup like POST /workers: http:// or https:// engines, or \
-         grpc:// engines (SGLang scheduler service; the gateway tokenizes, see \
-         --model-path); probed until they answer, routable once healthy; repeatable",
+         grpc:// or grpcs:// engines (SGLang's or vLLM's gRPC service, detected; the gateway \
+         tokenizes, see --model-path); probed until they answer, routable once healthy; \
+         repeatable",
         |c, values| {
             for v in values {
                 c.control.worker_urls.push(worker_url(v)?);
