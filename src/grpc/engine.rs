@@ -372,34 +372,30 @@ impl Events {
     /// carry nothing and are skipped. Not bounded in time: the caller waits with its own
     /// deadline.
     pub async fn next(&mut self) -> Result<Option<Event>, Status> {
-        match &mut self.0 {
-            Stream::Sglang(stream) => loop {
-                match stream.message().await? {
-                    None => return Ok(None),
-                    Some(message) => {
-                        if let Some(event) = message.response.map(from_sglang) {
-                            return Ok(Some(event));
-                        }
-                    }
+        loop {
+            let event = match &mut self.0 {
+                Stream::Sglang(stream) => stream
+                    .message()
+                    .await
+                    .map(|m| m.map(|m| m.response.map(from_sglang))),
+                Stream::Vllm(stream) => stream
+                    .message()
+                    .await
+                    .map(|m| m.map(|m| m.response.map(from_vllm))),
+            };
+            match event {
+                // vLLM (and SGLang's newer servicers) refuse a request with a status.
+                Err(status) if status.code() == Code::InvalidArgument => {
+                    return Ok(Some(Event::Error(EngineError {
+                        message: status.message().to_owned(),
+                        blames_request: true,
+                    })))
                 }
-            },
-            Stream::Vllm(stream) => loop {
-                match stream.message().await {
-                    Err(status) if status.code() == Code::InvalidArgument => {
-                        return Ok(Some(Event::Error(EngineError {
-                            message: status.message().to_owned(),
-                            blames_request: true,
-                        })))
-                    }
-                    Err(status) => return Err(status),
-                    Ok(None) => return Ok(None),
-                    Ok(Some(message)) => {
-                        if let Some(event) = message.response.map(from_vllm) {
-                            return Ok(Some(event));
-                        }
-                    }
-                }
-            },
+                Err(status) => return Err(status),
+                Ok(None) => return Ok(None),
+                Ok(Some(Some(event))) => return Ok(Some(event)),
+                Ok(Some(None)) => continue,
+            }
         }
     }
 }
