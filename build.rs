@@ -2,13 +2,19 @@
 //! Rust, so a fresh machine needs no `protoc`.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = ["proto/sglang_scheduler.proto"];
-    for proto in protos {
+    let common = ["proto/common.proto"];
+    let engines = ["proto/sglang_scheduler.proto", "proto/vllm_engine.proto"];
+    for proto in common.iter().chain(&engines) {
         println!("cargo:rerun-if-changed={proto}");
     }
-    let descriptors = protox::compile(protos, ["proto"])?;
+    // The engines' shared messages first, on their own: the services then refer to them
+    // as `grpc::common`, not through a nested `smg::grpc::common` path.
     tonic_prost_build::configure()
         .build_transport(false)
-        .compile_fds(descriptors)?;
+        .compile_fds(protox::compile(common, ["proto"])?)?;
+    tonic_prost_build::configure()
+        .build_transport(false)
+        .extern_path(".smg.grpc.common", "crate::grpc::common")
+        .compile_fds(protox::compile(engines, ["proto"])?)?;
     Ok(())
 }

@@ -6,7 +6,10 @@
 //! With `TOLLGATE_QWEN3_TOKENIZER_DIR` set (see `tests/chat_template.rs`), Qwen3's own
 //! template renders the same chats too, and `qwen3+tokenize` renders then tokenizes them
 //! with Qwen3's own tokenizer: the whole language work before a gRPC request is sent (no
-//! tokenizer cache). Each iteration is one whole request: message conversion and
+//! tokenizer cache). `qwen3+tokenize+l0` does the same through the tokenizer caches with
+//! the same chat every time (an L0 hit), `qwen3+tokenize+l1` with a chat whose last
+//! user turn and the assistant reply after it are new every time (an L1 hit on the earlier
+//! turns, only those two tokenized). Each iteration is one whole request: message conversion and
 //! normalisation included.
 
 use std::hint::black_box;
@@ -14,6 +17,8 @@ use std::path::Path;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use serde_json::{json, Value};
+use tollgate::chat::encode_cache;
+use tollgate::chat::language::{Language, Sources};
 use tollgate::chat::template::{find_template, ChatTemplate, RenderInput};
 
 const AGENT: &str = include_str!("../tests/fixtures/chat_templates/templates/agent.jinja");
@@ -97,6 +102,7 @@ fn tools() -> Value {
 fn bench(c: &mut Criterion) {
     let mut templates = vec![("agent", ChatTemplate::new(AGENT).expect("agent template"))];
     let mut tokenizer = None;
+    let mut language = None;
     if let Some(dir) = std::env::var_os("TOLLGATE_QWEN3_TOKENIZER_DIR") {
         let source = find_template(Path::new(&dir), None)
             .expect("Qwen3 tokenizer dir")
@@ -105,6 +111,13 @@ fn bench(c: &mut Criterion) {
         tokenizer = Some(
             tokenizers::Tokenizer::from_file(Path::new(&dir).join("tokenizer.json"))
                 .expect("Qwen3 tokenizer"),
+        );
+        language = Some(
+            Language::load(&Sources {
+                tokenizer: dir.into(),
+                chat_template: None,
+            })
+            .expect("Qwen3 language"),
         );
     }
     let tools = tools();
@@ -125,6 +138,9 @@ fn bench(c: &mut Criterion) {
             group.bench_function(format!("{name}/{size}"), |b| {
                 b.iter(|| template.render(black_box(&input)))
             });
+            if let (Some(language), "qwen3") = (&language, *name) {
+                cached(&mut group, language, template, &input, size);
+            }
             if let (Some(tokenizer), "qwen3") = (&tokenizer, *name) {
                 group.bench_function(format!("{name}+tokenize/{size}"), |b| {
                     b.iter(|| {
@@ -139,6 +155,54 @@ fn bench(c: &mut Criterion) {
         }
     }
     group.finish();
+}
+
+/// Render + tokenize through the tokenizer caches: the same chat again (L0), and the chat
+/// with a new last question and reply each time (L1 on the turns before them).
+fn cached(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    language: &Language,
+    template: &ChatTemplate,
+    input: &RenderInput<'_>,
+    size: &str,
+) {
+    let prompt_ids = |input: &RenderInput<'_>| {
+        let prompt = template.render(black_box(input)).expect("renders");
+        encode_cache::encode(language, &prompt, false)
+            .expect("tokenizes")
+            .len()
+    };
+    let expected = language
+        .tokenizer
+        .encode_fast(template.render(input).expect("renders"), false)
+        .expect("tokenizes")
+        .len();
+    assert_eq!(
+        prompt_ids(input),
+        expected,
+        "cached ids are the tokenizer's"
+    );
+    group.bench_function(format!("qwen3+tokenize+l0/{size}"), |b| {
+        b.iter(|| prompt_ids(input))
+    });
+    let mut messages = input.messages.clone();
+    let turns = messages.as_array().map_or(0, Vec::len);
+    let mut turn = 0u64;
+    group.bench_function(format!("qwen3+tokenize+l1/{size}"), |b| {
+        b.iter(|| {
+            turn += 1;
+            for back in [1, 2] {
+                let content = &mut messages[turns - back]["content"];
+                let text = content.as_str().unwrap_or_default();
+                let text = text.split(" #").next().unwrap_or_default();
+                *content = Value::String(format!("{text} #{turn}"));
+            }
+            prompt_ids(&RenderInput {
+                messages: &messages,
+                ..*input
+            })
+        })
+    });
 }
 
 criterion_group!(benches, bench);

@@ -226,6 +226,11 @@ async fn dispatch(
         | Route::WorkerPatch
         | Route::WorkerReplace
         | Route::WorkerDelete => Ok(workers_route(&gateway.admin, route, req).await),
+        Route::TokenizersCreate
+        | Route::TokenizersList
+        | Route::TokenizerGet
+        | Route::TokenizerStatus
+        | Route::TokenizerDelete => Ok(tokenizers_route(&gateway.admin, route, req).await),
         Route::AudioTranscriptions => forward(ctx, route, req, ContentType::FromClient).await,
         r if is_forwarded(r) => forward(ctx, r, req, ContentType::Json).await,
         r => Err(GatewayError::NotImplemented {
@@ -280,6 +285,29 @@ async fn workers_route(admin: &Admin, route: Route, req: Request<Incoming>) -> R
                 Route::WorkersCreate => admin::workers::create(admin, &parts.headers, &body),
                 Route::WorkerPatch => admin::workers::patch(admin, id, &parts.headers, &body),
                 _ => admin::workers::replace(admin, id, &parts.headers, &body),
+            }
+        }
+    }
+}
+
+/// `/v1/tokenizers` and `/v1/tokenizers/{tokenizer_id}[/status]`.
+async fn tokenizers_route(
+    admin: &Admin,
+    route: Route,
+    req: Request<Incoming>,
+) -> Response<RespBody> {
+    let (parts, body) = req.into_parts();
+    let key = path_param(parts.uri.path(), 2);
+    match route {
+        Route::TokenizersList => admin::tokenizers::list(admin),
+        Route::TokenizerGet => admin::tokenizers::get(admin, key),
+        Route::TokenizerStatus => admin::tokenizers::status(admin, key),
+        Route::TokenizerDelete => admin::tokenizers::delete(admin, key),
+        _ => {
+            let limit = admin::tokenizers::MAX_BODY;
+            match read_whole(body, limit, Instant::now() + ADMIN_BODY_TIMEOUT).await {
+                Ok(body) => admin::tokenizers::create(admin, &parts.headers, &body),
+                Err(err) => error_response(&GatewayError::from_read(err, limit)),
             }
         }
     }

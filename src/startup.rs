@@ -11,7 +11,9 @@ use crate::admission::Admission;
 use crate::app::{readiness, Gateway};
 use crate::auth::gate::Authenticator;
 use crate::config::Config;
+use crate::control::grpc::GrpcControl;
 use crate::control::jobs::Jobs;
+use crate::control::tokenizers::Tokenizers;
 use crate::control::{lifecycle, load, Control, LoadDemand};
 use crate::fleet::Registry;
 use crate::http::tls::UpstreamTls;
@@ -100,6 +102,7 @@ pub fn run(config: Config) -> Result<(), String> {
     let policy = routing::build_with_params(routing_settings.policy, &routing_settings.params);
     let registry = Arc::new(Registry::with_aliases(config.fleet.model_aliases.clone()));
     let threads = config.runtime.worker_threads;
+    crate::chat::encode_cache::configure(&config.tokenizer_cache, threads);
     let control_rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .thread_name("tollgate-control")
@@ -140,9 +143,11 @@ pub fn run(config: Config) -> Result<(), String> {
         metrics: metrics.clone(),
         tls: upstream_tls.clone(),
     });
+    let tokenizers = Arc::new(Tokenizers::default());
     let admin = Arc::new(Admin {
         registry: registry.clone(),
         jobs: jobs.clone(),
+        tokenizers: tokenizers.clone(),
         call_timeout: config.pipeline.request_timeout,
         pd_disaggregation: config.fleet.pd_disaggregation,
         dp_aware: config.fleet.dp_aware,
@@ -158,8 +163,8 @@ pub fn run(config: Config) -> Result<(), String> {
         dp_aware: config.fleet.dp_aware,
         upstream_http2: config.fleet.upstream_http2,
         startup_api_key: config.auth.api_key.clone(),
+        grpc: GrpcControl::new(tokenizers, &upstream_tls),
         tls: upstream_tls,
-        grpc: Default::default(),
         load_demand: LoadDemand {
             disabled: config.control.disable_load_monitoring,
             overload_on: config.fleet.overload.on(),

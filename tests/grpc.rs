@@ -7,58 +7,23 @@
 mod common;
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use common::tokenizer::{write_tokenizer, IM_END, IM_START};
-use common::{eventually, gateway, get, post_json, scrape, wait_ready, Proc};
+use common::tokenizer::{write_tokenizer, IM_END};
+use common::{eventually, gateway, get, post_json, scrape, Proc};
 use serde_json::{json, Value};
-use support::{read_frames, read_until, start_json};
-use tokenizers::Tokenizer;
+use support::echo::{chat_prompt, echo, gateway_for, grpc_url, logged};
+use support::{read_frames, start_json};
 
 /// A fresh directory under the target's temp space.
 fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tollgate-grpc-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+    support::echo::temp_dir("grpc", name)
 }
 
 /// Starts the mock gRPC engine serving `echo-model` with `args`; returns once it listens.
 fn engine(args: &[&str]) -> Proc {
     common::grpc_engine(&[&["--model", "echo-model"], args].concat())
-}
-
-fn grpc_url(engine: &Proc) -> String {
-    format!("grpc://{}", engine.addr)
-}
-
-/// A gateway in front of `engine`, tokenizing with the tokenizer in `dir`, once ready.
-async fn gateway_for(engine: &Proc, dir: &Path) -> Proc {
-    let gw = gateway(&[
-        "--worker-urls",
-        &grpc_url(engine),
-        "--model-path",
-        dir.to_str().unwrap(),
-    ]);
-    wait_ready(&gw).await;
-    gw
-}
-
-/// What the mock answers for `prompt` ids: the ids echoed (cycling) up to `max`, cut
-/// before the first `stop_id`.
-fn echo(prompt: &[u32], max: usize, stop_id: Option<u32>) -> Vec<u32> {
-    prompt
-        .iter()
-        .cycle()
-        .take(max)
-        .take_while(|id| Some(**id) != stop_id)
-        .copied()
-        .collect()
-}
-
-fn chat_prompt(tok: &Tokenizer, content: &str) -> Vec<u32> {
-    let text = format!("{IM_START}user\n{content}{IM_END}\n{IM_START}assistant\n");
-    tok.encode(text, false).unwrap().get_ids().to_vec()
 }
 
 /// The text of an OpenAI stream: its deltas (chat) or texts (completions), in order.
@@ -117,12 +82,8 @@ async fn chat_is_rendered_tokenized_generated_and_decoded_by_the_gateway() {
     assert_eq!(v["usage"]["completion_tokens"], generated);
     assert_eq!(v["usage"]["total_tokens"], prompt.len() + generated);
     // The engine got the rendered, tokenized prompt and the OpenAI defaults.
-    let log = e.log_text();
-    assert!(
-        log.contains(&format!("input_ids={}", prompt.len())),
-        "{log}"
-    );
-    assert!(log.contains("max_new_tokens=200"), "{log}");
+    logged(&e, &format!("input_ids={}", prompt.len())).await;
+    logged(&e, "max_new_tokens=200").await;
 }
 
 #[tokio::test]
@@ -241,23 +202,7 @@ async fn a_client_that_leaves_mid_stream_aborts_the_generation() {
     write_tokenizer(&dir);
     let e = engine(&["--itl-ms", "50"]);
     let gw = gateway_for(&e, &dir).await;
-    let c = common::client(false);
-    let body = json!({"prompt": "hello world", "max_tokens": 10000, "stream": true});
-    let resp = start_json(&c, &format!("{}/v1/completions", gw.url()), &body).await;
-    let mut body_in = resp.into_body();
-    let seen = read_until(&mut body_in, "\"text\":\"", Duration::from_secs(10)).await;
-    assert!(seen.contains("text_completion"), "{seen}");
-    drop(body_in);
-    drop(c);
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            let log = e.log_text();
-            log.contains("abort request_id=cmpl-") || log.contains("cancelled request_id=cmpl-")
-        })
-        .await,
-        "the engine kept generating for a client that left:\n{}",
-        e.log_text()
-    );
+    support::echo::leaving_client_stops_the_engine(&gw, &e).await;
 }
 
 #[tokio::test]
@@ -274,7 +219,10 @@ async fn engine_errors_and_bad_requests_are_clear() {
     assert!(reply.text().contains("out of memory"), "{}", reply.text());
 
     for (body, says) in [
-        (json!({"messages": msgs, "n": 2}), "n other than 1"),
+        (
+            json!({"messages": msgs, "n": 17}),
+            "n must be between 1 and 16",
+        ),
         (json!({"model": "m"}), "messages is required"),
         (json!({"messages": msgs, "temperature": 9}), "temperature"),
     ] {

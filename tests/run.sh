@@ -78,6 +78,6 @@ if [ "${TOLLGATE_REAL_ENGINE:-1}" != "0" ]; then
         TOLLGATE_QWEN3_TOKENIZER_DIR="$TOLLGATE_QWEN3_TOKENIZER_DIR" \
         cargo test --test chat_template -- --ignored
     TOLLGATE_TOKENIZER_JSON_DIRS="$TOLLGATE_REAL_ENGINE_TOKENIZER:$TOLLGATE_QWEN3_TOKENIZER_DIR" \
-        cargo test --lib chat::detokenize
+        cargo test --lib -- chat::detokenize chat::encode_cache
 fi
 # --- end real-engine suite ----------------------------------------------------------------

@@ -7,6 +7,7 @@ pub mod chat_template;
 pub mod detokenize_stops;
 pub mod dp_pin;
 pub mod flags;
+pub mod grpc_request;
 pub mod h1_framing;
 pub mod h1_response;
 pub mod json_peek;
@@ -25,6 +26,7 @@ pub fn by_target(name: &str) -> Option<fn(&[u8])> {
         "detokenize_stops" => detokenize_stops::check,
         "dp_pin" => dp_pin::check,
         "flags" => flags::check,
+        "grpc_request" => grpc_request::check,
         "h1_framing" => h1_framing::check,
         "h1_response" => h1_response::check,
         "json_peek" => json_peek::check,

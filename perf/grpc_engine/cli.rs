@@ -16,12 +16,24 @@ pub enum Mode {
     Llama { url: String },
 }
 
+/// Which engine's gRPC service is served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Service {
+    /// `sglang.grpc.scheduler.SglangScheduler`.
+    Sglang,
+    /// `vllm.grpc.engine.VllmEngine` (see `vllm.rs`).
+    Vllm,
+}
+
 /// Everything the command line can set.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Flags {
     pub host: String,
     pub port: u16,
     pub threads: usize,
+    pub service: Service,
+    /// `--tls-cert-path` / `--tls-key-path`: serve gRPC over TLS (`grpcs://`, ALPN h2).
+    pub tls: Option<(String, String)>,
     pub mode: Mode,
     /// `served_model_name` in GetModelInfo.
     pub model: String,
@@ -50,6 +62,8 @@ pub struct Timing {
 pub struct Faults {
     /// HealthCheck answers `healthy: false`.
     pub fail_health: bool,
+    /// FlushCache answers `success: false`, as an engine with requests in flight does.
+    pub refuse_flush: bool,
     /// Every Generate answers one GenerateError with this message.
     pub generate_error: Option<String>,
     /// A generation's stream breaks with a gRPC error after this many tokens.
@@ -67,8 +81,9 @@ pub enum Command {
 pub const DEFAULT_MOCK_CONTEXT: u32 = 4096;
 
 pub const HELP: &str = "\
-grpc-engine: SGLang's gRPC scheduler service (sglang.grpc.scheduler.SglangScheduler) over
-HTTP/2, as a deterministic fake engine or as an adapter in front of llama.cpp's llama-server
+grpc-engine: SGLang's gRPC scheduler service (sglang.grpc.scheduler.SglangScheduler) or
+vLLM's engine service (vllm.grpc.engine.VllmEngine) over HTTP/2, as a deterministic fake
+engine or as an adapter in front of llama.cpp's llama-server
 
 USAGE: grpc-engine [FLAGS]
 
@@ -77,10 +92,22 @@ Server:
   --port N                  bind port, 0 picks a free one (default 0); prints
                             `LISTENING <ip>:<port>` once bound
   --threads N               tokio worker threads (default 1)
+  --tls-cert-path PATH      serve over TLS (grpcs://, ALPN h2) with this PEM certificate chain
+  --tls-key-path PATH       ... and this PEM private key (both or neither)
+
+Service:
+  --service sglang|vllm     the gRPC service served (default sglang); the other answers
+                            UNIMPLEMENTED, as a real engine's would
 
 Mode:
-  (default)                 mock: echo the prompt's ids back, cycling
-  --llama-server URL        adapter: generate with the llama-server at URL (http://host:port)
+  (default)                 mock: echo the prompt's ids back, cycling; with n > 1 sequence i
+                            echoes the prompt rotated by i (starting at its i-th id), the
+                            sequences interleaved one chunk each per step, each with its own
+                            complete; asked for logprobs, the k-th token of a sequence (from 1)
+                            scores -0.1*k and its top alternatives are the token itself, then
+                            token+1, token+2, ..., the j-th below it scoring -0.1*k - j
+  --llama-server URL        adapter: generate with the llama-server at URL (http://host:port);
+                            n > 1 and logprobs are refused
 
 Model info (GetModelInfo):
   --model NAME              served_model_name (default mock-model)
@@ -95,6 +122,7 @@ Mock timing:
 
 Faults (either mode):
   --fail-health             HealthCheck answers healthy: false
+  --refuse-flush            FlushCache answers success: false (requests in flight)
   --generate-error MESSAGE  every Generate answers a GenerateError with MESSAGE
   --drop-after N            break each stream with a gRPC error after N tokens
 
@@ -102,9 +130,12 @@ Stdout, one line per event (request ids with spaces or control characters are es
   LISTENING <ip>:<port>
   generate request_id=ID input_ids=N max_new_tokens=M|none stream=B temperature=T top_p=P
            top_k=K min_p=P stop_token_ids=[..] stop=[..] ignore_eos=B
-  finish request_id=ID reason=stop|length|abort completion_tokens=N
+  finish request_id=ID reason=stop|length|abort completion_tokens=N [index=I, when n > 1]
   error request_id=ID message=JSON
   abort request_id=ID found=B
+  flush_cache success=B
+  start_profile output_dir=DIR|none num_steps=N|none   (sglang service only)
+  stop_profile                                          (sglang service only)
   cancelled request_id=ID
   restored request_id=ID tokens=N   (llama: ids llama-server left out, put back)
   withheld request_id=ID tokens=N   (llama: ids lost at the end, counted only)
@@ -118,6 +149,8 @@ impl Default for Flags {
             host: "127.0.0.1".to_string(),
             port: 0,
             threads: 1,
+            service: Service::Sglang,
+            tls: None,
             mode: Mode::Mock,
             model: "mock-model".to_string(),
             tokenizer_path: None,
@@ -138,6 +171,7 @@ where
     use lexopt::prelude::*;
 
     let mut flags = Flags::default();
+    let (mut tls_cert, mut tls_key) = (None, None);
     let mut parser = lexopt::Parser::from_args(args);
     while let Some(arg) = parser.next().map_err(|e| e.to_string())? {
         match arg {
@@ -145,6 +179,15 @@ where
             Long("host") => flags.host = string_value(&mut parser)?,
             Long("port") => flags.port = parsed_value(&mut parser, "--port")?,
             Long("threads") => flags.threads = parsed_value(&mut parser, "--threads")?,
+            Long("tls-cert-path") => tls_cert = Some(string_value(&mut parser)?),
+            Long("tls-key-path") => tls_key = Some(string_value(&mut parser)?),
+            Long("service") => {
+                flags.service = match string_value(&mut parser)?.as_str() {
+                    "sglang" => Service::Sglang,
+                    "vllm" => Service::Vllm,
+                    other => return Err(format!("--service takes sglang or vllm, got '{other}'")),
+                }
+            }
             Long("llama-server") => {
                 flags.mode = Mode::Llama {
                     url: string_value(&mut parser)?,
@@ -161,6 +204,7 @@ where
             Long("ttft-ms") => flags.timing.ttft_ms = parsed_value(&mut parser, "--ttft-ms")?,
             Long("itl-ms") => flags.timing.itl_ms = parsed_value(&mut parser, "--itl-ms")?,
             Long("fail-health") => flags.faults.fail_health = true,
+            Long("refuse-flush") => flags.faults.refuse_flush = true,
             Long("generate-error") => {
                 flags.faults.generate_error = Some(string_value(&mut parser)?)
             }
@@ -170,6 +214,11 @@ where
             other => return Err(other.unexpected().to_string()),
         }
     }
+    flags.tls = match (tls_cert, tls_key) {
+        (Some(cert), Some(key)) => Some((cert, key)),
+        (None, None) => None,
+        _ => return Err("--tls-cert-path and --tls-key-path go together".into()),
+    };
     validate(&flags)?;
     Ok(Command::Run(Box::new(flags)))
 }
@@ -211,6 +260,14 @@ mod tests {
         assert_eq!(flags, Flags::default());
         assert_eq!(flags.mode, Mode::Mock);
         assert_eq!(flags.port, 0);
+    }
+
+    #[test]
+    fn service_is_sglang_or_vllm() {
+        assert_eq!(run(&[]).unwrap().service, Service::Sglang);
+        assert_eq!(run(&["--service", "vllm"]).unwrap().service, Service::Vllm);
+        let err = run(&["--service", "trtllm"]).unwrap_err();
+        assert!(err.contains("sglang or vllm"), "{err}");
     }
 
     #[test]

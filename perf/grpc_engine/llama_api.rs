@@ -53,6 +53,9 @@ pub fn completion_body(request: &GenerateRequest, stream: bool) -> Result<Value,
             p.n
         ));
     }
+    if request.return_logprob {
+        return Err("logprobs are not supported by the llama.cpp adapter".to_string());
+    }
     let n_predict = match p.max_new_tokens {
         None => -1,
         Some(n) if n >= 0 => i64::from(n),
@@ -344,6 +347,10 @@ mod tests {
         let mut empty = request(None);
         empty.tokenized = None;
         assert!(completion_body(&empty, true).is_err());
+        let mut scored = request(None);
+        scored.return_logprob = true;
+        let refusal = completion_body(&scored, true).unwrap_err();
+        assert!(refusal.contains("logprobs"), "{refusal}");
     }
 
     #[test]

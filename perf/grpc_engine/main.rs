@@ -1,4 +1,5 @@
-//! `grpc-engine`: SGLang's gRPC scheduler service for tollgate's tests and load runs.
+//! `grpc-engine`: SGLang's gRPC scheduler service, or vLLM's engine service
+//! (`--service vllm`, `vllm.rs`), for tollgate's tests and load runs.
 //!
 //! Two modes behind one service (`service.rs`): a deterministic fake engine that echoes
 //! the prompt's token ids (`mock.rs`), and an adapter that makes llama.cpp's llama-server
@@ -17,6 +18,7 @@ mod service;
 #[path = "../shared.rs"]
 mod shared;
 mod sink;
+mod vllm;
 mod vocab;
 
 use std::process::ExitCode;
@@ -73,9 +75,15 @@ async fn run(flags: Flags) -> Result<(), String> {
     let addr = listener
         .local_addr()
         .map_err(|e| format!("cannot read listening address: {e}"))?;
+    let service = flags.service;
+    // gRPC is HTTP/2 only.
+    let tls = match &flags.tls {
+        Some((cert, key)) => Some(shared::tls_acceptor(cert, key, &[b"h2"])?),
+        None => None,
+    };
     let engine = Arc::new(Engine::new(backend, flags));
     // The line tests wait for to learn the port (mock-worker's format).
     say::line(format_args!("LISTENING {addr}"));
-    serve::serve(listener, engine).await;
+    serve::serve(listener, engine, service, tls).await;
     Ok(())
 }

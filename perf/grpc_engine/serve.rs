@@ -1,5 +1,6 @@
 //! HTTP/2 (cleartext, prior knowledge, as gRPC clients speak it) serving the generated
-//! `SglangSchedulerServer`, until SIGTERM or SIGINT.
+//! `SglangSchedulerServer` or `VllmEngineServer`, until SIGTERM or SIGINT. Either answers
+//! UNIMPLEMENTED for the other's methods, which is how a gateway tells them apart.
 //!
 //! tonic is built without its transport, so the service is handed to hyper directly: the
 //! generated server is a tower `Service` that is always ready, and `service_fn` calls it.
@@ -11,16 +12,46 @@ use hyper::server::conn::http2;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
 use tollgate::grpc::sglang::sglang_scheduler_server::SglangSchedulerServer;
+use tollgate::grpc::vllm::vllm_engine_server::VllmEngineServer;
+use tonic::body::Body;
 use tonic::codegen::Service;
 
+use crate::cli;
 use crate::service::{Engine, Scheduler};
+use crate::vllm::VllmService;
 
 /// Streams one gateway connection may multiplex.
 const MAX_STREAMS: u32 = 4096;
 
-pub async fn serve(listener: TcpListener, engine: Arc<Engine>) {
-    let server = SglangSchedulerServer::new(Scheduler(engine));
+pub async fn serve(
+    listener: TcpListener,
+    engine: Arc<Engine>,
+    service: cli::Service,
+    tls: Option<TlsAcceptor>,
+) {
+    match service {
+        cli::Service::Sglang => {
+            accept(listener, SglangSchedulerServer::new(Scheduler(engine)), tls).await
+        }
+        cli::Service::Vllm => {
+            accept(listener, VllmEngineServer::new(VllmService(engine)), tls).await
+        }
+    }
+}
+
+async fn accept<S>(listener: TcpListener, server: S, tls: Option<TlsAcceptor>)
+where
+    S: Service<
+            http::Request<hyper::body::Incoming>,
+            Response = http::Response<Body>,
+            Error = std::convert::Infallible,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
     let mut builder = http2::Builder::new(TokioExecutor::new());
     builder.max_concurrent_streams(MAX_STREAMS);
     let builder = Arc::new(builder);
@@ -41,15 +72,32 @@ pub async fn serve(listener: TcpListener, engine: Arc<Engine>) {
         let _ = stream.set_nodelay(true);
         let builder = builder.clone();
         let server = server.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
             let service = service_fn(move |request| {
                 let mut server = server.clone();
                 async move { server.call(request).await }
             });
-            // Errors here are clients hanging up or speaking something else than h2.
-            let _ = builder
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+            // Errors here are clients hanging up, failed handshakes or peers speaking
+            // something else than h2.
+            match tls {
+                None => {
+                    let _ = builder
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                }
+                Some(tls) => {
+                    let handshake = tls.accept(stream);
+                    let Ok(Ok(stream)) =
+                        tokio::time::timeout(crate::shared::HANDSHAKE_TIMEOUT, handshake).await
+                    else {
+                        return;
+                    };
+                    let _ = builder
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                }
+            }
         });
     }
 }

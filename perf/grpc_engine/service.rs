@@ -11,10 +11,14 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, oneshot};
+use tollgate::grpc::common::{
+    FlushCacheRequest, FlushCacheResponse, ProfileResponse, StartProfileRequest, StopProfileRequest,
+};
 use tollgate::grpc::sglang::sglang_scheduler_server::SglangScheduler;
 use tollgate::grpc::sglang::{
-    AbortRequest, AbortResponse, GenerateRequest, GetModelInfoRequest, GetModelInfoResponse,
-    HealthCheckRequest, HealthCheckResponse,
+    AbortRequest, AbortResponse, GenerateRequest, GetLoadsRequest, GetLoadsResponse,
+    GetModelInfoRequest, GetModelInfoResponse, HealthCheckRequest, HealthCheckResponse,
+    SchedulerLoad,
 };
 use tonic::{Request, Response, Status};
 
@@ -220,75 +224,85 @@ fn cancelled(request_id: &str) {
 #[derive(Clone)]
 pub struct Scheduler(pub Arc<Engine>);
 
-#[tonic::async_trait]
-impl SglangScheduler for Scheduler {
-    type GenerateStream = ReceiverStream;
-
-    async fn generate(
-        &self,
-        request: Request<GenerateRequest>,
-    ) -> Result<Response<ReceiverStream>, Status> {
-        let request = request.into_inner();
+impl Engine {
+    /// Starts one generation; its messages, shaped as SGLang sends them, arrive on the
+    /// returned channel.
+    pub async fn start(
+        self: &Arc<Self>,
+        request: GenerateRequest,
+    ) -> Result<mpsc::Receiver<Item>, Status> {
         say::generate(&request);
         let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-        let engine = self.0.clone();
-        if let Some(message) = &engine.faults().generate_error {
+        if let Some(message) = &self.faults().generate_error {
             let mut sink = Sink::new(tx, request.request_id.clone(), request.stream, None);
             // The channel is empty: the send cannot wait.
             let _ = sink.fail(message, 500).await;
-            return Ok(Response::new(ReceiverStream(rx)));
+            return Ok(rx);
         }
-        let (registration, aborted) = engine.live.register(&request.request_id)?;
+        let (registration, aborted) = self.live.register(&request.request_id)?;
+        let engine = self.clone();
         tokio::spawn(async move { engine.run(request, tx, aborted, registration).await });
-        Ok(Response::new(ReceiverStream(rx)))
+        Ok(rx)
     }
 
-    async fn health_check(
-        &self,
-        _request: Request<HealthCheckRequest>,
-    ) -> Result<Response<HealthCheckResponse>, Status> {
-        let verdict = if self.0.faults().fail_health {
+    /// HealthCheck's verdict: healthy or not, and a word on it.
+    pub async fn health(&self) -> (bool, String) {
+        let verdict = if self.faults().fail_health {
             Err("unhealthy (--fail-health)".to_string())
         } else {
-            self.0.backend.health().await
+            self.backend.health().await
         };
-        let response = match verdict {
-            Ok(()) => HealthCheckResponse {
-                healthy: true,
-                message: "ok".to_string(),
-            },
-            Err(message) => HealthCheckResponse {
-                healthy: false,
-                message,
-            },
-        };
-        Ok(Response::new(response))
+        match verdict {
+            Ok(()) => (true, "ok".to_string()),
+            Err(message) => (false, message),
+        }
     }
 
-    async fn abort(
-        &self,
-        request: Request<AbortRequest>,
-    ) -> Result<Response<AbortResponse>, Status> {
-        let request_id = request.into_inner().request_id;
-        let found = self.0.live.abort(&request_id);
+    /// Signals the generation `request_id`; whether one ran.
+    pub fn abort(&self, request_id: &str) -> bool {
+        let found = self.live.abort(request_id);
         say::line(format_args!(
             "abort request_id={} found={found}",
-            Id(&request_id)
+            Id(request_id)
         ));
-        let message = if found { "aborted" } else { "not found" };
-        Ok(Response::new(AbortResponse {
-            success: found,
-            message: format!("request {request_id} {message}"),
-        }))
+        found
     }
 
-    async fn get_model_info(
-        &self,
-        _request: Request<GetModelInfoRequest>,
-    ) -> Result<Response<GetModelInfoResponse>, Status> {
-        let flags = &self.0.flags;
+    /// FlushCache: refused under `--refuse-flush`.
+    pub fn flush_cache(&self) -> FlushCacheResponse {
+        let success = !self.faults().refuse_flush;
+        say::line(format_args!("flush_cache success={success}"));
+        let message = if success {
+            "cache flushed"
+        } else {
+            "requests are in flight (--refuse-flush)"
+        };
+        FlushCacheResponse {
+            success,
+            message: message.to_string(),
+        }
+    }
+
+    /// The load report: one rank, the generations running now, no queue.
+    pub fn load(&self) -> SchedulerLoad {
+        let running = self
+            .live
+            .aborts
+            .lock()
+            .map_or(0, |live| i32::try_from(live.len()).unwrap_or(i32::MAX));
+        SchedulerLoad {
+            dp_rank: 0,
+            num_running_reqs: running,
+            num_total_reqs: running,
+            max_running_requests: i32::try_from(MAX_LIVE).unwrap_or(i32::MAX),
+            ..SchedulerLoad::default()
+        }
+    }
+
+    /// GetModelInfo, as SGLang answers it.
+    pub async fn model_info(&self) -> Result<GetModelInfoResponse, Status> {
+        let flags = &self.flags;
         let facts = self
-            .0
             .backend
             .facts(flags)
             .await
@@ -300,7 +314,7 @@ impl SglangScheduler for Scheduler {
             flags.eos_token_ids.clone()
         };
         let max_context = i32::try_from(max_context).unwrap_or(i32::MAX);
-        Ok(Response::new(GetModelInfoResponse {
+        Ok(GetModelInfoResponse {
             model_path: facts.model_path,
             tokenizer_path: flags.tokenizer_path.clone().unwrap_or_default(),
             is_generation: true,
@@ -321,6 +335,95 @@ impl SglangScheduler for Scheduler {
             // One token of the window is the first generated one.
             max_req_input_len: max_context.saturating_sub(1).max(0),
             ..Default::default()
+        })
+    }
+}
+
+#[tonic::async_trait]
+impl SglangScheduler for Scheduler {
+    type GenerateStream = ReceiverStream;
+
+    async fn generate(
+        &self,
+        request: Request<GenerateRequest>,
+    ) -> Result<Response<ReceiverStream>, Status> {
+        let rx = self.0.start(request.into_inner()).await?;
+        Ok(Response::new(ReceiverStream(rx)))
+    }
+
+    async fn health_check(
+        &self,
+        _request: Request<HealthCheckRequest>,
+    ) -> Result<Response<HealthCheckResponse>, Status> {
+        let (healthy, message) = self.0.health().await;
+        Ok(Response::new(HealthCheckResponse { healthy, message }))
+    }
+
+    async fn abort(
+        &self,
+        request: Request<AbortRequest>,
+    ) -> Result<Response<AbortResponse>, Status> {
+        let request_id = request.into_inner().request_id;
+        let found = self.0.abort(&request_id);
+        let message = if found { "aborted" } else { "not found" };
+        Ok(Response::new(AbortResponse {
+            success: found,
+            message: format!("request {request_id} {message}"),
+        }))
+    }
+
+    async fn get_model_info(
+        &self,
+        _request: Request<GetModelInfoRequest>,
+    ) -> Result<Response<GetModelInfoResponse>, Status> {
+        self.0.model_info().await.map(Response::new)
+    }
+
+    async fn get_loads(
+        &self,
+        _request: Request<GetLoadsRequest>,
+    ) -> Result<Response<GetLoadsResponse>, Status> {
+        Ok(Response::new(GetLoadsResponse {
+            timestamp: String::new(),
+            version: "grpc-engine".to_string(),
+            dp_rank_count: 1,
+            loads: vec![self.0.load()],
+        }))
+    }
+
+    async fn flush_cache(
+        &self,
+        _request: Request<FlushCacheRequest>,
+    ) -> Result<Response<FlushCacheResponse>, Status> {
+        Ok(Response::new(self.0.flush_cache()))
+    }
+
+    async fn start_profile(
+        &self,
+        request: Request<StartProfileRequest>,
+    ) -> Result<Response<ProfileResponse>, Status> {
+        let request = request.into_inner();
+        say::line(format_args!(
+            "start_profile output_dir={} num_steps={}",
+            Id(request.output_dir.as_deref().unwrap_or("none")),
+            request
+                .num_steps
+                .map_or_else(|| "none".to_string(), |n| n.to_string())
+        ));
+        Ok(Response::new(ProfileResponse {
+            success: true,
+            message: "profiling started".to_string(),
+        }))
+    }
+
+    async fn stop_profile(
+        &self,
+        _request: Request<StopProfileRequest>,
+    ) -> Result<Response<ProfileResponse>, Status> {
+        say::line(format_args!("stop_profile"));
+        Ok(Response::new(ProfileResponse {
+            success: true,
+            message: "profiling stopped".to_string(),
         }))
     }
 }

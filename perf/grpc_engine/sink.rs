@@ -1,10 +1,11 @@
-//! One generation's way out: token chunks, then one complete or one error, shaped the way
-//! SGLang's scheduler answers `Generate`.
+//! One generation's way out: token chunks, then one complete per sequence or one error,
+//! shaped the way SGLang's scheduler answers `Generate`.
 //!
 //! Both backends hand their tokens here, so the rules that do not depend on where tokens
-//! come from live in one place: a non-streamed generation gets a single `GenerateComplete`
-//! with every id; the `--drop-after` fault breaks the stream; a gateway that went away is
-//! noticed on the next send and reported as [`Stop::Cancelled`].
+//! come from live in one place: a generation of `n` sequences sends each sequence's chunks
+//! and complete with its `index`; a non-streamed sequence gets a single `GenerateComplete`
+//! with every id (and every score); the `--drop-after` fault breaks the stream; a gateway
+//! that went away is noticed on the next send and reported as [`Stop::Cancelled`].
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -13,7 +14,7 @@ use tokio::sync::mpsc;
 use tollgate::grpc::sglang::generate_complete::MatchedStop;
 use tollgate::grpc::sglang::generate_response::Response;
 use tollgate::grpc::sglang::{
-    GenerateComplete, GenerateError, GenerateResponse, GenerateStreamChunk,
+    GenerateComplete, GenerateError, GenerateResponse, GenerateStreamChunk, OutputLogProbs,
 };
 use tonic::Status;
 
@@ -66,22 +67,32 @@ pub enum Stop {
     Ended,
 }
 
+/// One sequence's state.
+#[derive(Default)]
+struct Seq {
+    /// A non-streamed sequence's ids and scores, held for its complete. Bounded by the
+    /// backend's token limit (the context window).
+    held: Vec<u32>,
+    held_scores: Option<OutputLogProbs>,
+    counts: Counts,
+    ended: bool,
+}
+
 /// The sending half of one generation.
 pub struct Sink {
     tx: mpsc::Sender<Item>,
     request_id: String,
     stream: bool,
     drop_after: Option<u32>,
-    /// Tokens accepted so far (drives `--drop-after`).
+    /// Tokens accepted so far, over all sequences (drives `--drop-after`).
     sent: u32,
-    /// A non-streamed generation's ids, held for its complete. Bounded by the backend's
-    /// token limit (the context window).
-    held: Vec<u32>,
-    counts: Counts,
+    seqs: Vec<Seq>,
+    /// Every sequence completed, or the generation failed.
     ended: bool,
 }
 
 impl Sink {
+    /// A sink for one sequence (see [`Sink::sequences`]).
     pub fn new(
         tx: mpsc::Sender<Item>,
         request_id: String,
@@ -94,42 +105,66 @@ impl Sink {
             stream,
             drop_after,
             sent: 0,
-            held: Vec::new(),
-            counts: Counts::default(),
+            seqs: vec![Seq::default()],
             ended: false,
         }
     }
 
-    /// The latest counts a backend reported.
-    pub fn counts(&self) -> Counts {
-        self.counts
+    /// The generation has `n` sequences (at least one), indexed from 0.
+    pub fn sequences(&mut self, n: usize) {
+        self.seqs.resize_with(n.max(1), Seq::default);
     }
 
-    /// New tokens and the counts after them.
+    /// The latest counts a backend reported for sequence 0 (the only one of most
+    /// generations).
+    pub fn counts(&self) -> Counts {
+        self.seqs.first().map(|s| s.counts).unwrap_or_default()
+    }
+
+    /// New tokens of sequence 0 and the counts after them.
     pub async fn tokens(&mut self, ids: &[u32], counts: Counts) -> Result<(), Stop> {
-        if self.ended {
-            return Err(Stop::Ended);
-        }
-        self.counts = counts;
+        self.step(0, ids, None, counts).await
+    }
+
+    /// New tokens of sequence `index`, their scores when asked, and its counts after them.
+    pub async fn step(
+        &mut self,
+        index: u32,
+        ids: &[u32],
+        scores: Option<OutputLogProbs>,
+        counts: Counts,
+    ) -> Result<(), Stop> {
+        let stream = self.stream;
+        let seq = self.live(index)?;
+        seq.counts = counts;
         let room = self
             .drop_after
             .map_or(usize::MAX, |n| n.saturating_sub(self.sent) as usize);
         let now = &ids[..ids.len().min(room)];
+        let scores = scores.map(|s| first_scores(s, now.len()));
         if !now.is_empty() {
             self.sent = self
                 .sent
                 .saturating_add(u32::try_from(now.len()).unwrap_or(u32::MAX));
-            if self.stream {
+            if stream {
                 let chunk = GenerateStreamChunk {
                     token_ids: now.to_vec(),
                     prompt_tokens: to_i32(counts.prompt_tokens),
                     completion_tokens: to_i32(counts.completion_tokens),
                     cached_tokens: to_i32(counts.cached_tokens),
-                    index: 0,
+                    output_logprobs: scores,
+                    index,
                 };
                 self.send(Response::Chunk(chunk)).await?;
             } else {
-                self.held.extend_from_slice(now);
+                let seq = self.live(index)?;
+                seq.held.extend_from_slice(now);
+                if let Some(scores) = scores {
+                    let held = seq.held_scores.get_or_insert_with(OutputLogProbs::default);
+                    held.token_logprobs.extend(scores.token_logprobs);
+                    held.token_ids.extend(scores.token_ids);
+                    held.top_logprobs.extend(scores.top_logprobs);
+                }
             }
         }
         // The fault fires as soon as the count is reached: nothing more, not even a
@@ -140,33 +175,78 @@ impl Sink {
         Ok(())
     }
 
-    /// The end of the generation.
+    /// The end of the generation: every sequence still running ends with `finish`,
+    /// sequence 0 with `counts`, the others with their own.
     pub async fn finish(&mut self, finish: Finish, counts: Counts) -> Result<(), Stop> {
         if self.ended {
             return Err(Stop::Ended);
         }
-        self.counts = counts;
+        if let Some(first) = self.seqs.first_mut() {
+            first.counts = counts;
+        }
+        for index in 0..self.seqs.len() {
+            let index = u32::try_from(index).unwrap_or(u32::MAX);
+            if !self.seqs[index as usize].ended {
+                let own = self.seqs[index as usize].counts;
+                self.finish_one(index, finish.clone(), own).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The end of sequence `index`.
+    pub async fn finish_one(
+        &mut self,
+        index: u32,
+        finish: Finish,
+        counts: Counts,
+    ) -> Result<(), Stop> {
+        let several = self.seqs.len() > 1;
+        let seq = self.live(index)?;
+        seq.counts = counts;
+        seq.ended = true;
+        let output_ids = std::mem::take(&mut seq.held);
+        let output_logprobs = seq.held_scores.take();
         say::line(format_args!(
-            "finish request_id={} reason={} completion_tokens={}",
+            "finish request_id={} reason={} completion_tokens={}{}",
             Id(&self.request_id),
             finish.reason(),
-            counts.completion_tokens
+            counts.completion_tokens,
+            if several {
+                format!(" index={index}")
+            } else {
+                String::new()
+            }
         ));
         let complete = GenerateComplete {
-            output_ids: std::mem::take(&mut self.held),
+            output_ids,
             finish_reason: finish.reason().to_string(),
             prompt_tokens: to_i32(counts.prompt_tokens),
             completion_tokens: to_i32(counts.completion_tokens),
             cached_tokens: to_i32(counts.cached_tokens),
-            index: 0,
+            output_logprobs,
+            index,
             matched_stop: match finish {
                 Finish::Stop(matched) => matched,
                 Finish::Length | Finish::Abort => None,
             },
         };
         let sent = self.send(Response::Complete(complete)).await;
-        self.ended = true;
+        if self.seqs.iter().all(|s| s.ended) {
+            self.ended = true;
+        }
         sent
+    }
+
+    /// Sequence `index`, while it and the generation go on.
+    fn live(&mut self, index: u32) -> Result<&mut Seq, Stop> {
+        if self.ended {
+            return Err(Stop::Ended);
+        }
+        match self.seqs.get_mut(index as usize) {
+            Some(seq) if !seq.ended => Ok(seq),
+            _ => Err(Stop::Ended),
+        }
     }
 
     /// The generation failed; `status` is the HTTP status the gateway should answer with.
@@ -209,6 +289,14 @@ impl Sink {
         };
         self.tx.send(Ok(message)).await.map_err(|_| Stop::Cancelled)
     }
+}
+
+/// The first `n` entries of `scores` (the ids a `--drop-after` fault lets through).
+fn first_scores(mut scores: OutputLogProbs, n: usize) -> OutputLogProbs {
+    scores.token_logprobs.truncate(n);
+    scores.token_ids.truncate(n);
+    scores.top_logprobs.truncate(n);
+    scores
 }
 
 /// Counts travel as int32; a count past it is clamped rather than wrapped.

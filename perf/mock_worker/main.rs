@@ -96,7 +96,8 @@ async fn run(flags: &Flags) -> Result<(), String> {
     drop(stdout);
 
     let tls = match &flags.tls {
-        Some((cert, key)) => Some(server::tls_acceptor(cert, key)?),
+        // HTTP/2 or HTTP/1.1, as the client's ALPN offers.
+        Some((cert, key)) => Some(shared::tls_acceptor(cert, key, &[b"h2", b"http/1.1"])?),
         None => None,
     };
     server::serve(listener, state, tls).await;

@@ -9,34 +9,11 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::TlsAcceptor;
 
 use crate::routes;
 
-/// A client that has not finished its TLS handshake by then is dropped.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 use crate::state::AppState;
-
-/// A TLS acceptor for the PEM certificate chain and key at these paths, offering
-/// HTTP/2 and HTTP/1.1 by ALPN.
-pub fn tls_acceptor(cert: &str, key: &str) -> Result<TlsAcceptor, String> {
-    let chain = CertificateDer::pem_file_iter(cert)
-        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| format!("--tls-cert-path {cert}: {e}"))?;
-    let key =
-        PrivateKeyDer::from_pem_file(key).map_err(|e| format!("--tls-key-path {key}: {e}"))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS: {e}"))?
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .map_err(|e| format!("TLS certificate: {e}"))?;
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(TlsAcceptor::from(Arc::new(config)))
-}
 
 pub async fn serve(listener: TcpListener, state: Arc<AppState>, tls: Option<TlsAcceptor>) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -79,7 +56,8 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, tls: Option<TlsA
                 }
                 Some(tls) => {
                     let Ok(Ok(stream)) =
-                        tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(stream)).await
+                        tokio::time::timeout(crate::shared::HANDSHAKE_TIMEOUT, tls.accept(stream))
+                            .await
                     else {
                         return;
                     };

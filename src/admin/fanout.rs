@@ -6,11 +6,11 @@
 //! starting, failing probes, draining) still holds a cache and a profiler. A worker that
 //! cannot be reached is reported under `failed` with the reason.
 //!
-//! HTTP workers are called in parallel on the current runtime (at most
-//! [`MAX_PARALLEL_CALLS`] at a time), each call bounded as a whole. gRPC workers are
-//! reported as failed (their transport is not served by this build; runtimes without the
-//! RPC are reported as UNIMPLEMENTED); ZMQ workers are skipped by a flush and reported as
-//! failed by profiling, as the spec says.
+//! Workers are called in parallel on the current runtime (at most [`MAX_PARALLEL_CALLS`] at
+//! a time), each call bounded as a whole: HTTP workers on their routes, gRPC engines with
+//! the matching RPC (`FlushCache`, `StartProfile`, `StopProfile`; a runtime without it is
+//! reported as UNIMPLEMENTED, an engine's `success: false` as failed). ZMQ workers are
+//! skipped by a flush and reported as failed by profiling, as the spec says.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +24,10 @@ use tokio::task::JoinSet;
 use super::Admin;
 use super::{json_response, Failure};
 use crate::control::calls::{call, CallClient, CallReply};
-use crate::fleet::{parse_worker_url, ConnectionMode, RuntimeType, Worker};
+use crate::fleet::{parse_worker_url, ConnectionMode, RuntimeType, Transport, Worker};
+use crate::grpc::common::StartProfileRequest;
+use crate::grpc::engine::AdminFailure;
+use crate::grpc::Engine;
 use crate::http::body::RespBody;
 use crate::http::error::{admin_error, AdminErrorBody};
 
@@ -42,7 +45,7 @@ const ERROR_SNIPPET_CHARS: usize = 200;
 
 /// What one worker contributes to a fan-out.
 enum Plan {
-    /// Called over HTTP.
+    /// Called: over HTTP, or with the operation's RPC for a gRPC engine.
     Call(Arc<Worker>),
     /// Not called; reported as failed with this reason.
     Fail(String),
@@ -57,13 +60,46 @@ struct Summary {
     failed: Vec<Failure>,
 }
 
-/// Runs `plans` (one per worker, paired with its URL): HTTP calls in parallel, the others
+/// The operation a fan-out performs, as each transport says it.
+#[derive(Clone, Debug)]
+enum Op {
+    Flush,
+    /// With the body's fields for the engines (HTTP body; the RPC's request).
+    StartProfile(Option<Bytes>),
+    StopProfile(Option<Bytes>),
+}
+
+impl Op {
+    fn path(&self) -> &'static str {
+        match self {
+            Op::Flush => "/flush_cache",
+            Op::StartProfile(_) => "/start_profile",
+            Op::StopProfile(_) => "/stop_profile",
+        }
+    }
+
+    fn rpc(&self) -> &'static str {
+        match self {
+            Op::Flush => "FlushCache",
+            Op::StartProfile(_) => "StartProfile",
+            Op::StopProfile(_) => "StopProfile",
+        }
+    }
+
+    fn http_body(&self) -> Option<Bytes> {
+        match self {
+            Op::Flush => None,
+            Op::StartProfile(body) | Op::StopProfile(body) => body.clone(),
+        }
+    }
+}
+
+/// Runs `plans` (one per worker, paired with its URL): the calls in parallel, the others
 /// reported as planned.
 async fn execute(
     client: &CallClient,
     plans: Vec<(String, Plan)>,
-    path: &'static str,
-    body: Option<Bytes>,
+    op: Op,
     timeout: Duration,
 ) -> Summary {
     let calls: Vec<Arc<Worker>> = plans
@@ -73,9 +109,8 @@ async fn execute(
             _ => None,
         })
         .collect();
-    let mut results = call_all(client, &calls, path, body, timeout)
-        .await
-        .into_iter();
+    let path = op.path();
+    let mut results = call_all(client, &calls, op, timeout).await.into_iter();
     let mut summary = Summary::default();
     for (url, plan) in plans {
         let result = match plan {
@@ -96,14 +131,13 @@ async fn execute(
     summary
 }
 
-/// `POST path` on every worker of `workers`, at most [`MAX_PARALLEL_CALLS`] at once; the
-/// results in the order of `workers`. Dropping the future (the client went away) aborts
-/// the calls still running.
+/// `op` on every worker of `workers`, at most [`MAX_PARALLEL_CALLS`] at once; the results
+/// in the order of `workers`. Dropping the future (the client went away) aborts the calls
+/// still running.
 async fn call_all(
     client: &CallClient,
     workers: &[Arc<Worker>],
-    path: &'static str,
-    body: Option<Bytes>,
+    op: Op,
     timeout: Duration,
 ) -> Vec<Result<(), String>> {
     let mut results: Vec<Result<(), String>> =
@@ -114,15 +148,9 @@ async fn call_all(
         while next < workers.len() && set.len() < MAX_PARALLEL_CALLS {
             let worker = workers[next].clone();
             let client = client.clone();
-            let body = body.clone();
+            let op = op.clone();
             let index = next;
-            set.spawn(async move {
-                let outcome = call(&client, &worker, Method::POST, path, body, timeout).await;
-                (
-                    index,
-                    outcome.map_err(|e| e.to_string()).and_then(expect_2xx),
-                )
-            });
+            set.spawn(async move { (index, call_one(&client, &worker, &op, timeout).await) });
             next += 1;
         }
         match set.join_next().await {
@@ -173,9 +201,9 @@ struct FlushBody {
     failed: Option<Vec<Failure>>,
 }
 
-/// `POST /flush_cache`: asks every registered HTTP worker (external providers included) to
-/// drop its KV prefix cache, in parallel, [`FLUSH_TIMEOUT`] each; gRPC workers are
-/// reported as failed, ZMQ workers skipped. 200 when every called worker succeeded (or
+/// `POST /flush_cache`: asks every registered HTTP worker (external providers included) and
+/// gRPC engine to drop its KV prefix cache, in parallel, [`FLUSH_TIMEOUT`] each (one
+/// attempt); ZMQ workers are skipped. 200 when every called worker succeeded (or
 /// none was called), else 206 with `successful` and `failed`.
 pub async fn flush_cache(admin: &Admin, client: &CallClient) -> Response<RespBody> {
     let workers = engine_fronts(admin);
@@ -190,7 +218,7 @@ pub async fn flush_cache(admin: &Admin, client: &CallClient) -> Response<RespBod
                 }
                 ConnectionMode::Grpc => {
                     grpc += 1;
-                    Plan::Fail(grpc_flush_error(worker.runtime))
+                    Plan::Call(worker.clone())
                 }
                 ConnectionMode::Zmq => {
                     zmq += 1;
@@ -200,7 +228,7 @@ pub async fn flush_cache(admin: &Admin, client: &CallClient) -> Response<RespBod
             (worker.url.clone(), plan)
         })
         .collect();
-    let summary = execute(client, plans, "/flush_cache", None, FLUSH_TIMEOUT).await;
+    let summary = execute(client, plans, Op::Flush, FLUSH_TIMEOUT).await;
     let called = http + grpc;
     let flushed = summary.successful.len();
     let ok = summary.failed.is_empty();
@@ -250,27 +278,95 @@ pub async fn flush_cache(admin: &Admin, client: &CallClient) -> Response<RespBod
     )
 }
 
-/// Why a gRPC worker's cache was not flushed.
-fn grpc_flush_error(runtime: RuntimeType) -> String {
-    match runtime {
-        RuntimeType::Trtllm | RuntimeType::Mlx => format!(
-            "UNIMPLEMENTED: {} workers do not support FlushCache",
-            runtime.as_str()
-        ),
-        _ => "FlushCache over gRPC is not served by this gateway yet".to_owned(),
+/// One worker's call: its HTTP route, or the RPC of a gRPC engine.
+async fn call_one(
+    client: &CallClient,
+    worker: &Worker,
+    op: &Op,
+    timeout: Duration,
+) -> Result<(), String> {
+    if worker.connection_mode() == ConnectionMode::Grpc {
+        return rpc(client, worker, op, timeout).await;
     }
+    call(
+        client,
+        worker,
+        Method::POST,
+        op.path(),
+        op.http_body(),
+        timeout,
+    )
+    .await
+    .map_err(|e| e.to_string())
+    .and_then(expect_2xx)
 }
 
-/// Why a gRPC worker's profiler was not started or stopped: only the SGLang and
-/// TokenSpeed servicers have the RPCs, and the gRPC transport is not served by this build.
-fn grpc_profile_error(runtime: RuntimeType, start: bool) -> String {
-    let rpc = if start { "StartProfile" } else { "StopProfile" };
-    match runtime {
-        RuntimeType::Vllm | RuntimeType::Trtllm | RuntimeType::Mlx => format!(
-            "UNIMPLEMENTED: {} workers do not support {rpc}",
-            runtime.as_str()
-        ),
-        _ => format!("{rpc} over gRPC is not served by this gateway yet"),
+/// `op` as an RPC to a gRPC engine.
+async fn rpc(
+    client: &CallClient,
+    worker: &Worker,
+    op: &Op,
+    timeout: Duration,
+) -> Result<(), String> {
+    let Some(service) = worker.runtime.grpc_service() else {
+        return Err(grpc_unsupported(worker.runtime, op.rpc()));
+    };
+    let Transport::Grpc { tls, authority } = &worker.transport else {
+        return Err("not a gRPC worker".to_owned());
+    };
+    let engine = Engine::new(service, client.grpc().clone(), authority, *tls);
+    let done = match op {
+        Op::Flush => engine.flush_cache(timeout).await,
+        Op::StartProfile(body) => {
+            let request = start_profile_request(body.as_deref());
+            engine.start_profile(request, timeout).await
+        }
+        Op::StopProfile(_) => engine.stop_profile(timeout).await,
+    };
+    done.map_err(|AdminFailure(message)| message)
+}
+
+/// Why a gRPC worker of a runtime the gateway has no client for was not called.
+fn grpc_unsupported(runtime: RuntimeType, rpc: &str) -> String {
+    format!(
+        "UNIMPLEMENTED: {} workers do not support {rpc} from this gateway",
+        runtime.as_str()
+    )
+}
+
+/// `StartProfile`'s request from the profiling body's fields (SGLang's HTTP names); a
+/// field of the wrong type is left unset, as an absent one is.
+fn start_profile_request(body: Option<&[u8]>) -> StartProfileRequest {
+    let fields: Map<String, Value> = body
+        .and_then(|b| serde_json::from_slice(b).ok())
+        .unwrap_or_default();
+    let int = |key: &str| {
+        fields
+            .get(key)
+            .and_then(Value::as_i64)
+            .and_then(|n| i32::try_from(n).ok())
+    };
+    let flag = |key: &str| fields.get(key).and_then(Value::as_bool);
+    StartProfileRequest {
+        output_dir: fields
+            .get("output_dir")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        start_step: int("start_step"),
+        num_steps: int("num_steps"),
+        activities: fields
+            .get("activities")
+            .and_then(Value::as_array)
+            .map(|list| {
+                list.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default(),
+        with_stack: flag("with_stack"),
+        record_shapes: flag("record_shapes"),
+        profile_by_stage: flag("profile_by_stage").unwrap_or(false),
     }
 }
 
@@ -349,8 +445,8 @@ fn find_worker(workers: &[Arc<Worker>], url: &str) -> Option<Arc<Worker>> {
 
 /// `POST /start_profile` (`start`) or `POST /stop_profile`: every registered worker, or
 /// only the one whose URL equals the body's `url`. HTTP workers get `POST /start_profile`
-/// or `/stop_profile` with the body's other fields; gRPC and ZMQ workers are reported as
-/// failed. 200 when all targeted workers succeed, 206 with `failed` when any fails, 404
+/// or `/stop_profile` with the body's other fields, SGLang gRPC engines the RPC with those
+/// fields; other gRPC runtimes and ZMQ workers are reported as failed. 200 when all targeted workers succeed, 206 with `failed` when any fails, 404
 /// `{error, code: WORKER_NOT_FOUND}` when no worker matches, 400 `{error, code:
 /// BAD_REQUEST}` for a body that is not a JSON object or a `url` that is not a string.
 pub async fn profile(
@@ -396,18 +492,17 @@ pub async fn profile(
         }
         None => workers,
     };
-    let (path, verb) = if start {
-        ("/start_profile", "started")
+    let (op, verb) = if start {
+        (Op::StartProfile(request.forward), "started")
     } else {
-        ("/stop_profile", "stopped")
+        (Op::StopProfile(request.forward), "stopped")
     };
     let total = targets.len();
     let plans = targets
         .into_iter()
         .map(|worker| {
             let plan = match worker.connection_mode() {
-                ConnectionMode::Http => Plan::Call(worker.clone()),
-                ConnectionMode::Grpc => Plan::Fail(grpc_profile_error(worker.runtime, start)),
+                ConnectionMode::Http | ConnectionMode::Grpc => Plan::Call(worker.clone()),
                 ConnectionMode::Zmq => {
                     Plan::Fail("profiling is not supported for ZMQ workers".to_owned())
                 }
@@ -416,7 +511,7 @@ pub async fn profile(
         })
         .collect();
     let timeout = PROFILE_TIMEOUT.min(admin.call_timeout);
-    let summary = execute(client, plans, path, request.forward, timeout).await;
+    let summary = execute(client, plans, op, timeout).await;
     let ok = summary.failed.is_empty();
     let (status, word, message, failed) = if ok {
         (
@@ -527,11 +622,25 @@ mod tests {
 
     #[test]
     fn grpc_errors_name_unsupported_runtimes() {
-        assert!(grpc_flush_error(RuntimeType::Trtllm).starts_with("UNIMPLEMENTED"));
-        assert!(grpc_flush_error(RuntimeType::Mlx).contains("mlx"));
-        assert!(!grpc_flush_error(RuntimeType::Sglang).starts_with("UNIMPLEMENTED"));
-        assert!(grpc_profile_error(RuntimeType::Vllm, true).contains("StartProfile"));
-        assert!(grpc_profile_error(RuntimeType::Vllm, false).starts_with("UNIMPLEMENTED"));
-        assert!(!grpc_profile_error(RuntimeType::Tokenspeed, true).starts_with("UNIMPLEMENTED"));
+        let err = grpc_unsupported(RuntimeType::Trtllm, "FlushCache");
+        assert!(
+            err.starts_with("UNIMPLEMENTED") && err.contains("trtllm"),
+            "{err}"
+        );
+        assert!(grpc_unsupported(RuntimeType::Mlx, "StartProfile").contains("mlx"));
+    }
+
+    #[test]
+    fn start_profile_request_reads_sglang_field_names() {
+        let body = br#"{"output_dir": "/tmp/p", "num_steps": 5, "start_step": "x",
+                        "activities": ["CPU", 3, "GPU"], "with_stack": true,
+                        "profile_by_stage": true}"#;
+        let r = start_profile_request(Some(body));
+        assert_eq!(r.output_dir.as_deref(), Some("/tmp/p"));
+        assert_eq!((r.num_steps, r.start_step), (Some(5), None));
+        assert_eq!(r.activities, vec!["CPU".to_owned(), "GPU".to_owned()]);
+        assert_eq!((r.with_stack, r.record_shapes), (Some(true), None));
+        assert!(r.profile_by_stage);
+        assert_eq!(start_profile_request(None), StartProfileRequest::default());
     }
 }

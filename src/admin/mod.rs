@@ -6,6 +6,7 @@
 //! - [`info`]: `GET /v1/models` (answered from the registry) and `GET /get_model_info`,
 //!   `GET /get_server_info`, `GET /health_generate` (forwarded to one healthy worker).
 //! - [`workers`]: `/workers` and `/workers/{worker_id}` (registration jobs).
+//! - [`tokenizers`]: `/v1/tokenizers*` (the tokenizer registry and its load jobs).
 //! - [`engine_metrics`]: `GET /engine_metrics` (the engines' Prometheus pages, merged).
 //! - [`loads`]: `GET /loads`, `GET /get_loads` (the load monitor's cached reports).
 //!
@@ -17,6 +18,7 @@ pub mod engine_metrics;
 pub mod fanout;
 pub mod info;
 pub mod loads;
+pub mod tokenizers;
 pub mod workers;
 
 pub use engine_metrics::engine_metrics;
@@ -32,6 +34,7 @@ use http::{Response, StatusCode};
 use serde::Serialize;
 
 use crate::control::jobs::Jobs;
+use crate::control::tokenizers::Tokenizers;
 use crate::fleet::Registry;
 
 use crate::http::body::RespBody;
@@ -43,6 +46,8 @@ use crate::http::reply;
 pub struct Admin {
     pub registry: Arc<Registry>,
     pub jobs: Arc<Jobs>,
+    /// The tokenizer registry (shared with gRPC registration).
+    pub tokenizers: Arc<Tokenizers>,
     /// `--request-timeout-secs`: the cap of every call to workers a handler makes.
     pub call_timeout: Duration,
     /// `--pd-disaggregation`: information routes ask a prefill worker.

@@ -355,7 +355,31 @@ impl TokenBytes {
             .get(start..start + entry.len as usize)
             .unwrap_or_default()
     }
+
+    /// The bytes `id` stands for on its own, as a token anywhere but first in a text (what
+    /// log probabilities report per token: a byte-level token may hold part of a
+    /// character). `None` when the table is not used or the id is not in it.
+    pub fn token_bytes(&self, id: u32) -> Option<&[u8]> {
+        let entry = self.entries.get(id as usize)?;
+        match entry.kind {
+            Kind::Absent => None,
+            Kind::Text => Some(self.text_of(entry).as_bytes()),
+            Kind::Raw => Some(self.raw_of(entry)),
+            Kind::Byte(byte) => Some(std::slice::from_ref(&EVERY_BYTE[usize::from(byte)])),
+        }
+    }
 }
+
+/// Each byte value at its own index, for the one-byte slices of byte-fallback tokens.
+static EVERY_BYTE: [u8; 256] = {
+    let mut all = [0u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        all[i] = i as u8;
+        i += 1;
+    }
+    all
+};
 
 fn offset(n: usize) -> Result<u32, Inexact> {
     u32::try_from(n).map_err(|_| Inexact::TooLarge)

@@ -13,6 +13,7 @@ use serde_json::Value;
 use tokenizers::Tokenizer;
 
 use super::detokenize::TokenBytes;
+use super::encode_cache::Boundaries;
 use super::template::{self, ChatTemplate};
 
 /// Largest `tokenizer_config.json` / `generation_config.json` read (a tokenizer config
@@ -68,6 +69,8 @@ pub struct Language {
     pub eos_ids: Vec<u32>,
     /// Where the tokenizer was read from (reported, never used as a key for anything).
     pub source: PathBuf,
+    /// The tokenizer's identity in the tokenizer caches and where its prompts may be cut.
+    pub boundaries: Boundaries,
 }
 
 impl fmt::Debug for Language {
@@ -100,6 +103,7 @@ impl Language {
             .map_err(LoadError::Template)?;
         let eos_ids = eos_ids(&tokenizer, generation.as_ref(), eos_token.as_deref());
         let bytes = Arc::new(TokenBytes::new(&tokenizer));
+        let boundaries = Boundaries::of(&tokenizer);
         Ok(Language {
             tokenizer: Arc::new(tokenizer),
             bytes,
@@ -108,6 +112,7 @@ impl Language {
             eos_token,
             eos_ids,
             source: tokenizer_file,
+            boundaries,
         })
     }
 }

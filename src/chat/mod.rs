@@ -3,6 +3,7 @@
 //! path; callers own the buffers and the timing.
 
 pub mod detokenize;
+pub mod encode_cache;
 pub mod language;
 pub mod stops;
 pub mod template;

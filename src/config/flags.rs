@@ -241,8 +241,9 @@ pub static FLAGS: &[Flag] = &[
         "none",
         Group::Workers,
         "Workers registered at startup like POST /workers: http:// or https:// engines, or \
-         grpc:// engines (SGLang scheduler service; the gateway tokenizes, see \
-         --model-path); probed until they answer, routable once healthy; repeatable",
+         grpc:// or grpcs:// engines (SGLang's or vLLM's gRPC service, detected; the gateway \
+         tokenizes, see --model-path); probed until they answer, routable once healthy; \
+         repeatable",
         |c, values| {
             for v in values {
                 c.control.worker_urls.push(worker_url(v)?);
@@ -268,8 +269,9 @@ pub static FLAGS: &[Flag] = &[
         "PATH",
         "none (--model-path)",
         Group::Workers,
-        "Tokenizer for gRPC workers: a directory with tokenizer.json, or the tokenizer.json \
-         file itself; wins over --model-path",
+        "Tokenizer for gRPC workers: a directory with tokenizer.json, the tokenizer.json \
+         file itself, or the name or ID of a tokenizer registered through /v1/tokenizers; \
+         wins over --model-path",
         |c, v| {
             c.control.language.tokenizer_path = Some(file_path(v)?);
             Ok(())
@@ -284,6 +286,57 @@ pub static FLAGS: &[Flag] = &[
          directory ships (chat_template.jinja or tokenizer_config.json)",
         |c, v| {
             c.control.language.chat_template = Some(file_path(v)?);
+            Ok(())
+        },
+    ),
+    Flag::switch(
+        "tokenizer-cache-enable-l0",
+        Group::Workers,
+        "Accepted for SGLang gateway command lines: the L0 tokenizer cache (whole prompts of \
+         gRPC workers) is on unless --tokenizer-cache-l0-max-entries is 0",
+        |_| {},
+    ),
+    Flag::one(
+        "tokenizer-cache-l0-max-entries",
+        "N",
+        "10000",
+        Group::Workers,
+        "Whole prompts the L0 tokenizer cache keeps, all data-plane threads together (0: \
+         L0 off)",
+        |c, v| {
+            c.tokenizer_cache.l0_max_entries = integer(v, 0, 1 << 32)? as usize;
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "tokenizer-cache-l0-max-memory",
+        "BYTES",
+        "32MiB",
+        Group::Workers,
+        "Prompt text and ids the L0 tokenizer cache keeps, all threads together; K/M/G, \
+         KiB/MiB/GiB suffixes (0: L0 off)",
+        |c, v| {
+            c.tokenizer_cache.l0_max_bytes = cache_bytes(v)?;
+            Ok(())
+        },
+    ),
+    Flag::switch(
+        "tokenizer-cache-enable-l1",
+        Group::Workers,
+        "Accepted for SGLang gateway command lines: the L1 tokenizer cache (chat prompts cut \
+         after special tokens, so a new turn tokenizes only its tail) is on unless \
+         --tokenizer-cache-l1-max-memory is 0",
+        |_| {},
+    ),
+    Flag::one(
+        "tokenizer-cache-l1-max-memory",
+        "BYTES",
+        "50MiB",
+        Group::Workers,
+        "Prompt text, ids and cut places the L1 tokenizer cache keeps, all threads together; \
+         K/M/G, KiB/MiB/GiB suffixes (0: L1 off)",
+        |c, v| {
+            c.tokenizer_cache.l1_max_bytes = cache_bytes(v)?;
             Ok(())
         },
     ),
@@ -1289,6 +1342,16 @@ pub fn choice<T: Copy>(v: &str, all: &[T], name: fn(&T) -> &'static str) -> Resu
         v,
         format!("expected one of {}", names.join(", ")),
     ))
+}
+
+/// A tokenizer cache bound: a [`byte_size`], or 0 for a layer that is off.
+fn cache_bytes(v: &str) -> Result<usize, Invalid> {
+    if v.bytes().all(|b| b == b'0') && !v.is_empty() {
+        return Ok(0);
+    }
+    let bytes = byte_size(v)?;
+    usize::try_from(bytes)
+        .map_err(|_| Invalid::new(v, "expected a byte count this machine can hold"))
 }
 
 /// A byte count: plain digits, or digits followed by `K`, `M`, `G` or `KiB`, `MiB`, `GiB`

@@ -20,6 +20,7 @@ use flags::{Flag, Invalid, Kind};
 pub use crate::admission::AdmissionConfig;
 use crate::auth::keys::ControlPlaneKey;
 pub use crate::auth::AuthSettings;
+pub use crate::chat::encode_cache::CacheSettings as TokenizerCacheSettings;
 pub use crate::control::{ControlSettings, PrefillWorker};
 pub use crate::fleet::overload::OverloadDefaults;
 pub use crate::fleet::{FleetSettings, WorkerDefaults};
@@ -71,6 +72,8 @@ pub struct Config {
     pub control: ControlSettings,
     /// The data path's request limits, timeouts and upstream pools.
     pub pipeline: PipelineSettings,
+    /// Bounds of the tokenizer caches (gRPC workers' prompts).
+    pub tokenizer_cache: TokenizerCacheSettings,
 }
 
 impl Config {

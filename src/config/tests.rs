@@ -1018,3 +1018,38 @@ fn stream_stall_timeout_zero_is_off() {
     let c = run(&["--stream-stall-timeout-secs", "0"]);
     assert_eq!(c.pipeline.stream_stall_timeout, None);
 }
+
+#[test]
+fn tokenizer_cache_flags() {
+    assert_eq!(run(&[]).tokenizer_cache, TokenizerCacheSettings::default());
+    let c = run(&[
+        "--tokenizer-cache-enable-l0",
+        "--tokenizer-cache-l0-max-entries",
+        "20000",
+        "--tokenizer-cache-l0-max-memory",
+        "8MiB",
+        "--tokenizer-cache-enable-l1",
+        "--tokenizer-cache-l1-max-memory",
+        "104857600",
+    ]);
+    assert_eq!(
+        c.tokenizer_cache,
+        TokenizerCacheSettings {
+            l0_max_entries: 20000,
+            l0_max_bytes: 8 << 20,
+            l1_max_bytes: 100 << 20,
+        }
+    );
+    let off = run(&[
+        "--tokenizer-cache-l0-max-entries",
+        "0",
+        "--tokenizer-cache-l1-max-memory",
+        "0",
+    ]);
+    assert_eq!(off.tokenizer_cache.l0_max_entries, 0);
+    assert_eq!(off.tokenizer_cache.l1_max_bytes, 0);
+    assert!(error(&["--tokenizer-cache-l1-max-memory", "lots"])
+        .contains("--tokenizer-cache-l1-max-memory"));
+    assert!(error(&["--tokenizer-cache-l0-max-entries", "-1"])
+        .contains("--tokenizer-cache-l0-max-entries"));
+}

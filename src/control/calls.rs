@@ -21,6 +21,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 
 use crate::fleet::{Transport, Worker, WorkerUrl};
+use crate::grpc;
 use crate::http::client::{self, ClientOptions};
 use crate::http::tls::UpstreamTls;
 
@@ -34,6 +35,8 @@ pub type CallPool = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 pub struct CallClient {
     http1: CallPool,
     h2c: CallPool,
+    /// For gRPC workers' administrative RPCs (flush, profiling, loads).
+    grpc: grpc::Wire,
 }
 
 impl CallClient {
@@ -44,7 +47,13 @@ impl CallClient {
         CallClient {
             http1: client::build(ClientOptions::control_calls(tls.clone(), false)),
             h2c: client::build(ClientOptions::control_calls(tls.clone(), true)),
+            grpc: grpc::client::wire(Some(Duration::from_secs(30)), tls),
         }
+    }
+
+    /// The pool for gRPC workers' RPCs.
+    pub fn grpc(&self) -> &grpc::Wire {
+        &self.grpc
     }
 
     /// The pool for a worker reached with HTTP/2 prior knowledge (`true`) or not.

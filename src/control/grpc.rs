@@ -3,10 +3,11 @@
 //! template the gateway will use for it loaded (once per set of files, shared by every
 //! worker that names them). Health is the engine's own `HealthCheck`.
 //!
-//! Detection over gRPC would try SGLang, vLLM, TensorRT-LLM, TokenSpeed and MLX in that
-//! order (spec 1); this build speaks SGLang's scheduler service only, so an engine that
-//! does not answer it, or a worker registered with another gRPC runtime, fails
-//! registration with a message saying so.
+//! Detection over gRPC tries SGLang, vLLM, TensorRT-LLM, TokenSpeed and MLX in that
+//! order (spec 1): a service the engine does not serve answers UNIMPLEMENTED and the next
+//! is tried. This build speaks SGLang's and vLLM's services, so an engine that answers
+//! neither, or a worker registered with another gRPC runtime, fails registration with a
+//! message saying so.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -16,39 +17,40 @@ use std::time::{Duration, Instant};
 use crate::chat::language::{Language, Sources};
 use crate::fleet::spec::WorkerSpec;
 use crate::fleet::{Discovered, LanguageRef, RuntimeType, Transport, Worker};
-use crate::grpc::sglang::GetModelInfoResponse;
-use crate::grpc::{self, Scheduler, Wire};
+use crate::grpc::engine::ModelInfo;
+use crate::grpc::{self, Engine, Service, Wire};
 
+use super::tokenizers::Tokenizers;
 use super::{Control, LanguageSettings};
+use crate::http::tls::UpstreamTls;
 
 /// Distinct tokenizer/template sets kept loaded; past this, kits are loaded per worker
 /// and not kept for sharing.
 const MAX_LANGUAGES: usize = 64;
 
-/// The control plane's gRPC side: its client and the loaded language kits.
+/// The control plane's gRPC side: its client, the loaded language kits, and the
+/// tokenizers registered through `/v1/tokenizers` that workers can name.
 pub struct GrpcControl {
     wire: Wire,
     languages: Mutex<HashMap<Sources, Arc<Language>>>,
-}
-
-impl Default for GrpcControl {
-    fn default() -> GrpcControl {
-        GrpcControl {
-            wire: grpc::client::wire(Some(Duration::from_secs(30))),
-            languages: Mutex::new(HashMap::new()),
-        }
-    }
+    tokenizers: Arc<Tokenizers>,
 }
 
 impl GrpcControl {
-    fn scheduler(&self, spec_url: &Transport) -> Result<Scheduler, String> {
+    /// Its registered tokenizers are the ones `/v1/tokenizers` manages, shared, not a copy.
+    /// `tls`: the roots `grpcs://` engines are verified against.
+    pub fn new(tokenizers: Arc<Tokenizers>, tls: &UpstreamTls) -> GrpcControl {
+        GrpcControl {
+            wire: grpc::client::wire(Some(Duration::from_secs(30)), tls),
+            languages: Mutex::new(HashMap::new()),
+            tokenizers,
+        }
+    }
+
+    fn engine(&self, service: Service, spec_url: &Transport) -> Result<Engine, String> {
         match spec_url {
-            Transport::Grpc {
-                tls: false,
-                authority,
-            } => Ok(Scheduler::new(self.wire.clone(), authority)),
-            Transport::Grpc { tls: true, .. } => {
-                Err("grpcs:// workers are not served by this build yet (use grpc://)".into())
+            Transport::Grpc { tls, authority } => {
+                Ok(Engine::new(service, self.wire.clone(), authority, *tls))
             }
             _ => Err("not a gRPC worker".into()),
         }
@@ -92,23 +94,41 @@ pub async fn discover(
     spec: &WorkerSpec,
     timeout: Duration,
 ) -> Result<Discovered, String> {
-    match spec.effective_runtime() {
-        RuntimeType::Unspecified | RuntimeType::Sglang => {}
-        other => {
-            return Err(format!(
-                "gRPC runtime {} is not served by this build yet (sglang is)",
-                other.as_str()
-            ))
-        }
+    // An explicit runtime skips detection.
+    let candidates = match spec.effective_runtime() {
+        RuntimeType::Unspecified => Service::DETECTION_ORDER.to_vec(),
+        explicit => match explicit.grpc_service() {
+            Some(service) => vec![service],
+            None => {
+                return Err(format!(
+                    "gRPC runtime {} is not served by this build yet (sglang and vllm are)",
+                    explicit.as_str()
+                ))
+            }
+        },
+    };
+    let mut engines = Vec::with_capacity(candidates.len());
+    for service in candidates {
+        engines.push((service, control.grpc.engine(service, &spec.url.transport)?));
     }
-    let scheduler = control.grpc.scheduler(&spec.url.transport)?;
-    let info = wait_for_model_info(control, &scheduler, spec, timeout).await?;
-    let sources = sources(spec, &info, &control.settings.language).ok_or_else(|| {
-        "no tokenizer for this gRPC worker: give it a tokenizer_path or model_path label, \
-         or start the gateway with --model-path or --tokenizer-path"
-            .to_owned()
-    })?;
-    let language = control.grpc.language(sources).await?;
+    let (service, info) = wait_for_model_info(control, &engines, spec, timeout).await?;
+    let flags = &control.settings.language;
+    let registry = &control.grpc.tokenizers;
+    let registered = registered_name(spec, flags).and_then(|name| registry.language(name));
+    let language = match (registered, sources(spec, &info, flags)) {
+        (Some(kit), _) => kit,
+        (None, Some(sources)) => control.grpc.language(sources).await?,
+        // Last resort: a registered tokenizer named after the model the engine serves.
+        (None, None) => Some(info.served_model_name.as_str())
+            .filter(|name| !name.is_empty())
+            .and_then(|name| registry.language(name))
+            .ok_or_else(|| {
+                "no tokenizer for this gRPC worker: give it a tokenizer_path or model_path \
+                 label, start the gateway with --model-path or --tokenizer-path, or register \
+                 a tokenizer named after the model through /v1/tokenizers"
+                    .to_owned()
+            })?,
+    };
     let served = [&info.served_model_name, &info.model_path]
         .into_iter()
         .find(|name| !name.is_empty())
@@ -120,8 +140,12 @@ pub async fn discover(
             info.max_context_length.to_string(),
         );
     }
+    let runtime = match service {
+        Service::Sglang => RuntimeType::Sglang,
+        Service::Vllm => RuntimeType::Vllm,
+    };
     Ok(Discovered {
-        runtime: RuntimeType::Sglang,
+        runtime,
         models: served.into_iter().collect(),
         labels,
         http2: true,
@@ -129,25 +153,29 @@ pub async fn discover(
     })
 }
 
-/// `GetModelInfo`, asked every `--worker-startup-check-interval` until it answers.
+/// `GetModelInfo` of each candidate service in turn, the round repeated every
+/// `--worker-startup-check-interval` until one answers; a service answering UNIMPLEMENTED
+/// is not the engine's and the next is tried.
 async fn wait_for_model_info(
     control: &Control,
-    scheduler: &Scheduler,
+    engines: &[(Service, Engine)],
     spec: &WorkerSpec,
     timeout: Duration,
-) -> Result<GetModelInfoResponse, String> {
+) -> Result<(Service, ModelInfo), String> {
     let settings = &control.settings;
     let deadline = Instant::now() + settings.startup_timeout;
     loop {
-        match scheduler.model_info(timeout).await {
-            Ok(info) => return Ok(info),
-            Err(err) if err.is_unimplemented() => {
+        match ask_model_info(engines, timeout).await {
+            Ok(found) => return Ok(found),
+            Err(None) => {
+                let tried: Vec<&str> = engines.iter().map(|(s, _)| s.runtime()).collect();
                 return Err(format!(
-                    "the engine does not serve SGLang's scheduler service ({err}); other gRPC \
-                     runtimes are not served by this build yet"
-                ))
+                    "the engine serves none of the gRPC services this build speaks (tried {}; \
+                     each answered UNIMPLEMENTED)",
+                    tried.join(", ")
+                ));
             }
-            Err(err) => {
+            Err(Some(err)) => {
                 let next = Instant::now() + settings.startup_check_interval;
                 if next >= deadline {
                     return Err(format!(
@@ -162,25 +190,53 @@ async fn wait_for_model_info(
     }
 }
 
+/// One round of detection: the first service that answers `GetModelInfo`; `Err(None)`
+/// when every one answered UNIMPLEMENTED, `Err(Some(_))` when the engine could not be
+/// asked (it may still be starting).
+async fn ask_model_info(
+    engines: &[(Service, Engine)],
+    timeout: Duration,
+) -> Result<(Service, ModelInfo), Option<grpc::CallError>> {
+    for (service, engine) in engines {
+        match engine.model_info(timeout).await {
+            Ok(info) => return Ok((*service, info)),
+            Err(err) if err.is_unimplemented() => continue,
+            Err(err) => return Err(Some(err)),
+        }
+    }
+    Err(None)
+}
+
 /// One health probe: `HealthCheck` answered healthy within the probe timeout.
 pub async fn probe(control: &Control, worker: &Worker) -> bool {
-    match control.grpc.scheduler(&worker.transport) {
-        Ok(scheduler) => scheduler
-            .health(worker.health.timeout)
-            .await
-            .unwrap_or(false),
+    let Some(service) = worker.runtime.grpc_service() else {
+        return false;
+    };
+    match control.grpc.engine(service, &worker.transport) {
+        Ok(engine) => engine.health(worker.health.timeout).await.unwrap_or(false),
         Err(_) => false,
     }
+}
+
+/// The name a worker's tokenizer source is looked up by in the tokenizer registry: its
+/// card's or labels' `tokenizer_path`, else `--tokenizer-path` unless a `model_path` label
+/// comes first (the order of [`sources`]).
+fn registered_name<'a>(spec: &'a WorkerSpec, flags: &'a LanguageSettings) -> Option<&'a str> {
+    let named = |value: Option<&'a String>| value.map(String::as_str).filter(|v| !v.is_empty());
+    let card = spec.models.first().and_then(|c| c.tokenizer_path.as_ref());
+    if let Some(name) = named(card).or_else(|| named(spec.labels.get("tokenizer_path"))) {
+        return Some(name);
+    }
+    if named(spec.labels.get("model_path")).is_some() {
+        return None;
+    }
+    flags.tokenizer_path.as_deref().and_then(Path::to_str)
 }
 
 /// Where a worker's tokenizer comes from, first found: its model card's or labels'
 /// `tokenizer_path`, its `model_path` label, `--tokenizer-path`, `--model-path`, then the
 /// tokenizer or model path the engine reports, when that path exists on this host.
-fn sources(
-    spec: &WorkerSpec,
-    info: &GetModelInfoResponse,
-    flags: &LanguageSettings,
-) -> Option<Sources> {
+fn sources(spec: &WorkerSpec, info: &ModelInfo, flags: &LanguageSettings) -> Option<Sources> {
     let card = spec.models.first();
     let named = card
         .and_then(|c| c.tokenizer_path.clone())

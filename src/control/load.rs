@@ -3,8 +3,9 @@
 //! worker's live figures ([`crate::fleet::Worker::engine_load`]), where `GET /loads`, the worker
 //! object and, later, load-aware selection read it without locking or calling anyone.
 //!
-//! The report comes from SGLang's JSON load route (`GET /v1/loads`) where the engine has
-//! one, else from the engine's Prometheus page (`GET /metrics`): SGLang's gauges (`sglang:`
+//! A gRPC engine answers its `GetLoads` RPC. Over HTTP the report comes from SGLang's JSON
+//! load route (`GET /v1/loads`) where the engine has one, else from the engine's
+//! Prometheus page (`GET /metrics`): SGLang's gauges (`sglang:`
 //! or `sglang_` names) or vLLM's (`vllm:` names), per `dp_rank` label (vLLM's `engine`
 //! label; rank 0 without either). A worker whose poll fails, or that leaves `ready`, loses
 //! its report: a stale figure would steer traffic wrongly, an absent one is visibly absent.
@@ -28,7 +29,8 @@ use super::calls::{call_url, CallClient, CallError, CallReply};
 use super::prom_text::{parse_line, Line, Sample};
 use super::Control;
 use crate::fleet::engine_load::{EngineLoad, Memory, Queues, RankLoad, Source};
-use crate::fleet::{ConnectionMode, RuntimeType, Worker};
+use crate::fleet::{ConnectionMode, RuntimeType, Transport, Worker};
+use crate::grpc::Engine;
 
 /// Polls in flight at once, so a large fleet is not hit in the same instant.
 pub const MAX_PARALLEL_POLLS: usize = 32;
@@ -84,9 +86,14 @@ async fn round(control: &Control, client: &CallClient) {
     .await;
 }
 
-/// Workers that can be asked: HTTP, and an engine rather than an external provider.
+/// Workers that can be asked: engines (not external providers) over HTTP, and gRPC
+/// engines of a service the gateway speaks.
 fn pollable(worker: &Worker) -> bool {
-    worker.connection_mode() == ConnectionMode::Http && worker.runtime != RuntimeType::External
+    match worker.connection_mode() {
+        ConnectionMode::Http => worker.runtime != RuntimeType::External,
+        ConnectionMode::Grpc => worker.runtime.grpc_service().is_some(),
+        ConnectionMode::Zmq => false,
+    }
 }
 
 /// Keeps a poll's outcome on a worker that is still registered.
@@ -114,6 +121,9 @@ pub async fn poll(
     worker: &Worker,
     timeout: Duration,
 ) -> Result<EngineLoad, String> {
+    if worker.connection_mode() == ConnectionMode::Grpc {
+        return poll_grpc(client, worker, timeout).await;
+    }
     let deadline = Instant::now() + timeout;
     let left = || deadline.saturating_duration_since(Instant::now());
     if !matches!(
@@ -138,6 +148,51 @@ pub async fn poll(
     from_metrics(&String::from_utf8_lossy(body))
         .map(|loads| report(Source::Metrics, loads))
         .ok_or_else(|| "no engine load figures in /metrics".to_owned())
+}
+
+/// A gRPC engine's `GetLoads`, within `timeout`.
+async fn poll_grpc(
+    client: &CallClient,
+    worker: &Worker,
+    timeout: Duration,
+) -> Result<EngineLoad, String> {
+    let (Some(service), Transport::Grpc { tls, authority }) =
+        (worker.runtime.grpc_service(), &worker.transport)
+    else {
+        return Err("not a gRPC engine this gateway speaks to".to_owned());
+    };
+    let engine = Engine::new(service, client.grpc().clone(), authority, *tls);
+    let loads = engine
+        .loads(timeout)
+        .await
+        .map_err(|err| format!("GetLoads: {err}"))?;
+    let count = |n: i32| u64::try_from(n).unwrap_or(0);
+    let finite = |f: f64| if f.is_finite() && f > 0.0 { f } else { 0.0 };
+    let mut ranks: Vec<RankLoad> = loads
+        .into_iter()
+        .take(MAX_DP_RANKS)
+        .filter_map(|l| {
+            let running = count(l.num_running_reqs);
+            let waiting = count(l.num_waiting_reqs);
+            Some(RankLoad {
+                dp_rank: u32::try_from(l.dp_rank).ok()?,
+                num_running_reqs: running,
+                num_waiting_reqs: waiting,
+                num_total_reqs: running.saturating_add(waiting),
+                num_used_tokens: count(l.num_used_tokens),
+                max_total_num_tokens: count(l.max_total_num_tokens),
+                token_usage: finite(l.token_usage).min(1.0),
+                gen_throughput: finite(l.gen_throughput),
+                cache_hit_rate: finite(l.cache_hit_rate).min(1.0),
+                utilization: finite(l.utilization),
+                max_running_requests: count(l.max_running_requests),
+                ..RankLoad::default()
+            })
+        })
+        .collect();
+    ranks.sort_by_key(|r| r.dp_rank);
+    ranks.dedup_by_key(|r| r.dp_rank);
+    Ok(report(Source::Grpc, ranks))
 }
 
 /// `GET path` on a worker with its key, as housekeeping (the probe `User-Agent`, like

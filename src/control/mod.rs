@@ -1,7 +1,7 @@
 //! The control plane's background work on the fleet: the registration job queue and its
 //! executor (detection, startup probing, PATCH, PUT, draining DELETE), one health watcher per
-//! worker, the engine load monitor, and the gateway's own HTTP calls to workers. It writes
-//! the fleet (`crate::fleet`) that the data path only reads.
+//! worker, the engine load monitor, the tokenizer registry, and the gateway's own HTTP calls
+//! to workers. It writes the fleet (`crate::fleet`) that the data path only reads.
 
 pub mod calls;
 pub mod detect;
@@ -13,6 +13,7 @@ pub mod load;
 pub mod prom_text;
 pub mod protocol;
 pub mod spec_body;
+pub mod tokenizers;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -249,7 +249,7 @@ fn parse_object(content_type: Option<&[u8]>, body: &[u8]) -> Result<Fields, Spec
 }
 
 /// `application/json`, any case, parameters such as `charset` allowed.
-fn is_json_content_type(value: &[u8]) -> bool {
+pub fn is_json_content_type(value: &[u8]) -> bool {
     let essence = value.split(|&b| b == b';').next().unwrap_or_default();
     essence
         .trim_ascii()

@@ -14,6 +14,8 @@ pub enum Source {
     LoadsApi,
     /// The engine's Prometheus page.
     Metrics,
+    /// A gRPC engine's `GetLoads`.
+    Grpc,
 }
 
 /// One worker's latest engine load report.

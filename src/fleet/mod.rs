@@ -87,6 +87,16 @@ pub enum RuntimeType {
 }
 
 impl RuntimeType {
+    /// The gRPC service the gateway speaks to engines of this runtime; `None` for the
+    /// runtimes it has no gRPC client for.
+    pub fn grpc_service(self) -> Option<crate::grpc::Service> {
+        match self {
+            RuntimeType::Sglang => Some(crate::grpc::Service::Sglang),
+            RuntimeType::Vllm => Some(crate::grpc::Service::Vllm),
+            _ => None,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             RuntimeType::Sglang => "sglang",

@@ -1,35 +1,36 @@
-//! Calls to one SGLang scheduler over the gateway's own HTTP/2 client (h2c, prior
-//! knowledge): tonic's generated client encodes the messages and frames, hyper carries
-//! them, so a data-plane thread's pool reuses its connections to each engine and no
-//! connection crosses threads.
+//! Calls to one SGLang scheduler over the gateway's own HTTP/2 client (h2c with prior
+//! knowledge for `grpc://`, TLS with ALPN h2 for `grpcs://`): tonic's generated client
+//! encodes the messages and frames, hyper carries them, so a data-plane thread's pool
+//! reuses its connections to each engine and no connection crosses threads.
 
 use std::fmt;
 use std::time::Duration;
 
 use http::uri::{Authority, Scheme};
 use http::Uri;
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use tonic::{Code, Request, Status, Streaming};
 
+use super::common::{
+    FlushCacheRequest, FlushCacheResponse, ProfileResponse, StartProfileRequest, StopProfileRequest,
+};
 use super::sglang::sglang_scheduler_client::SglangSchedulerClient;
 use super::sglang::{
-    AbortRequest, GenerateRequest, GenerateResponse, GetModelInfoRequest, GetModelInfoResponse,
-    HealthCheckRequest,
+    AbortRequest, GenerateRequest, GenerateResponse, GetLoadsRequest, GetLoadsResponse,
+    GetModelInfoRequest, GetModelInfoResponse, HealthCheckRequest,
 };
-use crate::http::client::{build, ClientOptions, CONNECT_TIMEOUT};
+use crate::http::client::{build, ClientOptions};
+use crate::http::tls::UpstreamTls;
 
 /// A pooled HTTP/2 client that carries gRPC calls; one per thread that makes calls.
-pub type Wire = Client<HttpConnector, tonic::body::Body>;
+pub type Wire = Client<HttpsConnector<HttpConnector>, tonic::body::Body>;
 
-/// Builds a [`Wire`]: h2c with prior knowledge, idle connections kept `idle_timeout`
-/// (`None`: forever).
-pub fn wire(idle_timeout: Option<Duration>) -> Wire {
-    build(ClientOptions::data_path_h2c(
-        usize::MAX,
-        idle_timeout,
-        CONNECT_TIMEOUT,
-    ))
+/// Builds a [`Wire`]: h2c with prior knowledge, or TLS verified against `tls`; idle
+/// connections kept `idle_timeout` (`None`: forever).
+pub fn wire(idle_timeout: Option<Duration>, tls: &UpstreamTls) -> Wire {
+    build(ClientOptions::grpc(tls.clone(), idle_timeout))
 }
 
 /// Why a call to an engine failed.
@@ -53,11 +54,33 @@ impl fmt::Display for CallError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CallError::Timeout => f.write_str("no answer in time"),
-            CallError::Status(s) if s.message().is_empty() => write!(f, "{:?}", s.code()),
-            CallError::Status(s) => write!(f, "{:?}: {}", s.code(), s.message()),
+            CallError::Status(s) => {
+                write!(f, "{:?}", s.code())?;
+                if !s.message().is_empty() {
+                    write!(f, ": {}", s.message())?;
+                }
+                // A transport failure's reason (refused connection, certificate not
+                // trusted) is in the status's sources, not its message.
+                let mut said = s.message().to_owned();
+                let mut cause = std::error::Error::source(s);
+                for _ in 0..MAX_CAUSES {
+                    let Some(err) = cause else { break };
+                    let text = err.to_string();
+                    // Layers often repeat the layer above's words.
+                    if text != said {
+                        write!(f, ": {text}")?;
+                        said = text;
+                    }
+                    cause = err.source();
+                }
+                Ok(())
+            }
         }
     }
 }
+
+/// How deep a failed call's chain of causes is quoted.
+const MAX_CAUSES: usize = 4;
 
 impl std::error::Error for CallError {}
 
@@ -69,16 +92,11 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
-    /// The scheduler at `authority` (host:port of a `grpc://` URL).
-    pub fn new(wire: Wire, authority: &Authority) -> Scheduler {
-        let origin = Uri::builder()
-            .scheme(Scheme::HTTP)
-            .authority(authority.clone())
-            .path_and_query("/")
-            .build()
-            .unwrap_or_default();
+    /// The scheduler at `authority` (host:port of a `grpc://` URL, or of a `grpcs://`
+    /// one when `tls`).
+    pub fn new(wire: Wire, authority: &Authority, tls: bool) -> Scheduler {
         Scheduler {
-            rpc: SglangSchedulerClient::with_origin(wire, origin),
+            rpc: SglangSchedulerClient::with_origin(wire, origin(authority, tls)),
         }
     }
 
@@ -110,6 +128,51 @@ impl Scheduler {
         bounded(timeout, rpc.generate(timed(request, timeout))).await
     }
 
+    /// `GetLoads`: the scheduler's load per DP rank, with the sections named in
+    /// `include`.
+    pub async fn loads(
+        &self,
+        include: &[&str],
+        timeout: Duration,
+    ) -> Result<GetLoadsResponse, CallError> {
+        let mut rpc = self.rpc.clone();
+        let request = GetLoadsRequest {
+            dp_rank: None,
+            include: include.iter().map(|s| (*s).to_owned()).collect(),
+        };
+        bounded(timeout, rpc.get_loads(timed(request, timeout))).await
+    }
+
+    /// `FlushCache`: drops the KV prefix cache on every scheduler process.
+    pub async fn flush_cache(
+        &self,
+        request: FlushCacheRequest,
+        timeout: Duration,
+    ) -> Result<FlushCacheResponse, CallError> {
+        let mut rpc = self.rpc.clone();
+        bounded(timeout, rpc.flush_cache(timed(request, timeout))).await
+    }
+
+    /// `StartProfile`.
+    pub async fn start_profile(
+        &self,
+        request: StartProfileRequest,
+        timeout: Duration,
+    ) -> Result<ProfileResponse, CallError> {
+        let mut rpc = self.rpc.clone();
+        bounded(timeout, rpc.start_profile(timed(request, timeout))).await
+    }
+
+    /// `StopProfile`: the engine writes its traces.
+    pub async fn stop_profile(&self, timeout: Duration) -> Result<ProfileResponse, CallError> {
+        let mut rpc = self.rpc.clone();
+        bounded(
+            timeout,
+            rpc.stop_profile(timed(StopProfileRequest {}, timeout)),
+        )
+        .await
+    }
+
     /// `Abort`: asks the engine to stop generating for `request_id`.
     pub async fn abort(
         &self,
@@ -128,15 +191,26 @@ impl Scheduler {
     }
 }
 
+/// The `http://host:port/` (`https://` when `tls`) every call to the engine at
+/// `authority` is made against.
+pub(super) fn origin(authority: &Authority, tls: bool) -> Uri {
+    Uri::builder()
+        .scheme(if tls { Scheme::HTTPS } else { Scheme::HTTP })
+        .authority(authority.clone())
+        .path_and_query("/")
+        .build()
+        .unwrap_or_default()
+}
+
 /// A request that tells the engine its deadline (`grpc-timeout`).
-fn timed<T>(message: T, timeout: Duration) -> Request<T> {
+pub(super) fn timed<T>(message: T, timeout: Duration) -> Request<T> {
     let mut request = Request::new(message);
     request.set_timeout(timeout);
     request
 }
 
 /// Awaits a unary or stream-opening call within `timeout`.
-async fn bounded<T>(
+pub(super) async fn bounded<T>(
     timeout: Duration,
     call: impl std::future::Future<Output = Result<tonic::Response<T>, Status>>,
 ) -> Result<T, CallError> {

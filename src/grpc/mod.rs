@@ -1,5 +1,12 @@
-//! gRPC engines: the generated messages and clients of `proto/`, and the gateway's calls
-//! to engines over its own HTTP/2 client.
+//! gRPC engines: the generated messages and clients of `proto/`, the gateway's calls to
+//! engines over its own HTTP/2 client, and [`engine`], the one face the rest of the
+//! gateway sees whichever service an engine speaks.
+
+/// Administration messages the engines' services share (`proto/common.proto`).
+pub mod common {
+    #![allow(clippy::all, clippy::pedantic, missing_docs)]
+    tonic::include_proto!("smg.grpc.common");
+}
 
 /// SGLang's scheduler service (`proto/sglang_scheduler.proto`).
 pub mod sglang {
@@ -7,6 +14,15 @@ pub mod sglang {
     tonic::include_proto!("sglang.grpc.scheduler");
 }
 
+/// vLLM's engine service (`proto/vllm_engine.proto`).
+pub mod vllm {
+    #![allow(clippy::all, clippy::pedantic, missing_docs)]
+    tonic::include_proto!("vllm.grpc.engine");
+}
+
 pub mod client;
+pub mod engine;
+mod vllm_client;
 
 pub use client::{CallError, Scheduler, Wire};
+pub use engine::{Engine, Service};

@@ -116,6 +116,16 @@ impl ClientOptions<Plain> {
     }
 }
 
+impl ClientOptions<Verified> {
+    /// The pools to gRPC engines, data path and control plane alike: HTTP/2 always, h2c
+    /// on `http://` and TLS verified against `tls` on `https://` (`grpcs://`), no Nagle
+    /// delay, idle connections kept `idle_timeout`.
+    pub fn grpc(tls: UpstreamTls, idle_timeout: Option<Duration>) -> ClientOptions<Verified> {
+        let tls = Verified { tls, alpn_h2: true };
+        ClientOptions::data(tls, true, usize::MAX, idle_timeout, CONNECT_TIMEOUT)
+    }
+}
+
 /// How long the control plane's connections stay idle: long enough that periodic probes
 /// reuse them between intervals of the default health check, short enough that they do not
 /// pile up for removed workers.

@@ -32,6 +32,8 @@ pub enum GatewayError {
     InvalidRequest { message: String },
     /// The model's chat template refused the conversation or failed on it.
     ChatTemplate { message: String },
+    /// The prompt is longer than the context window the worker advertises.
+    ContextLengthExceeded { prompt_tokens: usize, window: u32 },
     /// A gRPC engine reported a failed generation.
     EngineFailed { message: String },
     /// A route of the contract that this build does not serve yet.
@@ -122,6 +124,7 @@ impl GatewayError {
             G::NotImplemented { .. } =>       (S::NOT_IMPLEMENTED,     "not_implemented",                 INTERNAL,       KEEP),
             G::InvalidRequest { .. } =>       (S::BAD_REQUEST,         "invalid_request",                 VALIDATION,     KEEP),
             G::ChatTemplate { .. } =>         (S::BAD_REQUEST,         "chat_template_error",             VALIDATION,     KEEP),
+            G::ContextLengthExceeded { .. } => (S::BAD_REQUEST,        "context_length_exceeded",         VALIDATION,     KEEP),
             G::EngineFailed { .. } =>         (S::BAD_GATEWAY,         "worker_generation_failed",        BACKEND,        KEEP),
             G::UpstreamConnect =>             (S::BAD_GATEWAY,         "worker_connect_failed",           BACKEND,        KEEP),
             G::UpstreamBroken =>              (S::BAD_GATEWAY,         "worker_connection_error",         BACKEND,        KEEP),
@@ -184,6 +187,13 @@ impl fmt::Display for GatewayError {
             GatewayError::ModelNotFound => f.write_str("no worker serves the requested model"),
             GatewayError::InvalidRequest { message } => f.write_str(message),
             GatewayError::ChatTemplate { message } => write!(f, "chat template: {message}"),
+            GatewayError::ContextLengthExceeded {
+                prompt_tokens,
+                window,
+            } => write!(
+                f,
+                "the prompt is {prompt_tokens} tokens; the model's context window is {window}"
+            ),
             GatewayError::EngineFailed { message } => {
                 write!(f, "the engine failed the generation: {message}")
             }
@@ -339,6 +349,13 @@ pub enum AdminErrorBody<'a> {
     Text(Cow<'static, str>),
     /// `{"error": <message>, "code": <CODE>}`: the worker and fan-out endpoints.
     Coded { code: &'a str, message: &'a str },
+    /// `{"error": {"message", "type"}}`: tokenizer get and status (404).
+    Typed { kind: &'a str, message: &'a str },
+    /// `{"id", "status": "failed", "message"}`: a refused tokenizer registration (409,
+    /// 503), in the shape of its 202 answer.
+    FailedJob { id: &'a str, message: &'a str },
+    /// `{"success": false, "message"}`: tokenizer removal (404).
+    Unsuccessful { message: &'a str },
 }
 
 impl AdminErrorBody<'_> {
@@ -354,22 +371,74 @@ struct CodedBody<'a> {
     code: &'a str,
 }
 
+#[derive(Serialize)]
+struct TypedBody<'a> {
+    error: TypedError<'a>,
+}
+
+#[derive(Serialize)]
+struct TypedError<'a> {
+    message: &'a str,
+    #[serde(rename = "type")]
+    kind: &'a str,
+}
+
+#[derive(Serialize)]
+struct FailedJobBody<'a> {
+    id: &'a str,
+    status: &'static str,
+    message: &'a str,
+}
+
+#[derive(Serialize)]
+struct UnsuccessfulBody<'a> {
+    success: bool,
+    message: &'a str,
+}
+
 /// An administration endpoint's refusal with `status` and one of spec 1's body shapes.
 pub fn admin_error(status: StatusCode, body: AdminErrorBody<'_>) -> Response<RespBody> {
     match body {
         AdminErrorBody::Empty => reply::empty(status),
         AdminErrorBody::Text(Cow::Borrowed(text)) => reply::plain(status, text),
         AdminErrorBody::Text(Cow::Owned(text)) => reply::plain(status, text),
-        AdminErrorBody::Coded { code, message } => {
-            match serde_json::to_vec(&CodedBody {
+        AdminErrorBody::Coded { code, message } => json_body(
+            status,
+            &CodedBody {
                 error: message,
                 code,
-            }) {
-                Ok(json) => reply::json(status, json),
-                // Serialising two strings cannot fail; should it, the status still goes out.
-                Err(_) => reply::empty(status),
-            }
-        }
+            },
+        ),
+        AdminErrorBody::Typed { kind, message } => json_body(
+            status,
+            &TypedBody {
+                error: TypedError { message, kind },
+            },
+        ),
+        AdminErrorBody::FailedJob { id, message } => json_body(
+            status,
+            &FailedJobBody {
+                id,
+                status: "failed",
+                message,
+            },
+        ),
+        AdminErrorBody::Unsuccessful { message } => json_body(
+            status,
+            &UnsuccessfulBody {
+                success: false,
+                message,
+            },
+        ),
+    }
+}
+
+/// A JSON refusal. Serialising a few strings cannot fail; should it, the status still
+/// goes out.
+fn json_body(status: StatusCode, body: &impl Serialize) -> Response<RespBody> {
+    match serde_json::to_vec(body) {
+        Ok(json) => reply::json(status, json),
+        Err(_) => reply::empty(status),
     }
 }
 
@@ -543,5 +612,34 @@ mod tests {
         let empty = admin_error(StatusCode::UNAUTHORIZED, AdminErrorBody::Empty);
         assert_eq!(empty.status(), 401);
         assert!(empty.into_body().into_full().unwrap().is_empty());
+    }
+
+    #[test]
+    fn tokenizer_refusals_have_their_shapes() {
+        let body = |resp: Response<RespBody>| {
+            assert_eq!(resp.headers()[CONTENT_TYPE], "application/json");
+            resp.into_body().into_full().unwrap()
+        };
+        let typed = AdminErrorBody::Typed {
+            kind: "not_found",
+            message: "gone",
+        };
+        assert_eq!(
+            &body(admin_error(StatusCode::NOT_FOUND, typed))[..],
+            br#"{"error":{"message":"gone","type":"not_found"}}"#
+        );
+        let job = AdminErrorBody::FailedJob {
+            id: "x",
+            message: "taken",
+        };
+        assert_eq!(
+            &body(admin_error(StatusCode::CONFLICT, job))[..],
+            br#"{"id":"x","status":"failed","message":"taken"}"#
+        );
+        let removal = AdminErrorBody::Unsuccessful { message: "gone" };
+        assert_eq!(
+            &body(admin_error(StatusCode::NOT_FOUND, removal))[..],
+            br#"{"success":false,"message":"gone"}"#
+        );
     }
 }

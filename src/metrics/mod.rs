@@ -16,6 +16,7 @@ mod local;
 pub mod policy;
 pub mod runtime;
 pub mod summary;
+mod tokenizer_cache;
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -395,6 +396,7 @@ impl Metrics {
         registry.register_collector(Box::new(inflight::AgeCollector(m.inflight_ages.clone())));
         registry.register_collector(Box::new(fleet::FleetCollector::new(sources.fleet)));
         registry.register_collector(Box::new(policy::PolicyCollector::new(sources.policy)));
+        registry.register_collector(Box::new(tokenizer_cache::TokenizerCacheCollector));
         Metrics { registry, ..m }
     }
 

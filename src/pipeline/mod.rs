@@ -127,7 +127,7 @@ impl ThreadClients {
     ) -> ThreadClients {
         ThreadClients {
             http: UpstreamClient::new(settings, tls),
-            grpc: GrpcClient::new(settings, metrics.clone()),
+            grpc: GrpcClient::new(settings, tls, metrics.clone()),
         }
     }
 }

@@ -779,3 +779,25 @@ fn real_tokenizers_stream_like_decode() {
         }
     }
 }
+
+#[test]
+fn token_bytes_are_each_tokens_own_bytes() {
+    let tokenizer = byte_level();
+    let table = TokenBytes::new(&tokenizer);
+    assert!(table.is_exact(), "{}", table.mode());
+    // The first byte of "é" alone: part of a character, reported as it is.
+    let e_lead = byte_level_id(&tokenizer, &[0xC3]);
+    assert_eq!(table.token_bytes(e_lead), Some(&[0xC3u8][..]));
+    let space = byte_level_id(&tokenizer, b" ");
+    assert_eq!(table.token_bytes(space), Some(&b" "[..]));
+    assert_eq!(table.token_bytes(u32::MAX), None);
+
+    let llama = llama();
+    let table = TokenBytes::new(&llama);
+    assert!(table.is_exact(), "{}", table.mode());
+    assert_eq!(table.token_bytes(id(&llama, "<0xE4>")), Some(&[0xE4u8][..]));
+
+    let windowed = TokenBytes::new(&wordpiece());
+    assert!(!windowed.is_exact());
+    assert_eq!(windowed.token_bytes(0), None);
+}

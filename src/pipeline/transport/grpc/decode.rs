@@ -1,10 +1,33 @@
 //! A generation's text as the client sees it: token ids from the engine go through the
 //! incremental detokenizer, then the stop strings; what comes out is final (never taken
-//! back), and the count of ids consumed is the completion's token count.
+//! back), and the count of ids consumed is the completion's token count. Asked for, the
+//! tokens' log probabilities come out beside the text they made ([`scores`]).
+//!
+//! [`scores`]: super::scores
 
+use super::scores::{Scored, Scoring};
 use crate::chat::detokenize::Detokenizer;
 use crate::chat::language::Language;
 use crate::chat::stops::{Outcome, StopMatcher, StopsError};
+use crate::grpc::engine::TokenLogprob;
+
+/// What became final: text, and the scores of the tokens whose text it completes.
+#[derive(Debug, Default)]
+pub struct Delta {
+    pub text: String,
+    pub logprobs: Vec<Scored>,
+}
+
+impl Delta {
+    pub fn is_empty(&self) -> bool {
+        self.text.is_empty() && self.logprobs.is_empty()
+    }
+
+    pub fn clear(&mut self) {
+        self.text.clear();
+        self.logprobs.clear();
+    }
+}
 
 pub struct Decoding {
     detokenizer: Detokenizer,
@@ -17,16 +40,20 @@ pub struct Decoding {
     piece: String,
     /// Ids consumed, up to and including the one that completed a stop string.
     pub tokens: u32,
+    /// Present when the request asked for log probabilities.
+    scoring: Option<Scoring>,
 }
 
 impl Decoding {
     /// `visible`: a matched stop string stays in the text. `ending_ids`: see the field.
+    /// `scored`: the tokens' log probabilities are handed on.
     pub fn new(
         language: &Language,
-        stops: Vec<String>,
+        stops: &[String],
         visible: bool,
         skip_special_tokens: bool,
         ending_ids: Vec<u32>,
+        scored: bool,
     ) -> Result<Decoding, StopsError> {
         Ok(Decoding {
             ending_ids,
@@ -35,16 +62,23 @@ impl Decoding {
                 language.tokenizer.clone(),
                 skip_special_tokens,
             ),
-            stops: StopMatcher::new(&stops, visible)?,
+            stops: StopMatcher::new(stops, visible)?,
             piece: String::new(),
             tokens: 0,
+            scoring: scored.then(Scoring::default),
         })
     }
 
-    /// Feeds `ids`, appending the text that became final to `out`. Returns whether a stop
-    /// string ended the generation (ids after it are ignored).
-    pub fn push(&mut self, ids: &[u32], out: &mut String) -> bool {
-        for &id in ids {
+    /// Feeds `ids` with their scores (empty, or one per id), appending what became final
+    /// to `out`. Returns whether a stop string ended the generation (ids after it are
+    /// ignored).
+    pub fn push(
+        &mut self,
+        ids: &[u32],
+        mut scores: Vec<Option<TokenLogprob>>,
+        out: &mut Delta,
+    ) -> bool {
+        for (at, &id) in ids.iter().enumerate() {
             if self.stopped() {
                 break;
             }
@@ -54,23 +88,45 @@ impl Decoding {
             }
             self.piece.clear();
             self.detokenizer.push(id, &mut self.piece);
+            if let Some(scoring) = &mut self.scoring {
+                let score = scores.get_mut(at).and_then(Option::take);
+                scoring.token(id, score, &self.piece);
+            }
             if !self.piece.is_empty() {
-                self.stops.push(&self.piece, out);
+                let before = out.text.len();
+                self.stops.push(&self.piece, &mut out.text);
+                if let Some(scoring) = &mut self.scoring {
+                    scoring.shown(out.text.len() - before, &mut out.logprobs);
+                }
             }
         }
-        self.stopped()
+        let stopped = self.stopped();
+        if let (true, Some(scoring)) = (stopped, &mut self.scoring) {
+            scoring.stopped(&mut out.logprobs);
+        }
+        stopped
     }
 
     /// The end of the generation: releases what was held back for a possible stop string
     /// or an unfinished character; a match that was waiting for a longer one wins now.
-    pub fn finish(&mut self, out: &mut String) {
+    pub fn finish(&mut self, out: &mut Delta) {
         if self.stopped() {
             return;
         }
         self.piece.clear();
         self.detokenizer.finish(&mut self.piece);
-        if let Outcome::Continue = self.stops.push(&self.piece, out) {
-            self.stops.finish(out);
+        let before = out.text.len();
+        if let Outcome::Continue = self.stops.push(&self.piece, &mut out.text) {
+            self.stops.finish(&mut out.text);
+        }
+        if let Some(scoring) = &mut self.scoring {
+            scoring.text(&self.piece);
+            scoring.shown(out.text.len() - before, &mut out.logprobs);
+            if self.stops.stopped().is_some() {
+                scoring.stopped(&mut out.logprobs);
+            } else {
+                scoring.finish(&mut out.logprobs);
+            }
         }
     }
 

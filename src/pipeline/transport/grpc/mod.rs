@@ -5,14 +5,19 @@
 //! the token ids sent with `Generate`, and the ids that stream back decoded, cut at stop
 //! strings ([`decode`]) and answered as OpenAI JSON or SSE ([`reply`]). The engine always
 //! streams to the gateway, so a stop string or a client that goes away ends the
-//! generation at once: the engine is told with `Abort` ([`AbortOnDrop`]).
+//! generation at once: the engine is told with `Abort` ([`AbortOnDrop`]). With `n` > 1
+//! the engine generates the choices side by side and each is decoded on its own
+//! ([`choices`]); a stop string ends its choice only, and the engine is stopped when
+//! every choice is over before the engine finished them all.
 //!
 //! Until the engine's first message the attempt can still fail over to another worker;
 //! after it, a failure ends the client's stream with an error event.
 
+mod choices;
 mod decode;
 mod reply;
 pub mod request;
+mod scores;
 mod tokenize;
 
 use std::sync::Arc;
@@ -22,27 +27,26 @@ use ::http::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
 use ::http::{Response, StatusCode};
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use tonic::Streaming;
 use uuid::Uuid;
 
 use super::{Answer, Attempt, SendError};
+use crate::chat::encode_cache;
 use crate::chat::language::Language;
 use crate::chat::template::RenderInput;
 use crate::fleet::{Transport, Worker};
-use crate::grpc::sglang::generate_response::Response as Event;
-use crate::grpc::sglang::{
-    GenerateComplete, GenerateError, GenerateRequest, GenerateResponse, TokenizedInput,
-};
-use crate::grpc::{self, Scheduler, Wire};
+use crate::grpc::engine::{EngineError, Event, Events, Generate};
+use crate::grpc::{self, Engine, Wire};
 use crate::http::body::{FrameSender, RespBody};
 use crate::http::error::GatewayError;
 use crate::http::reply as http_reply;
+use crate::http::tls::UpstreamTls;
 use crate::http::upload::{client_fault, LimitedBody};
 use crate::metrics::{GenerationTiming, Metrics, RouteLabels};
 use crate::pipeline::PipelineSettings;
 
+use choices::{Applied, Choices};
 use decode::Decoding;
-use reply::{Finish, Reply, Usage};
+use reply::{Finish, Outcome, Reply, Spelling, Usage};
 use request::{Ask, Input, Invalid, Route};
 
 /// Request bodies up to this size are rendered and tokenized on the event loop; larger
@@ -66,31 +70,36 @@ pub struct GrpcClient {
 }
 
 impl GrpcClient {
-    pub fn new(settings: &PipelineSettings, metrics: Arc<Metrics>) -> GrpcClient {
+    /// `tls`: the roots `grpcs://` engines are verified against.
+    pub fn new(
+        settings: &PipelineSettings,
+        tls: &UpstreamTls,
+        metrics: Arc<Metrics>,
+    ) -> GrpcClient {
         GrpcClient {
-            wire: grpc::client::wire(settings.upstream_pool_idle_timeout),
+            wire: grpc::client::wire(settings.upstream_pool_idle_timeout, tls),
             stall: settings.stream_stall_timeout,
             metrics,
         }
     }
 
-    /// Whether this build serves `worker` over gRPC: a `grpc://` engine whose tokenizer
-    /// the gateway holds.
+    /// Whether this build serves `worker` over gRPC: a `grpc://` or `grpcs://` engine of
+    /// a service the gateway speaks, whose tokenizer the gateway holds.
     pub fn reaches(&self, worker: &Worker) -> Result<(), GatewayError> {
+        let spoken = worker.runtime.grpc_service().is_some();
         match (&worker.transport, &worker.language) {
-            (Transport::Grpc { tls: false, .. }, Some(_)) => Ok(()),
-            (Transport::Grpc { tls: true, .. }, _) => {
-                Err(GatewayError::UnsupportedTransport { transport: "grpcs" })
-            }
+            (Transport::Grpc { .. }, Some(_)) if spoken => Ok(()),
             _ => Err(GatewayError::UnsupportedTransport { transport: "grpc" }),
         }
     }
 
     /// Serves `attempt` on `worker` through the gateway's chat pipeline.
     pub async fn send(&self, worker: &Worker, attempt: Attempt<'_>) -> Result<Answer, SendError> {
-        let (Transport::Grpc { authority, .. }, Some(language)) =
-            (&worker.transport, worker.language.clone())
-        else {
+        let (Transport::Grpc { authority, tls }, Some(language), Some(service)) = (
+            &worker.transport,
+            worker.language.clone(),
+            worker.runtime.grpc_service(),
+        ) else {
             return Err(SendError::Exchange(GatewayError::UnsupportedTransport {
                 transport: "grpc",
             }));
@@ -107,7 +116,17 @@ impl GrpcClient {
         let Some(route) = route else {
             return answer_locally(path, worker, &language, &body);
         };
-        let (mut ask, prompt) = understand(&language, route, body).await?;
+        let (ask, prompt) = understand(&language, route, body).await?;
+        // Checked before dispatch (spec 2): whether prompt plus max_tokens fits is the
+        // engine's to say.
+        if let Some(window) = context_window(worker) {
+            if prompt.len() > window as usize {
+                return Err(SendError::Refused(GatewayError::ContextLengthExceeded {
+                    prompt_tokens: prompt.len(),
+                    window,
+                }));
+            }
+        }
 
         let prefix = match route {
             Route::Chat => "chatcmpl-",
@@ -116,37 +135,38 @@ impl GrpcClient {
         };
         let id = format!("{prefix}{}", Uuid::new_v4().simple());
         let prompt_tokens = u32::try_from(prompt.len()).unwrap_or(u32::MAX);
-        let request = GenerateRequest {
+        let job = Generate {
             request_id: id.clone(),
-            tokenized: Some(TokenizedInput {
-                original_text: String::new(),
-                input_ids: prompt,
-            }),
-            sampling_params: Some(ask.sampling_params()),
-            stream: true,
-            ..GenerateRequest::default()
+            input_ids: prompt,
+            params: ask.sampling_params(),
         };
-        let decoding = Decoding::new(
-            &language,
-            std::mem::take(&mut ask.stops),
-            ask.visible_stops,
-            ask.skip_special_tokens,
-            ask.ending_ids(&language.eos_ids),
-        )
-        .map_err(|err| {
-            SendError::Refused(GatewayError::InvalidRequest {
-                message: err.to_string(),
+        let ending_ids = ask.ending_ids(&language.eos_ids);
+        let decodings = (0..ask.n)
+            .map(|_| {
+                Decoding::new(
+                    &language,
+                    &ask.stops,
+                    ask.visible_stops,
+                    ask.skip_special_tokens,
+                    ending_ids.clone(),
+                    ask.logprobs.is_some(),
+                )
             })
-        })?;
-        let scheduler = Scheduler::new(self.wire.clone(), authority);
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|err| {
+                SendError::Refused(GatewayError::InvalidRequest {
+                    message: err.to_string(),
+                })
+            })?;
+        let engine = Engine::new(service, self.wire.clone(), authority, *tls);
         let dispatched = Instant::now();
         let remaining = attempt.deadline.saturating_duration_since(Instant::now());
-        let mut events = scheduler
-            .generate(request, remaining)
+        let mut events = engine
+            .generate(job, remaining)
             .await
             .map_err(|err| SendError::Exchange(call_error(err)))?;
         let abort = AbortOnDrop {
-            scheduler,
+            engine,
             request_id: Some(id.clone()),
         };
         let mut stream = EngineStream {
@@ -171,9 +191,13 @@ impl GrpcClient {
                 .clone()
                 .or_else(|| worker.model_id.clone())
                 .unwrap_or_default(),
+            spelling: ask.logprobs.map(|top| Spelling {
+                language: language.clone(),
+                top: top as usize,
+            }),
         };
         let mut generation = Generation {
-            decoding,
+            choices: Choices::new(decodings),
             reply,
             prompt_tokens,
             abort,
@@ -219,17 +243,21 @@ fn answer_locally(
     body: &[u8],
 ) -> Result<Answer, SendError> {
     let answer = if path == "/v1/tokenize" {
-        let window = worker
-            .labels
-            .get("max_context_length")
-            .and_then(|n| n.parse().ok());
-        tokenize::tokenize(language, body, window)
+        tokenize::tokenize(language, body, context_window(worker).map(u64::from))
     } else {
         tokenize::detokenize(language, body)
     };
     answer
         .map(|json| http_reply::json(StatusCode::OK, json))
         .map_err(SendError::Refused)
+}
+
+/// The context window the worker's engine advertised at registration.
+fn context_window(worker: &Worker) -> Option<u32> {
+    worker
+        .labels
+        .get("max_context_length")
+        .and_then(|n| n.parse().ok())
 }
 
 /// The request read and its prompt rendered and tokenized: on the event loop for a small
@@ -244,7 +272,8 @@ async fn understand(
         return read_request(language, route, &body).map_err(SendError::Refused);
     }
     let kit = language.clone();
-    tokio::task::spawn_blocking(move || read_request(&kit, route, &body))
+    let work = move || encode_cache::on_pool(|| read_request(&kit, route, &body));
+    tokio::task::spawn_blocking(work)
         .await
         .map_err(|_| {
             SendError::Refused(GatewayError::ChatTemplate {
@@ -267,16 +296,12 @@ fn read_request(
     Ok((ask, prompt))
 }
 
-/// An engine's refusal before anything was sent: one that blames the request (a 4xx
-/// status, e.g. a prompt over its context window) answers the client; any other may go
-/// to another worker.
-fn refusal(err: &GenerateError) -> SendError {
+/// An engine's refusal before anything was sent: one that blames the request (e.g. a
+/// prompt over its context window) answers the client; any other may go to another
+/// worker.
+fn refusal(err: &EngineError) -> SendError {
     let message = bounded_message(&err.message);
-    let blames_request = err
-        .http_status_code
-        .parse::<u16>()
-        .is_ok_and(|code| (400..500).contains(&code));
-    if blames_request {
+    if err.blames_request {
         SendError::Refused(GatewayError::InvalidRequest { message })
     } else {
         SendError::Exchange(GatewayError::EngineFailed { message })
@@ -316,19 +341,15 @@ fn prompt_ids(language: &Language, input: Input) -> Result<Vec<u32>, GatewayErro
             (rendered, false)
         }
     };
-    let encoding = language
-        .tokenizer
-        .encode_fast(text, add_special)
-        .map_err(|err| GatewayError::InvalidRequest {
-            message: format!("the prompt could not be tokenized: {err}"),
-        })?;
-    Ok(encoding.get_ids().to_vec())
+    encode_cache::encode(language, &text, add_special).map_err(|err| GatewayError::InvalidRequest {
+        message: format!("the prompt could not be tokenized: {err}"),
+    })
 }
 
 /// The engine's message stream, each message awaited within the request's deadline and
 /// the stall limit.
 struct EngineStream<'a> {
-    events: &'a mut Streaming<GenerateResponse>,
+    events: &'a mut Events,
     deadline: Instant,
     stall: Option<Duration>,
 }
@@ -336,37 +357,24 @@ struct EngineStream<'a> {
 impl EngineStream<'_> {
     /// The next event; `None` when the engine ended the stream.
     async fn next(&mut self) -> Result<Option<Event>, GatewayError> {
-        loop {
-            let by = match self.stall {
-                Some(stall) => self.deadline.min(Instant::now() + stall),
-                None => self.deadline,
-            };
-            let message = tokio::time::timeout_at(by.into(), self.events.message()).await;
-            match message {
-                Err(_) if Instant::now() >= self.deadline => {
-                    return Err(GatewayError::UpstreamTimeout)
-                }
-                Err(_) => {
-                    return Err(GatewayError::UpstreamStalled {
-                        secs: self.stall.map_or(0, |s| s.as_secs()),
-                    })
-                }
-                Ok(Err(status)) => return Err(call_error(grpc::CallError::Status(status))),
-                Ok(Ok(None)) => return Ok(None),
-                // A message without a body carries nothing: read on.
-                Ok(Ok(Some(GenerateResponse { response: None, .. }))) => continue,
-                Ok(Ok(Some(GenerateResponse {
-                    response: Some(event),
-                    ..
-                }))) => return Ok(Some(event)),
-            }
+        let by = match self.stall {
+            Some(stall) => self.deadline.min(Instant::now() + stall),
+            None => self.deadline,
+        };
+        match tokio::time::timeout_at(by.into(), self.events.next()).await {
+            Err(_) if Instant::now() >= self.deadline => Err(GatewayError::UpstreamTimeout),
+            Err(_) => Err(GatewayError::UpstreamStalled {
+                secs: self.stall.map_or(0, |s| s.as_secs()),
+            }),
+            Ok(Err(status)) => Err(call_error(grpc::CallError::Status(status))),
+            Ok(Ok(event)) => Ok(event),
         }
     }
 }
 
-/// One generation in progress: its text so far and what its answer repeats.
+/// One generation in progress: its choices so far and what its answer repeats.
 struct Generation {
-    decoding: Decoding,
+    choices: Choices,
     reply: Reply,
     prompt_tokens: u32,
     abort: AbortOnDrop,
@@ -384,73 +392,56 @@ struct Kept {
     ids: Vec<u32>,
 }
 
-/// What one engine event did to the generation.
-enum Step {
-    /// More to come.
-    Going,
-    /// The generation is over (the engine finished, or a stop string matched).
-    Done(Finish),
-}
-
 impl Generation {
-    /// Applies `event`, appending the text it made final to `out`.
-    fn apply(&mut self, event: Event, out: &mut String) -> Result<Step, GatewayError> {
+    /// Applies `event` to its choice, whose delta takes the text and scores it made final.
+    fn apply(&mut self, event: Event) -> Result<Applied, GatewayError> {
         match event {
-            Event::Chunk(chunk) => {
-                if self.first_token.is_none() && !chunk.token_ids.is_empty() {
+            Event::Chunk {
+                index,
+                ids,
+                prompt_tokens,
+                logprobs,
+            } => {
+                if self.first_token.is_none() && !ids.is_empty() {
                     self.first_token = Some(Instant::now());
                 }
-                if chunk.prompt_tokens > 0 {
-                    self.prompt_tokens = chunk.prompt_tokens as u32;
+                if prompt_tokens > 0 {
+                    self.prompt_tokens = prompt_tokens;
                 }
-                let stopped = self.decoding.push(&chunk.token_ids, out);
-                self.keep_ids(&chunk.token_ids);
-                if stopped {
-                    return Ok(Step::Done(Finish::Stop));
-                }
-                Ok(Step::Going)
+                let applied = self.choices.chunk(index, &ids, logprobs)?;
+                self.keep_ids(&ids);
+                Ok(applied)
             }
-            Event::Complete(complete) => self.complete(complete, out).map(Step::Done),
+            Event::Complete(complete) => {
+                if complete.prompt_tokens > 0 {
+                    self.prompt_tokens = complete.prompt_tokens;
+                }
+                // `/generate` shows the ids; the complete may carry some (SGLang's last step).
+                let ids = if self.keep.is_some() {
+                    complete.ids.clone()
+                } else {
+                    Vec::new()
+                };
+                let applied = self.choices.complete(complete);
+                if self.choices.engine_done() {
+                    // The engine finished every sequence: nothing to abort.
+                    self.abort.request_id = None;
+                }
+                self.keep_ids(&ids);
+                applied
+            }
             Event::Error(err) => Err(GatewayError::EngineFailed {
                 message: bounded_message(&err.message),
             }),
         }
     }
 
-    fn complete(
-        &mut self,
-        complete: GenerateComplete,
-        out: &mut String,
-    ) -> Result<Finish, GatewayError> {
-        // The engine is done: nothing to abort.
-        self.abort.request_id = None;
-        if complete.prompt_tokens > 0 {
-            self.prompt_tokens = complete.prompt_tokens as u32;
-        }
-        // The final message carries the ids no chunk carried: the last step's.
-        let stopped = self.decoding.push(&complete.output_ids, out);
-        self.keep_ids(&complete.output_ids);
-        if stopped {
-            return Ok(Finish::Stop);
-        }
-        self.decoding.finish(out);
-        if self.decoding.stopped() {
-            return Ok(Finish::Stop);
-        }
-        match complete.finish_reason.as_str() {
-            "length" => Ok(Finish::Length),
-            "abort" => Err(GatewayError::EngineFailed {
-                message: "the engine aborted the generation".into(),
-            }),
-            _ => Ok(Finish::Stop),
-        }
-    }
-
-    /// Keeps the ids the decoding consumed of `ids` (those after a stop are dropped).
+    /// Keeps the ids the decoding consumed of `ids` (those after a stop are dropped);
+    /// `/generate` has one choice.
     fn keep_ids(&mut self, ids: &[u32]) {
-        if let Some(kept) = &mut self.keep {
+        if let (Some(kept), Some(choice)) = (&mut self.keep, self.choices.iter().next()) {
             kept.ids.extend_from_slice(ids);
-            kept.ids.truncate(self.decoding.tokens as usize);
+            kept.ids.truncate(choice.decoding.tokens as usize);
         }
     }
 
@@ -458,7 +449,7 @@ impl Generation {
     /// arrival, the mean gap between tokens after it, the generation from dispatch.
     fn record(&self, metrics: &Metrics, arrived: Instant, dispatched: Instant) {
         let now = Instant::now();
-        let tokens = self.decoding.tokens;
+        let tokens = self.choices.tokens();
         let timing = GenerationTiming {
             ttft: self.first_token.map(|t| (t - arrived).as_secs_f64()),
             tpot: self
@@ -477,8 +468,9 @@ impl Generation {
         metrics.generation(&route, &timing);
     }
 
+    /// Completion tokens summed over the choices.
     fn usage(&self) -> Usage {
-        Usage::new(self.prompt_tokens, self.decoding.tokens)
+        Usage::new(self.prompt_tokens, self.choices.tokens())
     }
 
     /// A non-streamed answer: every event read, one JSON body.
@@ -487,31 +479,39 @@ impl Generation {
         mut stream: EngineStream<'_>,
         first: Event,
     ) -> Result<Answer, SendError> {
-        let mut text = String::new();
         let mut event = first;
-        let finish = loop {
-            match self.apply(event, &mut text).map_err(SendError::Exchange)? {
-                Step::Done(finish) => break finish,
-                Step::Going => {}
+        loop {
+            self.apply(event).map_err(SendError::Exchange)?;
+            if self.choices.all_finished() {
+                break;
             }
             event = match stream.next().await {
                 Ok(Some(event)) => event,
                 Ok(None) => return Err(SendError::Exchange(GatewayError::UpstreamBroken)),
                 Err(err) => return Err(SendError::Exchange(err)),
             };
-        };
+        }
         let ids = self.keep.as_ref().map_or(&[][..], |k| &k.ids[..]);
-        let body = self.reply.body(&text, ids, finish, self.usage());
+        let outcomes: Vec<Outcome<'_>> = self
+            .choices
+            .iter()
+            .map(|c| Outcome {
+                text: &c.delta.text,
+                logprobs: &c.delta.logprobs,
+                finish: c.finish.unwrap_or(Finish::Stop),
+            })
+            .collect();
+        let body = self.reply.body(&outcomes, ids, self.usage());
         Ok(http_reply::json(StatusCode::OK, body))
     }
 
-    /// A streamed answer: SSE events sent as the text becomes final; ends with the
-    /// finishing event, the usage event when asked, and `[DONE]`. A client that goes away
-    /// stops the engine at once.
+    /// A streamed answer: SSE events sent as the text becomes final, each choice ending
+    /// with its finishing event; then the usage event when asked, and `[DONE]`. A client
+    /// that goes away stops the engine at once.
     async fn stream(
         &mut self,
         tx: FrameSender,
-        mut events: Streaming<GenerateResponse>,
+        mut events: Events,
         first: Event,
         deadline: Instant,
         stall: Option<Duration>,
@@ -522,16 +522,17 @@ impl Generation {
             deadline,
             stall,
         };
-        if let Some(role) = self.reply.role_event() {
-            if tx.send(role).await.is_err() {
-                return;
+        for index in 0..self.choices.len() as u32 {
+            if let Some(role) = self.reply.role_event(index) {
+                if tx.send(role).await.is_err() {
+                    return;
+                }
             }
         }
-        let mut text = String::new();
         let mut event = Some(first);
-        let finish = loop {
+        loop {
             let step = match event.take() {
-                Some(event) => self.apply(event, &mut text),
+                Some(event) => self.apply(event),
                 None => {
                     let next = tokio::select! {
                         next = stream.next() => next,
@@ -548,72 +549,86 @@ impl Generation {
                 }
             };
             match step {
-                Ok(Step::Going) => {
-                    if let Some(frame) = self.progress(&mut text) {
+                Ok(Applied::Going(index)) => {
+                    if let Some(frame) = self.progress(index) {
                         if tx.send(frame).await.is_err() {
                             return;
                         }
                     }
                 }
-                Ok(Step::Done(finish)) => break finish,
+                Ok(Applied::Finished(index, finish)) => {
+                    for frame in self.finishing(index, finish) {
+                        if tx.send(frame).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                Ok(Applied::Ignored) => {}
                 Err(err) => {
                     tx.fail(err).await;
                     return;
                 }
             }
-        };
-        for event in self.closing(&mut text, finish, include_usage) {
-            if tx.send(event).await.is_err() {
-                return;
+            if self.choices.all_finished() {
+                break;
             }
+        }
+        if include_usage
+            && self.keep.is_none()
+            && tx.send(self.reply.usage_event(self.usage())).await.is_err()
+        {
+            return;
+        }
+        if tx.send(Reply::done_event()).await.is_err() {
+            return;
         }
         tx.finish().await;
     }
 
-    /// The events that end a stream, `[DONE]` last: for the OpenAI routes the last text,
-    /// the finishing event and the usage when asked; for `/generate` one event with the
-    /// whole text and the finish reason.
-    fn closing(&mut self, text: &mut String, finish: Finish, include_usage: bool) -> Vec<Bytes> {
+    /// The events that end choice `index`: for the OpenAI routes its last text and its
+    /// finishing event; for `/generate` one event with the whole text and the reason.
+    fn finishing(&mut self, index: u32, finish: Finish) -> Vec<Bytes> {
         let usage = self.usage();
-        let mut events = Vec::with_capacity(4);
+        let Some(choice) = self.choices.get_mut(index) else {
+            return Vec::new();
+        };
+        let mut events = Vec::with_capacity(2);
         if let Some(kept) = &mut self.keep {
-            kept.text.push_str(text);
+            kept.text.push_str(&choice.delta.text);
             events.push(
                 self.reply
                     .generate_event(&kept.text, &kept.ids, Some(finish), usage),
             );
         } else {
-            if !text.is_empty() {
-                events.push(self.reply.delta_event(text, None));
+            if !choice.delta.is_empty() {
+                events.push(self.reply.delta_event(index, &choice.delta, None));
             }
-            events.push(self.reply.delta_event("", Some(finish)));
-            if include_usage {
-                events.push(self.reply.usage_event(usage));
-            }
+            choice.delta.clear();
+            events.push(self.reply.delta_event(index, &choice.delta, Some(finish)));
         }
-        text.clear();
-        events.push(Reply::done_event());
+        choice.delta.clear();
         events
     }
 }
 
 impl Generation {
-    /// The event for text that became final mid-stream (taken from `text`): a delta, or
-    /// for `/generate` the whole text so far; `None` when there is nothing new.
-    fn progress(&mut self, text: &mut String) -> Option<Bytes> {
-        if text.is_empty() {
+    /// The event for what choice `index` made final mid-stream (taken from its delta): a
+    /// delta, or for `/generate` the whole text so far; `None` when there is nothing new.
+    fn progress(&mut self, index: u32) -> Option<Bytes> {
+        let usage = self.usage();
+        let choice = self.choices.get_mut(index)?;
+        if choice.delta.is_empty() {
             return None;
         }
-        let usage = self.usage();
         let frame = match &mut self.keep {
             Some(kept) => {
-                kept.text.push_str(text);
+                kept.text.push_str(&choice.delta.text);
                 self.reply
                     .generate_event(&kept.text, &kept.ids, None, usage)
             }
-            None => self.reply.delta_event(text, None),
+            None => self.reply.delta_event(index, &choice.delta, None),
         };
-        text.clear();
+        choice.delta.clear();
         Some(frame)
     }
 }
@@ -621,7 +636,7 @@ impl Generation {
 /// Sends `Abort` for a generation the gateway stops waiting for (the client went away, a
 /// stop string matched, the attempt failed) unless the engine finished it first.
 struct AbortOnDrop {
-    scheduler: Scheduler,
+    engine: Engine,
     /// `None` once there is nothing to abort.
     request_id: Option<String>,
 }
@@ -635,9 +650,9 @@ impl Drop for AbortOnDrop {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let scheduler = self.scheduler.clone();
+        let engine = self.engine.clone();
         runtime.spawn(async move {
-            if let Err(err) = scheduler
+            if let Err(err) = engine
                 .abort(
                     request_id.clone(),
                     "client went away or stop matched",

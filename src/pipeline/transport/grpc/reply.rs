@@ -2,11 +2,26 @@
 //! role chunk, text deltas, the finishing chunk, the usage chunk, `[DONE]`), in the shapes
 //! of OpenAI's chat completions and completions; and SGLang's `/generate` shape, whose
 //! stream repeats the whole text so far in every event.
+//!
+//! With `n` > 1 each choice has its `index`: a non-streamed body lists them in order, a
+//! stream's chunks carry one choice each. Log probabilities take OpenAI's shapes: chat's
+//! `logprobs.content` (token, logprob, bytes, top_logprobs) and the legacy completions'
+//! `logprobs` (tokens, token_logprobs, top_logprobs as `{token: logprob}`, text_offset).
+//! A token is spelled from its own bytes (the tokenizer's byte table, else its lone
+//! decode), so a token holding part of a character has its true `bytes` and a `token`
+//! with U+FFFD for the part.
+
+use std::borrow::Cow;
+use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use serde::Serialize;
+use serde::ser::SerializeMap;
+use serde::{Serialize, Serializer};
 
+use super::decode::Delta;
 use super::request::Route;
+use super::scores::Scored;
+use crate::chat::language::Language;
 
 /// Token counts of a generation.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -43,6 +58,139 @@ pub struct Reply {
     pub id: String,
     pub created: u64,
     pub model: String,
+    /// Present when the request asked for log probabilities.
+    pub spelling: Option<Spelling>,
+}
+
+/// How tokens are written in log probabilities.
+pub struct Spelling {
+    pub language: Arc<Language>,
+    /// Alternatives per token asked for (an engine sending more is cut to this).
+    pub top: usize,
+}
+
+impl Spelling {
+    /// The token's own bytes.
+    fn bytes(&self, id: u32) -> Cow<'_, [u8]> {
+        match self.language.bytes.token_bytes(id) {
+            Some(bytes) => Cow::Borrowed(bytes),
+            None => Cow::Owned(
+                self.language
+                    .tokenizer
+                    .decode(&[id], false)
+                    .unwrap_or_default()
+                    .into_bytes(),
+            ),
+        }
+    }
+
+    fn token(&self, id: u32) -> (String, Vec<u8>) {
+        let bytes = self.bytes(id).into_owned();
+        (String::from_utf8_lossy(&bytes).into_owned(), bytes)
+    }
+
+    fn chat(&self, scored: &[Scored]) -> ChatLogprobs {
+        let content = scored
+            .iter()
+            .map(|s| {
+                let (token, bytes) = self.token(s.id);
+                let top_logprobs = s
+                    .score
+                    .top
+                    .iter()
+                    .take(self.top)
+                    .map(|&(id, logprob)| {
+                        let (token, bytes) = self.token(id);
+                        ChatTop {
+                            token,
+                            logprob,
+                            bytes,
+                        }
+                    })
+                    .collect();
+                ChatToken {
+                    token,
+                    logprob: s.score.logprob,
+                    bytes,
+                    top_logprobs,
+                }
+            })
+            .collect();
+        ChatLogprobs { content }
+    }
+
+    fn text(&self, scored: &[Scored]) -> TextLogprobs {
+        TextLogprobs {
+            tokens: scored.iter().map(|s| self.token(s.id).0).collect(),
+            token_logprobs: scored.iter().map(|s| s.score.logprob).collect(),
+            top_logprobs: scored
+                .iter()
+                .map(|s| {
+                    TopMap(
+                        s.score
+                            .top
+                            .iter()
+                            .take(self.top)
+                            .map(|&(id, logprob)| (self.token(id).0, logprob))
+                            .collect(),
+                    )
+                })
+                .collect(),
+            text_offset: scored.iter().map(|s| s.offset).collect(),
+        }
+    }
+}
+
+/// One choice of a whole answer.
+pub struct Outcome<'a> {
+    pub text: &'a str,
+    pub logprobs: &'a [Scored],
+    pub finish: Finish,
+}
+
+#[derive(Serialize)]
+struct ChatLogprobs {
+    content: Vec<ChatToken>,
+}
+
+#[derive(Serialize)]
+struct ChatToken {
+    token: String,
+    logprob: f32,
+    bytes: Vec<u8>,
+    top_logprobs: Vec<ChatTop>,
+}
+
+#[derive(Serialize)]
+struct ChatTop {
+    token: String,
+    logprob: f32,
+    bytes: Vec<u8>,
+}
+
+#[derive(Serialize)]
+struct TextLogprobs {
+    tokens: Vec<String>,
+    token_logprobs: Vec<f32>,
+    top_logprobs: Vec<TopMap>,
+    text_offset: Vec<u32>,
+}
+
+/// `{token: logprob}` in the engine's order; a token spelled like an earlier one (two
+/// partial characters both shown as U+FFFD) keeps the earlier, likelier value, so the
+/// object has no duplicate keys.
+struct TopMap(Vec<(String, f32)>);
+
+impl Serialize for TopMap {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        for (at, (token, logprob)) in self.0.iter().enumerate() {
+            if self.0[..at].iter().all(|(seen, _)| seen != token) {
+                map.serialize_entry(token, logprob)?;
+            }
+        }
+        map.end()
+    }
 }
 
 #[derive(Serialize)]
@@ -60,7 +208,7 @@ struct Envelope<'a, C> {
 struct ChatChoice<'a> {
     index: u32,
     message: Message<'a>,
-    logprobs: Option<()>,
+    logprobs: Option<ChatLogprobs>,
     finish_reason: Finish,
 }
 
@@ -73,13 +221,13 @@ struct Message<'a> {
 #[derive(Serialize)]
 struct ChatDelta<'a> {
     index: u32,
-    delta: Delta<'a>,
-    logprobs: Option<()>,
+    delta: DeltaBody<'a>,
+    logprobs: Option<ChatLogprobs>,
     finish_reason: Option<Finish>,
 }
 
 #[derive(Serialize)]
-struct Delta<'a> {
+struct DeltaBody<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -115,7 +263,7 @@ struct FinishInfo {
 struct TextChoice<'a> {
     index: u32,
     text: &'a str,
-    logprobs: Option<()>,
+    logprobs: Option<TextLogprobs>,
     finish_reason: Option<Finish>,
 }
 
@@ -141,34 +289,43 @@ impl Reply {
         }
     }
 
-    /// The whole answer of a non-streamed request; `ids` are the generated ids
-    /// (`/generate` shows them).
-    pub fn body(&self, text: &str, ids: &[u32], finish: Finish, usage: Usage) -> Bytes {
+    /// The whole answer of a non-streamed request, its choices in index order; `ids` are
+    /// the generated ids (`/generate`, one choice, shows them).
+    pub fn body(&self, choices: &[Outcome<'_>], ids: &[u32], usage: Usage) -> Bytes {
         let json = match self.route {
-            Route::Generate => serde_json::to_vec(&self.generated(text, ids, Some(finish), usage)),
-            Route::Chat => serde_json::to_vec(&self.envelope(
-                false,
-                [ChatChoice {
-                    index: 0,
-                    message: Message {
-                        role: "assistant",
-                        content: text,
-                    },
-                    logprobs: None,
-                    finish_reason: finish,
-                }],
-                Some(usage),
-            )),
-            Route::Completions => serde_json::to_vec(&self.envelope(
-                false,
-                [TextChoice {
-                    index: 0,
-                    text,
-                    logprobs: None,
-                    finish_reason: Some(finish),
-                }],
-                Some(usage),
-            )),
+            Route::Generate => {
+                let (text, finish) = choices
+                    .first()
+                    .map_or(("", None), |c| (c.text, Some(c.finish)));
+                serde_json::to_vec(&self.generated(text, ids, finish, usage))
+            }
+            Route::Chat => {
+                let list: Vec<ChatChoice<'_>> = (0u32..)
+                    .zip(choices)
+                    .map(|(index, c)| ChatChoice {
+                        index,
+                        message: Message {
+                            role: "assistant",
+                            content: c.text,
+                        },
+                        logprobs: self.spelling.as_ref().map(|s| s.chat(c.logprobs)),
+                        finish_reason: c.finish,
+                    })
+                    .collect();
+                serde_json::to_vec(&self.envelope(false, list, Some(usage)))
+            }
+            Route::Completions => {
+                let list: Vec<TextChoice<'_>> = (0u32..)
+                    .zip(choices)
+                    .map(|(index, c)| TextChoice {
+                        index,
+                        text: c.text,
+                        logprobs: self.spelling.as_ref().map(|s| s.text(c.logprobs)),
+                        finish_reason: Some(c.finish),
+                    })
+                    .collect();
+                serde_json::to_vec(&self.envelope(false, list, Some(usage)))
+            }
         };
         json.map(Bytes::from).unwrap_or_default()
     }
@@ -219,14 +376,14 @@ impl Reply {
         }
     }
 
-    /// The first event of a chat stream: the assistant role with empty content. Other
-    /// streams have none (`None`).
-    pub fn role_event(&self) -> Option<Bytes> {
+    /// The first event of choice `index` of a chat stream: the assistant role with empty
+    /// content. Other streams have none (`None`).
+    pub fn role_event(&self, index: u32) -> Option<Bytes> {
         (self.route == Route::Chat).then(|| {
             self.event(
                 [ChatDelta {
-                    index: 0,
-                    delta: Delta {
+                    index,
+                    delta: DeltaBody {
                         role: Some("assistant"),
                         content: Some(""),
                     },
@@ -238,26 +395,30 @@ impl Reply {
         })
     }
 
-    /// A text delta; with `finish`, the stream's finishing event (its text may be empty).
-    pub fn delta_event(&self, text: &str, finish: Option<Finish>) -> Bytes {
+    /// A delta of choice `index` (its text and the scores of the tokens that text
+    /// completes); with `finish`, the choice's finishing event (its text may be empty).
+    pub fn delta_event(&self, index: u32, delta: &Delta, finish: Option<Finish>) -> Bytes {
+        let text = delta.text.as_str();
+        let scored = (!delta.logprobs.is_empty()).then_some(&delta.logprobs[..]);
+        let spelling = self.spelling.as_ref();
         match self.route {
             Route::Chat => self.event(
                 [ChatDelta {
-                    index: 0,
-                    delta: Delta {
+                    index,
+                    delta: DeltaBody {
                         role: None,
                         content: (!text.is_empty() || finish.is_none()).then_some(text),
                     },
-                    logprobs: None,
+                    logprobs: spelling.zip(scored).map(|(s, scored)| s.chat(scored)),
                     finish_reason: finish,
                 }],
                 None,
             ),
             Route::Completions | Route::Generate => self.event(
                 [TextChoice {
-                    index: 0,
+                    index,
                     text,
-                    logprobs: None,
+                    logprobs: spelling.zip(scored).map(|(s, scored)| s.text(scored)),
                     finish_reason: finish,
                 }],
                 None,
@@ -298,7 +459,23 @@ mod tests {
             id: "chatcmpl-1".into(),
             created: 7,
             model: "m".into(),
+            spelling: None,
         }
+    }
+
+    fn text(text: &str) -> Delta {
+        Delta {
+            text: text.into(),
+            logprobs: Vec::new(),
+        }
+    }
+
+    fn one<'a>(text: &'a str, finish: Finish) -> [Outcome<'a>; 1] {
+        [Outcome {
+            text,
+            logprobs: &[],
+            finish,
+        }]
     }
 
     fn event_json(event: &Bytes) -> Value {
@@ -313,7 +490,7 @@ mod tests {
 
     #[test]
     fn chat_body_has_openai_shape() {
-        let body = reply(Route::Chat).body("hé", &[], Finish::Stop, Usage::new(3, 2));
+        let body = reply(Route::Chat).body(&one("hé", Finish::Stop), &[], Usage::new(3, 2));
         let v: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(
             v,
@@ -327,16 +504,16 @@ mod tests {
     #[test]
     fn chat_stream_events() {
         let r = reply(Route::Chat);
-        let role = event_json(&r.role_event().unwrap());
+        let role = event_json(&r.role_event(0).unwrap());
         assert_eq!(role["object"], "chat.completion.chunk");
         assert_eq!(
             role["choices"][0]["delta"],
             json!({"role":"assistant","content":""})
         );
-        let delta = event_json(&r.delta_event("x", None));
+        let delta = event_json(&r.delta_event(0, &text("x"), None));
         assert_eq!(delta["choices"][0]["delta"], json!({"content":"x"}));
         assert_eq!(delta["choices"][0]["finish_reason"], Value::Null);
-        let last = event_json(&r.delta_event("", Some(Finish::Length)));
+        let last = event_json(&r.delta_event(0, &text(""), Some(Finish::Length)));
         assert_eq!(last["choices"][0]["delta"], json!({}));
         assert_eq!(last["choices"][0]["finish_reason"], "length");
         let usage = event_json(&r.usage_event(Usage::new(1, 2)));
@@ -348,13 +525,14 @@ mod tests {
     #[test]
     fn completion_shapes() {
         let r = reply(Route::Completions);
-        assert!(r.role_event().is_none());
+        assert!(r.role_event(0).is_none());
         let v: Value =
-            serde_json::from_slice(&r.body("t", &[], Finish::Length, Usage::new(1, 1))).unwrap();
+            serde_json::from_slice(&r.body(&one("t", Finish::Length), &[], Usage::new(1, 1)))
+                .unwrap();
         assert_eq!(v["object"], "text_completion");
         assert_eq!(v["choices"][0]["text"], "t");
         assert_eq!(v["choices"][0]["finish_reason"], "length");
-        let e = event_json(&r.delta_event("u", None));
+        let e = event_json(&r.delta_event(0, &text("u"), None));
         assert_eq!(e["object"], "text_completion");
         assert_eq!(e["choices"][0]["text"], "u");
     }
@@ -363,7 +541,7 @@ mod tests {
     fn generate_shapes() {
         let r = reply(Route::Generate);
         let v: Value =
-            serde_json::from_slice(&r.body("ab", &[1, 2], Finish::Length, Usage::new(3, 2)))
+            serde_json::from_slice(&r.body(&one("ab", Finish::Length), &[1, 2], Usage::new(3, 2)))
                 .unwrap();
         assert_eq!(
             v,
@@ -376,5 +554,92 @@ mod tests {
         assert_eq!(e["meta_info"]["finish_reason"], Value::Null);
         let e = event_json(&r.generate_event("ab", &[1, 2], Some(Finish::Stop), Usage::new(3, 2)));
         assert_eq!(e["meta_info"]["finish_reason"], json!({"type":"stop"}));
+    }
+
+    fn spelled(route: Route, top: usize) -> Reply {
+        Reply {
+            spelling: Some(Spelling {
+                language: Arc::new(super::super::choices::tests::language()),
+                top,
+            }),
+            ..reply(route)
+        }
+    }
+
+    fn scored(id: u32, offset: u32) -> Scored {
+        Scored {
+            id,
+            score: crate::grpc::engine::TokenLogprob {
+                logprob: -0.5,
+                top: vec![(id, -0.5), (id + 1, -1.5)],
+            },
+            offset,
+        }
+    }
+
+    #[test]
+    fn chat_logprobs_and_choices_in_order() {
+        let r = spelled(Route::Chat, 1);
+        let entries = [scored(1, 0)];
+        let choices = [
+            Outcome {
+                text: "b",
+                logprobs: &entries,
+                finish: Finish::Stop,
+            },
+            Outcome {
+                text: "",
+                logprobs: &[],
+                finish: Finish::Length,
+            },
+        ];
+        let v: Value = serde_json::from_slice(&r.body(&choices, &[], Usage::new(1, 2))).unwrap();
+        assert_eq!(
+            v["choices"][0]["logprobs"],
+            json!({"content": [{"token": "b", "logprob": -0.5, "bytes": [98],
+                                "top_logprobs": [{"token": "b", "logprob": -0.5, "bytes": [98]}]}]})
+        );
+        assert_eq!(v["choices"][1]["index"], 1);
+        assert_eq!(v["choices"][1]["logprobs"], json!({"content": []}));
+        assert_eq!(v["choices"][1]["finish_reason"], "length");
+        // Streamed, a delta without entries has none.
+        let e = event_json(&r.delta_event(1, &text(""), Some(Finish::Stop)));
+        assert_eq!(e["choices"][0]["index"], 1);
+        assert_eq!(e["choices"][0]["logprobs"], Value::Null);
+        assert_eq!(
+            event_json(&r.role_event(1).unwrap())["choices"][0]["index"],
+            1
+        );
+    }
+
+    #[test]
+    fn completion_logprobs_take_the_legacy_shape() {
+        let r = spelled(Route::Completions, 2);
+        let delta = Delta {
+            text: "b c".into(),
+            logprobs: vec![scored(1, 0), scored(2, 2)],
+        };
+        let e = event_json(&r.delta_event(0, &delta, None));
+        assert_eq!(
+            e["choices"][0]["logprobs"],
+            json!({"tokens": ["b", "c"], "token_logprobs": [-0.5, -0.5],
+                   "top_logprobs": [{"b": -0.5, "c": -1.5}, {"c": -0.5, "d": -1.5}],
+                   "text_offset": [0, 2]})
+        );
+        let plain = event_json(&reply(Route::Completions).delta_event(0, &delta, None));
+        assert_eq!(plain["choices"][0]["logprobs"], Value::Null);
+    }
+
+    #[test]
+    fn top_maps_keep_the_first_of_equal_spellings() {
+        let map = TopMap(vec![
+            ("\u{fffd}".into(), -1.0),
+            ("\u{fffd}".into(), -2.0),
+            ("x".into(), -3.0),
+        ]);
+        assert_eq!(
+            serde_json::to_value(&map).unwrap(),
+            json!({"\u{fffd}": -1.0, "x": -3.0})
+        );
     }
 }

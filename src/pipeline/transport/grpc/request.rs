@@ -9,10 +9,19 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::chat::stops::{MAX_STOPS, MAX_STOP_BYTES};
-use crate::grpc::sglang::SamplingParams;
+use crate::grpc::engine::{Params, Sampling};
 
 /// Most `stop_token_ids` a request may carry.
 pub const MAX_STOP_TOKEN_IDS: usize = 64;
+
+/// Most choices (`n`) one request may ask for: each is a sequence the engine generates
+/// and the gateway decodes, so one request cannot take a whole engine.
+pub const MAX_CHOICES: u32 = 16;
+
+/// Most alternatives per token: chat's `top_logprobs` (OpenAI's bound) and completions'
+/// `logprobs` (the legacy API's).
+pub const MAX_CHAT_TOP_LOGPROBS: u32 = 20;
+pub const MAX_COMPLETION_LOGPROBS: u32 = 5;
 
 /// The route a request came in on: what it carries and the shape of its answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,7 +103,7 @@ impl Knobs {
             presence_penalty: self.presence_penalty.unwrap_or(0.0),
             repetition_penalty: self.repetition_penalty.unwrap_or(1.0),
         };
-        sampling.check()?;
+        check(&sampling)?;
         Ok(sampling)
     }
 }
@@ -117,6 +126,9 @@ struct Body {
     stop: Option<Stop>,
     stop_token_ids: Option<Vec<u32>>,
     n: Option<u32>,
+    /// Chat: `true` asks for log probabilities; completions: how many alternatives.
+    logprobs: Option<Value>,
+    top_logprobs: Option<u32>,
     #[serde(default)]
     ignore_eos: bool,
     skip_special_tokens: Option<bool>,
@@ -167,6 +179,10 @@ pub struct Ask {
     pub skip_special_tokens: bool,
     pub ignore_eos: bool,
     pub sampling: Sampling,
+    /// Choices to generate, 1..=[`MAX_CHOICES`].
+    pub n: u32,
+    /// Log probabilities asked for, with this many alternatives per token.
+    pub logprobs: Option<u32>,
 }
 
 /// What becomes the prompt.
@@ -181,18 +197,6 @@ pub enum Input {
     Ids(Vec<u32>),
 }
 
-/// The sampling knobs, each with the OpenAI default already applied.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Sampling {
-    pub temperature: f32,
-    pub top_p: f32,
-    pub top_k: i32,
-    pub min_p: f32,
-    pub frequency_penalty: f32,
-    pub presence_penalty: f32,
-    pub repetition_penalty: f32,
-}
-
 /// Why a body cannot be served; the message is the client's answer (400).
 #[derive(Debug, PartialEq, Eq)]
 pub struct Invalid(pub String);
@@ -205,11 +209,11 @@ impl Ask {
         }
         let body: Body = serde_json::from_slice(body)
             .map_err(|e| Invalid(format!("invalid request body: {e}")))?;
-        if body.n.is_some_and(|n| n != 1) {
-            return Err(Invalid(
-                "n other than 1 is not supported on gRPC workers yet".into(),
-            ));
+        let n = body.n.unwrap_or(1);
+        if !(1..=MAX_CHOICES).contains(&n) {
+            return Err(Invalid(format!("n must be between 1 and {MAX_CHOICES}")));
         }
+        let logprobs = logprobs(route, body.logprobs, body.top_logprobs)?;
         let input = match route {
             Route::Chat => {
                 let messages = body
@@ -251,6 +255,8 @@ impl Ask {
             skip_special_tokens: body.skip_special_tokens.unwrap_or(true),
             ignore_eos: body.ignore_eos,
             sampling,
+            n,
+            logprobs,
         })
     }
 
@@ -281,6 +287,8 @@ impl Ask {
             skip_special_tokens: p.skip_special_tokens.unwrap_or(true),
             ignore_eos: p.ignore_eos,
             sampling,
+            n: 1,
+            logprobs: None,
         })
     }
 
@@ -300,24 +308,54 @@ impl Ask {
     /// The engine's sampling parameters for this request. Stop strings stay with the
     /// gateway (it matches them on the text it decodes); `max_tokens` absent lets the
     /// engine run to its context limit, as an OpenAI server does.
-    pub fn sampling_params(&self) -> SamplingParams {
-        let s = self.sampling;
-        SamplingParams {
-            temperature: s.temperature,
-            top_p: s.top_p,
-            top_k: s.top_k,
-            min_p: s.min_p,
-            frequency_penalty: s.frequency_penalty,
-            presence_penalty: s.presence_penalty,
-            repetition_penalty: s.repetition_penalty,
-            max_new_tokens: self.max_tokens.map(|n| n.min(i32::MAX as u32) as i32),
+    pub fn sampling_params(&self) -> Params {
+        Params {
+            sampling: self.sampling,
+            max_tokens: self.max_tokens,
             stop_token_ids: self.stop_token_ids.clone(),
             skip_special_tokens: self.skip_special_tokens,
-            spaces_between_special_tokens: true,
-            n: 1,
             ignore_eos: self.ignore_eos,
-            ..SamplingParams::default()
+            n: self.n,
+            logprobs: self.logprobs,
         }
+    }
+}
+
+/// The log probabilities a body asks for: chat's `logprobs: true` with `top_logprobs`
+/// alternatives, completions' `logprobs: k`; `None` when none.
+fn logprobs(
+    route: Route,
+    field: Option<Value>,
+    top_logprobs: Option<u32>,
+) -> Result<Option<u32>, Invalid> {
+    let field = field.filter(|v| !v.is_null());
+    match route {
+        Route::Chat => {
+            let asked = match field {
+                None => false,
+                Some(Value::Bool(asked)) => asked,
+                Some(_) => return Err(Invalid("logprobs must be true or false".into())),
+            };
+            let top = top_logprobs.unwrap_or(0);
+            if top > MAX_CHAT_TOP_LOGPROBS {
+                return Err(Invalid(format!(
+                    "top_logprobs must be between 0 and {MAX_CHAT_TOP_LOGPROBS}"
+                )));
+            }
+            if top > 0 && !asked {
+                return Err(Invalid("top_logprobs needs logprobs: true".into()));
+            }
+            Ok(asked.then_some(top))
+        }
+        Route::Completions | Route::Generate => match field {
+            None => Ok(None),
+            Some(v) => match v.as_u64() {
+                Some(k) if k <= u64::from(MAX_COMPLETION_LOGPROBS) => Ok(Some(k as u32)),
+                _ => Err(Invalid(format!(
+                    "logprobs must be an integer between 0 and {MAX_COMPLETION_LOGPROBS}"
+                ))),
+            },
+        },
     }
 }
 
@@ -348,33 +386,31 @@ fn stop_token_ids(ids: Option<Vec<u32>>) -> Result<Vec<u32>, Invalid> {
     Ok(ids)
 }
 
-impl Sampling {
-    /// The ranges OpenAI documents; outside them an engine would fail or misbehave.
-    fn check(&self) -> Result<(), Invalid> {
-        let bad = |name: &str, range: &str| Err(Invalid(format!("{name} must be {range}")));
-        if !(0.0..=2.0).contains(&self.temperature) {
-            return bad("temperature", "between 0 and 2");
-        }
-        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return bad("top_p", "in (0, 1]");
-        }
-        if self.top_k < -1 || self.top_k == 0 {
-            return bad("top_k", "-1 (off) or a positive integer");
-        }
-        if !(0.0..=1.0).contains(&self.min_p) {
-            return bad("min_p", "between 0 and 1");
-        }
-        if !(-2.0..=2.0).contains(&self.frequency_penalty) {
-            return bad("frequency_penalty", "between -2 and 2");
-        }
-        if !(-2.0..=2.0).contains(&self.presence_penalty) {
-            return bad("presence_penalty", "between -2 and 2");
-        }
-        if !(self.repetition_penalty > 0.0 && self.repetition_penalty <= 2.0) {
-            return bad("repetition_penalty", "in (0, 2]");
-        }
-        Ok(())
+/// The ranges OpenAI documents; outside them an engine would fail or misbehave.
+fn check(s: &Sampling) -> Result<(), Invalid> {
+    let bad = |name: &str, range: &str| Err(Invalid(format!("{name} must be {range}")));
+    if !(0.0..=2.0).contains(&s.temperature) {
+        return bad("temperature", "between 0 and 2");
     }
+    if !(s.top_p > 0.0 && s.top_p <= 1.0) {
+        return bad("top_p", "in (0, 1]");
+    }
+    if s.top_k < -1 || s.top_k == 0 {
+        return bad("top_k", "-1 (off) or a positive integer");
+    }
+    if !(0.0..=1.0).contains(&s.min_p) {
+        return bad("min_p", "between 0 and 1");
+    }
+    if !(-2.0..=2.0).contains(&s.frequency_penalty) {
+        return bad("frequency_penalty", "between -2 and 2");
+    }
+    if !(-2.0..=2.0).contains(&s.presence_penalty) {
+        return bad("presence_penalty", "between -2 and 2");
+    }
+    if !(s.repetition_penalty > 0.0 && s.repetition_penalty <= 2.0) {
+        return bad("repetition_penalty", "in (0, 2]");
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -389,11 +425,11 @@ mod tests {
     fn defaults_are_the_openai_defaults_not_proto_zeroes() {
         let ask = chat(r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#).unwrap();
         let p = ask.sampling_params();
-        assert_eq!((p.temperature, p.top_p, p.top_k), (1.0, 1.0, -1));
-        assert_eq!((p.min_p, p.repetition_penalty), (0.0, 1.0));
-        assert_eq!(p.max_new_tokens, None);
+        let k = p.sampling;
+        assert_eq!((k.temperature, k.top_p, k.top_k), (1.0, 1.0, -1));
+        assert_eq!((k.min_p, k.repetition_penalty), (0.0, 1.0));
+        assert_eq!(p.max_tokens, None);
         assert!(p.skip_special_tokens);
-        assert_eq!(p.n, 1);
         assert!(!ask.stream);
         let nulls = chat(r#"{"messages":[{}],"temperature":null,"top_k":null}"#).unwrap();
         assert_eq!(nulls.sampling, ask.sampling, "null is the default");
@@ -408,10 +444,10 @@ mod tests {
         )
         .unwrap();
         let p = ask.sampling_params();
-        assert_eq!((p.temperature, p.top_p, p.top_k), (0.0, 0.5, 40));
-        assert_eq!(p.max_new_tokens, Some(9));
+        let k = p.sampling;
+        assert_eq!((k.temperature, k.top_p, k.top_k), (0.0, 0.5, 40));
+        assert_eq!(p.max_tokens, Some(9));
         assert_eq!(p.stop_token_ids, [3]);
-        assert!(p.stop.is_empty());
         assert_eq!(ask.stops, ["\n"]);
         assert!(ask.stream && ask.include_usage);
     }
@@ -423,7 +459,17 @@ mod tests {
             (r#"{"model":"m"}"#, "messages is required"),
             (r#"{"messages":[]}"#, "non-empty array"),
             (r#"{"messages":"hi"}"#, "non-empty array"),
-            (r#"{"messages":[{}],"n":2}"#, "n other than 1"),
+            (r#"{"messages":[{}],"n":0}"#, "n must be between 1 and 16"),
+            (r#"{"messages":[{}],"n":17}"#, "n must be between 1 and 16"),
+            (r#"{"messages":[{}],"logprobs":2}"#, "logprobs must be true"),
+            (
+                r#"{"messages":[{}],"logprobs":true,"top_logprobs":21}"#,
+                "top_logprobs must be between 0 and 20",
+            ),
+            (
+                r#"{"messages":[{}],"top_logprobs":2}"#,
+                "needs logprobs: true",
+            ),
             (r#"{"messages":[{}],"temperature":3}"#, "temperature"),
             (r#"{"messages":[{}],"top_k":0}"#, "top_k"),
             (r#"{"messages":[{}],"stop":[1]}"#, "invalid request body"),
@@ -464,5 +510,40 @@ mod tests {
         assert!(matches!(batch.input, Input::Text(_)));
         assert!(Ask::parse(Route::Completions, br#"{"prompt":[]}"#).is_err());
         assert!(Ask::parse(Route::Completions, br#"{}"#).is_err());
+    }
+
+    #[test]
+    fn n_and_logprobs_are_read_per_route() {
+        let ask = chat(r#"{"messages":[{}],"n":3,"logprobs":true,"top_logprobs":2}"#).unwrap();
+        let p = ask.sampling_params();
+        assert_eq!((p.n, p.logprobs), (3, Some(2)));
+        let plain = chat(r#"{"messages":[{}],"logprobs":false,"top_logprobs":0}"#).unwrap();
+        assert_eq!((plain.n, plain.logprobs), (1, None));
+        assert_eq!(
+            chat(r#"{"messages":[{}],"logprobs":true}"#)
+                .unwrap()
+                .logprobs,
+            Some(0)
+        );
+        let text = |body: &str| Ask::parse(Route::Completions, body.as_bytes());
+        assert_eq!(
+            text(r#"{"prompt":"a","logprobs":5}"#).unwrap().logprobs,
+            Some(5)
+        );
+        assert_eq!(
+            text(r#"{"prompt":"a","logprobs":null}"#).unwrap().logprobs,
+            None
+        );
+        for bad in [
+            r#"{"prompt":"a","logprobs":6}"#,
+            r#"{"prompt":"a","logprobs":true}"#,
+        ] {
+            let Err(Invalid(message)) = text(bad) else {
+                panic!("{bad} was accepted");
+            };
+            assert!(message.contains("between 0 and 5"), "{message}");
+        }
+        let generate = Ask::parse(Route::Generate, br#"{"text":"a"}"#).unwrap();
+        assert_eq!((generate.n, generate.logprobs), (1, None));
     }
 }

@@ -5,6 +5,7 @@
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use crate::chat::encode_cache;
 use crate::chat::language::Language;
 use crate::http::error::GatewayError;
 
@@ -52,11 +53,9 @@ pub fn tokenize(
     max_model_len: Option<u64>,
 ) -> Result<Bytes, GatewayError> {
     let body: TokenizeBody = serde_json::from_slice(body).map_err(invalid)?;
-    let encoding = language
-        .tokenizer
-        .encode_fast(body.prompt, body.add_special_tokens)
-        .map_err(invalid)?;
-    let tokens = encoding.get_ids();
+    let ids =
+        encode_cache::encode(language, &body.prompt, body.add_special_tokens).map_err(invalid)?;
+    let tokens = ids.as_slice();
     serde_json::to_vec(&Tokenized {
         tokens,
         count: tokens.len(),

@@ -1,0 +1,265 @@
+//! The `n` sequences of one generation, each decoded on its own: the engine interleaves
+//! their chunks and sends a complete per sequence, each naming its sequence by `index`.
+//!
+//! A sequence ends with its complete or with a stop string the gateway matched; a stop
+//! string ends only its own sequence (the engine cannot stop one sequence of a request,
+//! so its later ids are read and dropped). The generation is over when every sequence is;
+//! the engine has nothing left to stop only when it completed every sequence itself.
+
+use super::decode::{Decoding, Delta};
+use super::reply::Finish;
+use crate::grpc::engine::{Complete, TokenLogprob};
+use crate::http::error::GatewayError;
+
+/// One sequence: its decoding and what it has made final but not yet answered.
+pub struct Choice {
+    pub decoding: Decoding,
+    pub delta: Delta,
+    pub finish: Option<Finish>,
+    /// The engine sent this sequence's complete.
+    completed: bool,
+}
+
+/// What an engine event did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// Sequence `index` goes on.
+    Going(u32),
+    /// Sequence `index` is over (the engine finished it, or a stop string matched).
+    Finished(u32, Finish),
+    /// The event was for a sequence already over: nothing changed.
+    Ignored,
+}
+
+pub struct Choices {
+    list: Vec<Choice>,
+    finished: usize,
+    completed: usize,
+}
+
+impl Choices {
+    /// One choice per decoding, indexed in order.
+    pub fn new(decodings: Vec<Decoding>) -> Choices {
+        Choices {
+            list: decodings
+                .into_iter()
+                .map(|decoding| Choice {
+                    decoding,
+                    delta: Delta::default(),
+                    finish: None,
+                    completed: false,
+                })
+                .collect(),
+            finished: 0,
+            completed: 0,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// The choices, by index.
+    pub fn iter(&self) -> impl Iterator<Item = &Choice> {
+        self.list.iter()
+    }
+
+    pub fn get_mut(&mut self, index: u32) -> Option<&mut Choice> {
+        self.list.get_mut(index as usize)
+    }
+
+    /// Every sequence is over.
+    pub fn all_finished(&self) -> bool {
+        self.finished == self.list.len()
+    }
+
+    /// The engine completed every sequence itself: nothing to abort.
+    pub fn engine_done(&self) -> bool {
+        self.completed == self.list.len()
+    }
+
+    /// Completion tokens over all choices.
+    pub fn tokens(&self) -> u32 {
+        self.list
+            .iter()
+            .fold(0u32, |sum, c| sum.saturating_add(c.decoding.tokens))
+    }
+
+    /// New ids of sequence `index`.
+    pub fn chunk(
+        &mut self,
+        index: u32,
+        ids: &[u32],
+        scores: Vec<Option<TokenLogprob>>,
+    ) -> Result<Applied, GatewayError> {
+        let choice = self.choice(index)?;
+        if choice.finish.is_some() {
+            return Ok(Applied::Ignored);
+        }
+        if choice.decoding.push(ids, scores, &mut choice.delta) {
+            choice.finish = Some(Finish::Stop);
+            self.finished += 1;
+            return Ok(Applied::Finished(index, Finish::Stop));
+        }
+        Ok(Applied::Going(index))
+    }
+
+    /// The engine's end of sequence `complete.index`.
+    pub fn complete(&mut self, complete: Complete) -> Result<Applied, GatewayError> {
+        let index = complete.index;
+        let choice = self.choice(index)?;
+        if choice.completed {
+            return Err(GatewayError::EngineFailed {
+                message: format!("the engine completed sequence {index} twice"),
+            });
+        }
+        choice.completed = true;
+        self.completed += 1;
+        let choice = self.choice(index)?;
+        if choice.finish.is_some() {
+            return Ok(Applied::Ignored);
+        }
+        // The complete may carry ids no chunk carried (SGLang's last step).
+        let stopped = choice
+            .decoding
+            .push(&complete.ids, complete.logprobs, &mut choice.delta);
+        let finish = if stopped {
+            Finish::Stop
+        } else {
+            choice.decoding.finish(&mut choice.delta);
+            if choice.decoding.stopped() {
+                Finish::Stop
+            } else {
+                match complete.finish_reason.as_str() {
+                    "length" => Finish::Length,
+                    "abort" => {
+                        return Err(GatewayError::EngineFailed {
+                            message: "the engine aborted the generation".into(),
+                        })
+                    }
+                    _ => Finish::Stop,
+                }
+            }
+        };
+        choice.finish = Some(finish);
+        self.finished += 1;
+        Ok(Applied::Finished(index, finish))
+    }
+
+    fn choice(&mut self, index: u32) -> Result<&mut Choice, GatewayError> {
+        let n = self.list.len();
+        self.list
+            .get_mut(index as usize)
+            .ok_or_else(|| GatewayError::EngineFailed {
+                message: format!("the engine sent sequence {index} of a request for {n}"),
+            })
+    }
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use std::path::PathBuf;
+    use std::sync::Arc;
+
+    use tokenizers::models::wordlevel::WordLevel;
+    use tokenizers::Tokenizer;
+
+    use super::*;
+    use crate::chat::detokenize::TokenBytes;
+    use crate::chat::encode_cache::Boundaries;
+    use crate::chat::language::Language;
+
+    /// Ids 0..3 are "a", "b", "c", "d" (no decoder: joined by spaces, windowed).
+    pub(in super::super) fn language() -> Language {
+        let vocab = [("a", 0), ("b", 1), ("c", 2), ("d", 3)]
+            .into_iter()
+            .map(|(t, id)| (t.to_string(), id))
+            .collect();
+        let model = WordLevel::builder()
+            .vocab(vocab)
+            .unk_token("a".into())
+            .build()
+            .unwrap();
+        let tokenizer = Tokenizer::new(model);
+        Language {
+            boundaries: Boundaries::of(&tokenizer),
+            bytes: Arc::new(TokenBytes::new(&tokenizer)),
+            tokenizer: Arc::new(tokenizer),
+            template: None,
+            bos_token: None,
+            eos_token: None,
+            eos_ids: vec![],
+            source: PathBuf::new(),
+        }
+    }
+
+    fn choices(n: usize, stops: &[String]) -> Choices {
+        let lang = language();
+        Choices::new(
+            (0..n)
+                .map(|_| Decoding::new(&lang, stops, false, true, vec![], false).unwrap())
+                .collect(),
+        )
+    }
+
+    fn complete(index: u32, reason: &str) -> Complete {
+        Complete {
+            index,
+            ids: vec![],
+            logprobs: vec![],
+            finish_reason: reason.into(),
+            prompt_tokens: 0,
+        }
+    }
+
+    #[test]
+    fn sequences_are_decoded_apart_and_end_together() {
+        let mut c = choices(2, &[]);
+        assert_eq!(c.chunk(1, &[2], vec![]).unwrap(), Applied::Going(1));
+        assert_eq!(c.chunk(0, &[0], vec![]).unwrap(), Applied::Going(0));
+        assert_eq!(
+            c.complete(complete(0, "length")).unwrap(),
+            Applied::Finished(0, Finish::Length)
+        );
+        assert!(!c.all_finished());
+        assert_eq!(
+            c.complete(complete(1, "stop")).unwrap(),
+            Applied::Finished(1, Finish::Stop)
+        );
+        assert!(c.all_finished() && c.engine_done());
+        assert_eq!(c.tokens(), 2);
+        let texts: Vec<&str> = c.iter().map(|ch| ch.delta.text.as_str()).collect();
+        assert_eq!(texts, ["a", "c"]);
+    }
+
+    #[test]
+    fn a_stop_string_ends_only_its_sequence() {
+        let mut c = choices(2, &["c".to_string()]);
+        assert_eq!(
+            c.chunk(0, &[0, 2, 1], vec![]).unwrap(),
+            Applied::Finished(0, Finish::Stop)
+        );
+        assert_eq!(c.chunk(0, &[3], vec![]).unwrap(), Applied::Ignored);
+        assert_eq!(c.chunk(1, &[1], vec![]).unwrap(), Applied::Going(1));
+        assert!(!c.all_finished());
+        // The engine still completes the stopped sequence: nothing changes for it.
+        assert_eq!(c.complete(complete(0, "length")).unwrap(), Applied::Ignored);
+        assert_eq!(
+            c.complete(complete(1, "length")).unwrap(),
+            Applied::Finished(1, Finish::Length)
+        );
+        assert!(c.all_finished() && c.engine_done());
+        // Counted up to the id that completed the stop string.
+        assert_eq!(c.tokens(), 3);
+    }
+
+    #[test]
+    fn bad_indexes_and_aborts_fail_the_generation() {
+        let mut c = choices(2, &[]);
+        assert!(c.chunk(2, &[0], vec![]).is_err());
+        assert!(c.complete(complete(5, "stop")).is_err());
+        assert!(c.complete(complete(0, "abort")).is_err());
+        assert!(c.complete(complete(0, "stop")).is_err(), "completed twice");
+        assert!(!c.engine_done());
+    }
+}
