@@ -607,27 +607,10 @@ async fn grpc_only_fleet_info_routes_are_501_and_admin_rpcs_reach_the_engine() {
     assert_eq!(body["total_grpc_workers"], 1);
     assert_eq!(body["total_workers"], 1);
     assert!(body.get("failed").is_none(), "{body}");
-    let logged = |line: &'static str| {
-        let engine = &engine;
-        async move {
-            common::eventually(Duration::from_secs(5), || async {
-                engine.log_text().contains(line)
-            })
-            .await
-        }
-    };
-    assert!(
-        logged("flush_cache success=true").await,
-        "{}",
-        engine.log_text()
-    );
+    support::echo::logged(&engine, "flush_cache success=true").await;
 
     let reply = admin_post(&gw, "/start_profile", None).await;
     assert_eq!(reply.status, 200, "body {}", reply.text());
     assert_eq!(strings(&reply.json()["successful"]), [grpc_url]);
-    assert!(
-        logged("start_profile output_dir=none").await,
-        "{}",
-        engine.log_text()
-    );
+    support::echo::logged(&engine, "start_profile output_dir=none").await;
 }

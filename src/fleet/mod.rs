@@ -305,6 +305,13 @@ pub struct Discovered {
     pub language: Option<LanguageRef>,
 }
 
+/// The `max_context_length` label as a number of tokens.
+fn context_window(labels: &BTreeMap<String, String>) -> Option<u32> {
+    labels
+        .get("max_context_length")
+        .and_then(|n| n.parse().ok())
+}
+
 /// A shared [`Language`]: workers of one model share one kit; two references are equal
 /// when they are the same kit.
 #[derive(Clone, Debug)]
@@ -378,6 +385,9 @@ pub struct Worker {
     /// A gRPC engine's tokenizer and chat template (the gateway does the language work);
     /// `None` for HTTP workers.
     pub language: Option<Arc<Language>>,
+    /// The context window the engine advertised (its `max_context_length` label, which the
+    /// spec's labels may override), read once here rather than per request.
+    pub context_window: Option<u32>,
     live: Arc<Live>,
 }
 
@@ -435,6 +445,7 @@ impl Worker {
             health: HealthConfig::resolve(&defaults.health, &spec.health, runtime),
             model_id,
             model_names,
+            context_window: context_window(&labels),
             labels,
             http2: discovered.http2,
             language: discovered.language.map(|l| l.0),
@@ -516,6 +527,7 @@ impl Worker {
             health: HealthConfig::resolve(&defaults.health, &spec.health, self.runtime),
             model_id: self.model_id.clone(),
             model_names: self.model_names.clone(),
+            context_window: context_window(&labels),
             labels,
             http2: self.http2,
             language: self.language.clone(),

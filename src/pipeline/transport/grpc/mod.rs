@@ -119,7 +119,7 @@ impl GrpcClient {
         let (ask, prompt) = understand(&language, route, body).await?;
         // Checked before dispatch (spec 2): whether prompt plus max_tokens fits is the
         // engine's to say.
-        if let Some(window) = context_window(worker) {
+        if let Some(window) = worker.context_window {
             if prompt.len() > window as usize {
                 return Err(SendError::Refused(GatewayError::ContextLengthExceeded {
                     prompt_tokens: prompt.len(),
@@ -243,21 +243,13 @@ fn answer_locally(
     body: &[u8],
 ) -> Result<Answer, SendError> {
     let answer = if path == "/v1/tokenize" {
-        tokenize::tokenize(language, body, context_window(worker).map(u64::from))
+        tokenize::tokenize(language, body, worker.context_window.map(u64::from))
     } else {
         tokenize::detokenize(language, body)
     };
     answer
         .map(|json| http_reply::json(StatusCode::OK, json))
         .map_err(SendError::Refused)
-}
-
-/// The context window the worker's engine advertised at registration.
-fn context_window(worker: &Worker) -> Option<u32> {
-    worker
-        .labels
-        .get("max_context_length")
-        .and_then(|n| n.parse().ok())
 }
 
 /// The request read and its prompt rendered and tokenized: on the event loop for a small
