@@ -3,7 +3,13 @@
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let common = ["proto/common.proto"];
-    let engines = ["proto/sglang_scheduler.proto", "proto/vllm_engine.proto"];
+    let engines = [
+        "proto/sglang_scheduler.proto",
+        "proto/vllm_engine.proto",
+        "proto/trtllm_service.proto",
+        "proto/tokenspeed_scheduler.proto",
+        "proto/mlx_engine.proto",
+    ];
     for proto in common.iter().chain(&engines) {
         println!("cargo:rerun-if-changed={proto}");
     }

@@ -167,3 +167,73 @@ async fn the_load_monitor_asks_grpc_engines_with_get_loads() {
         "{workers:?}"
     );
 }
+
+fn service(name: &str, args: &[&str]) -> Proc {
+    common::grpc_engine(&[&["--service", name, "--model", "m"], args].concat())
+}
+
+#[tokio::test]
+async fn tokenspeed_takes_every_admin_rpc_and_trtllm_and_mlx_none() {
+    let ts = service("tokenspeed", &[]);
+    let trt = service("trtllm", &[]);
+    let mlx = service("mlx", &[]);
+    let gw = gateway_for(
+        "three",
+        &[&ts, &trt, &mlx],
+        &["--load-monitor-interval", "1"],
+    )
+    .await;
+
+    let reply = post_json(&format!("{}/flush_cache", gw.url()), &json!({})).await;
+    assert_eq!(reply.status, 206, "{}", reply.text());
+    let body = reply.json();
+    assert_eq!(body["workers_flushed"], 1);
+    assert_eq!(body["total_grpc_workers"], 3);
+    assert_eq!(body["successful"], json!([grpc_url(&ts)]));
+    let mut failed = failures(&body);
+    failed.sort();
+    let mut expected = vec![
+        (
+            grpc_url(&trt),
+            "UNIMPLEMENTED: trtllm workers do not support FlushCache".to_owned(),
+        ),
+        (
+            grpc_url(&mlx),
+            "UNIMPLEMENTED: mlx workers do not support FlushCache".to_owned(),
+        ),
+    ];
+    expected.sort();
+    assert_eq!(failed, expected, "{body}");
+    logged(&ts, "flush_cache success=true").await;
+
+    let reply = post_json(
+        &format!("{}/start_profile", gw.url()),
+        &json!({"url": grpc_url(&ts), "output_dir": "/tmp/ts", "num_steps": 2}),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    logged(&ts, "start_profile output_dir=/tmp/ts num_steps=2").await;
+    let reply = post_json(&format!("{}/stop_profile", gw.url()), &json!({})).await;
+    assert_eq!(reply.status, 206, "{}", reply.text());
+    assert_eq!(reply.json()["successful"], json!([grpc_url(&ts)]));
+    assert_eq!(failures(&reply.json()).len(), 2, "{}", reply.text());
+    logged(&ts, "stop_profile").await;
+
+    // Only TokenSpeed reports loads; the others are omitted, not shown as failing.
+    let url = format!("{}/loads", gw.url());
+    let mut last = Value::Null;
+    for _ in 0..100 {
+        last = get(&url).await.json();
+        if last["loads"].as_array().is_some_and(|l| !l.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let loads = last["loads"].as_array().cloned().unwrap_or_default();
+    assert_eq!(loads.len(), 1, "{last}\n{}", gw.log_text());
+    assert_eq!(loads[0]["worker"], grpc_url(&ts), "{last}");
+    // Two more polls: still only one report.
+    tokio::time::sleep(Duration::from_millis(2200)).await;
+    let again = get(&url).await.json();
+    assert_eq!(again["loads"].as_array().map(Vec::len), Some(1), "{again}");
+}

@@ -1,5 +1,5 @@
-//! `n` > 1 and log probabilities on the gRPC path, black box, on both services the bundled
-//! `grpc-engine` speaks (SGLang's scheduler and vLLM's engine, mock mode). The mock's
+//! `n` > 1 and log probabilities on the gRPC path, black box, on every service the bundled
+//! `grpc-engine` speaks (mock mode; MLX's takes no `n`, so it is in the scoring tests only). The mock's
 //! sequence `i` echoes the prompt rotated by `i`; asked for scores, the `k`-th token of a
 //! sequence scores `-0.1 * k` and its alternatives are the token itself, then the next ids
 //! up, `j` below it scoring `-0.1 * k - j` (see `perf/grpc_engine/mock.rs`). So every
@@ -19,7 +19,11 @@ use support::echo::{chat_prompt, gateway_for};
 use support::{read_frames, start_json};
 use tokenizers::Tokenizer;
 
-const SERVICES: [&str; 2] = ["sglang", "vllm"];
+/// The services that generate several sequences per request.
+const SERVICES: [&str; 4] = ["sglang", "vllm", "trtllm", "tokenspeed"];
+
+/// The services that score tokens: all of them.
+const SCORING: [&str; 5] = ["sglang", "vllm", "trtllm", "tokenspeed", "mlx"];
 
 fn temp_dir(service: &str, name: &str) -> PathBuf {
     support::echo::temp_dir("choices", &format!("{service}-{name}"))
@@ -108,7 +112,7 @@ fn as_f32(v: &Value) -> f32 {
 }
 
 #[tokio::test]
-async fn n_choices_streamed_and_not_on_both_services() {
+async fn n_choices_streamed_and_not_on_every_service() {
     for service in SERVICES {
         let (_e, gw, tok) = setup(service, "n", &["--itl-ms", "1"]).await;
         let prompt = "hello world, héllo";
@@ -266,7 +270,7 @@ fn check_chat_entries(tok: &Tokenizer, content: &[Value], ids: &[u32], top: u32)
 
 #[tokio::test]
 async fn chat_logprobs_take_openais_shape() {
-    for service in SERVICES {
+    for service in SCORING {
         let (_e, gw, tok) = setup(service, "chat-lp", &[]).await;
         let content = "hé🎉!";
         let prompt = chat_prompt(&tok, content);
@@ -319,7 +323,7 @@ async fn chat_logprobs_take_openais_shape() {
 
 #[tokio::test]
 async fn completion_logprobs_take_the_legacy_shape() {
-    for service in SERVICES {
+    for service in SCORING {
         let (_e, gw, tok) = setup(service, "text-lp", &[]).await;
         let prompt = "hé🎉!";
         let ids = tok.encode(prompt, true).unwrap().get_ids().to_vec();

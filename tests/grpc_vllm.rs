@@ -209,7 +209,7 @@ async fn an_explicit_runtime_skips_detection_and_a_wrong_one_fails_registration(
         gw.log_text()
     );
 
-    // Runtimes without a gRPC client here are refused with the reason.
+    // Named as TensorRT-LLM, too: only that service is asked, and it is not there.
     let reply = post_json(
         &workers,
         &json!({"url": grpc_url(&other), "runtime_type": "trtllm"}),
@@ -219,7 +219,7 @@ async fn an_explicit_runtime_skips_detection_and_a_wrong_one_fails_registration(
     assert!(
         eventually(Duration::from_secs(10), || async {
             gw.log_text()
-                .contains("gRPC runtime trtllm is not served by this build yet")
+                .contains("tried trtllm; each answered UNIMPLEMENTED")
         })
         .await,
         "{}",

@@ -23,6 +23,12 @@ pub enum Service {
     Sglang,
     /// `vllm.grpc.engine.VllmEngine` (see `vllm.rs`).
     Vllm,
+    /// `trtllm.TrtllmService` (see `trtllm.rs`).
+    Trtllm,
+    /// `tokenspeed.grpc.scheduler.TokenSpeedScheduler` (see `tokenspeed.rs`).
+    Tokenspeed,
+    /// `mlx.grpc.engine.MlxEngine` (see `mlx.rs`).
+    Mlx,
 }
 
 /// Everything the command line can set.
@@ -37,9 +43,15 @@ pub struct Flags {
     pub mode: Mode,
     /// `served_model_name` in GetModelInfo.
     pub model: String,
-    /// `tokenizer_path` in GetModelInfo; in llama mode also the vocabulary that recovers
-    /// the token ids llama-server leaves out of its stream (see `recover.rs`).
+    /// `tokenizer_path` in GetModelInfo (unless `advertise_model_path`), the files
+    /// `GetTokenizer` sends; in llama mode also the vocabulary that recovers the token ids
+    /// llama-server leaves out of its stream (see `recover.rs`).
     pub tokenizer_path: Option<String>,
+    /// Reported as both model and tokenizer path in GetModelInfo instead: an engine on
+    /// another host, whose paths the gateway cannot read.
+    pub advertise_model_path: Option<String>,
+    /// Bytes per `GetTokenizer` chunk.
+    pub tokenizer_chunk_bytes: usize,
     /// `max_context_length`; in llama mode it overrides what llama-server reports.
     pub max_context: Option<u32>,
     /// `eos_token_ids`; the mock also stops on them.
@@ -68,6 +80,8 @@ pub struct Faults {
     pub generate_error: Option<String>,
     /// A generation's stream breaks with a gRPC error after this many tokens.
     pub drop_after: Option<u32>,
+    /// `GetTokenizer` sends a SHA-256 that does not match the archive.
+    pub corrupt_tokenizer_sha: bool,
 }
 
 /// Result of parsing: either run with these flags or print help.
@@ -81,9 +95,9 @@ pub enum Command {
 pub const DEFAULT_MOCK_CONTEXT: u32 = 4096;
 
 pub const HELP: &str = "\
-grpc-engine: SGLang's gRPC scheduler service (sglang.grpc.scheduler.SglangScheduler) or
-vLLM's engine service (vllm.grpc.engine.VllmEngine) over HTTP/2, as a deterministic fake
-engine or as an adapter in front of llama.cpp's llama-server
+grpc-engine: an inference engine's gRPC service over HTTP/2 (SGLang's, vLLM's,
+TensorRT-LLM's, TokenSpeed's or MLX's), as a deterministic fake engine or as an adapter in
+front of llama.cpp's llama-server
 
 USAGE: grpc-engine [FLAGS]
 
@@ -96,8 +110,15 @@ Server:
   --tls-key-path PATH       ... and this PEM private key (both or neither)
 
 Service:
-  --service sglang|vllm     the gRPC service served (default sglang); the other answers
-                            UNIMPLEMENTED, as a real engine's would
+  --service NAME            the gRPC service served (default sglang): sglang
+                            (sglang.grpc.scheduler.SglangScheduler), vllm
+                            (vllm.grpc.engine.VllmEngine), trtllm (trtllm.TrtllmService),
+                            tokenspeed (tokenspeed.grpc.scheduler.TokenSpeedScheduler) or mlx
+                            (mlx.grpc.engine.MlxEngine); the others answer UNIMPLEMENTED, as
+                            a real engine's would. Each shapes the stream as its engine does:
+                            a streamed complete carries the last step's ids (sglang), repeats
+                            the last chunk (vllm, tokenspeed), repeats every id (trtllm) or
+                            carries none (mlx); mlx generates one sequence (n is ignored)
 
 Mode:
   (default)                 mock: echo the prompt's ids back, cycling; with n > 1 sequence i
@@ -111,8 +132,13 @@ Mode:
 
 Model info (GetModelInfo):
   --model NAME              served_model_name (default mock-model)
-  --tokenizer-path PATH     tokenizer_path; in llama mode, its tokenizer.json also restores the
-                            token ids llama-server leaves out of a stream mid-character
+  --tokenizer-path PATH     tokenizer_path, and the files GetTokenizer sends (a directory's
+                            plain files, or one tokenizer.json); in llama mode, its
+                            tokenizer.json also restores the token ids llama-server leaves out
+                            of a stream mid-character
+  --advertise-model-path P  report P as model and tokenizer path instead (an engine on another
+                            host: the gateway cannot read P and asks GetTokenizer)
+  --tokenizer-chunk-bytes N bytes per GetTokenizer chunk (default 1048576)
   --max-context N           max_context_length (mock default 4096; llama: from llama-server)
   --eos-token-id N          an EOS id, repeatable (mock: stops on it; llama: from llama-server)
 
@@ -125,6 +151,7 @@ Faults (either mode):
   --refuse-flush            FlushCache answers success: false (requests in flight)
   --generate-error MESSAGE  every Generate answers a GenerateError with MESSAGE
   --drop-after N            break each stream with a gRPC error after N tokens
+  --corrupt-tokenizer-sha   GetTokenizer sends a SHA-256 that does not match its archive
 
 Stdout, one line per event (request ids with spaces or control characters are escaped):
   LISTENING <ip>:<port>
@@ -134,8 +161,9 @@ Stdout, one line per event (request ids with spaces or control characters are es
   error request_id=ID message=JSON
   abort request_id=ID found=B
   flush_cache success=B
-  start_profile output_dir=DIR|none num_steps=N|none   (sglang service only)
-  stop_profile                                          (sglang service only)
+  start_profile output_dir=DIR|none num_steps=N|none   (sglang and tokenspeed services)
+  stop_profile                                          (sglang and tokenspeed services)
+  get_tokenizer bytes=N chunks=M
   cancelled request_id=ID
   restored request_id=ID tokens=N   (llama: ids llama-server left out, put back)
   withheld request_id=ID tokens=N   (llama: ids lost at the end, counted only)
@@ -154,6 +182,8 @@ impl Default for Flags {
             mode: Mode::Mock,
             model: "mock-model".to_string(),
             tokenizer_path: None,
+            advertise_model_path: None,
+            tokenizer_chunk_bytes: crate::tokenizer::DEFAULT_CHUNK_BYTES,
             max_context: None,
             eos_token_ids: Vec::new(),
             faults: Faults::default(),
@@ -185,7 +215,14 @@ where
                 flags.service = match string_value(&mut parser)?.as_str() {
                     "sglang" => Service::Sglang,
                     "vllm" => Service::Vllm,
-                    other => return Err(format!("--service takes sglang or vllm, got '{other}'")),
+                    "trtllm" => Service::Trtllm,
+                    "tokenspeed" => Service::Tokenspeed,
+                    "mlx" => Service::Mlx,
+                    other => {
+                        return Err(format!(
+                            "--service takes sglang, vllm, trtllm, tokenspeed or mlx, got '{other}'"
+                        ))
+                    }
                 }
             }
             Long("llama-server") => {
@@ -195,6 +232,13 @@ where
             }
             Long("model") => flags.model = string_value(&mut parser)?,
             Long("tokenizer-path") => flags.tokenizer_path = Some(string_value(&mut parser)?),
+            Long("advertise-model-path") => {
+                flags.advertise_model_path = Some(string_value(&mut parser)?)
+            }
+            Long("tokenizer-chunk-bytes") => {
+                flags.tokenizer_chunk_bytes = parsed_value(&mut parser, "--tokenizer-chunk-bytes")?
+            }
+            Long("corrupt-tokenizer-sha") => flags.faults.corrupt_tokenizer_sha = true,
             Long("max-context") => {
                 flags.max_context = Some(parsed_value(&mut parser, "--max-context")?)
             }
@@ -226,6 +270,9 @@ where
 fn validate(flags: &Flags) -> Result<(), String> {
     if flags.threads == 0 {
         return Err("--threads must be at least 1".to_string());
+    }
+    if flags.tokenizer_chunk_bytes == 0 {
+        return Err("--tokenizer-chunk-bytes must be at least 1".to_string());
     }
     if flags.max_context == Some(0) {
         return Err("--max-context must be at least 1".to_string());
@@ -263,11 +310,34 @@ mod tests {
     }
 
     #[test]
-    fn service_is_sglang_or_vllm() {
+    fn service_is_one_of_five() {
         assert_eq!(run(&[]).unwrap().service, Service::Sglang);
-        assert_eq!(run(&["--service", "vllm"]).unwrap().service, Service::Vllm);
-        let err = run(&["--service", "trtllm"]).unwrap_err();
-        assert!(err.contains("sglang or vllm"), "{err}");
+        for (name, service) in [
+            ("vllm", Service::Vllm),
+            ("trtllm", Service::Trtllm),
+            ("tokenspeed", Service::Tokenspeed),
+            ("mlx", Service::Mlx),
+        ] {
+            assert_eq!(run(&["--service", name]).unwrap().service, service);
+        }
+        let err = run(&["--service", "tgi"]).unwrap_err();
+        assert!(err.contains("tokenspeed or mlx"), "{err}");
+    }
+
+    #[test]
+    fn tokenizer_stream_flags() {
+        let flags = run(&[
+            "--advertise-model-path",
+            "/elsewhere",
+            "--tokenizer-chunk-bytes",
+            "1024",
+            "--corrupt-tokenizer-sha",
+        ])
+        .unwrap();
+        assert_eq!(flags.advertise_model_path.as_deref(), Some("/elsewhere"));
+        assert_eq!(flags.tokenizer_chunk_bytes, 1024);
+        assert!(flags.faults.corrupt_tokenizer_sha);
+        assert!(run(&["--tokenizer-chunk-bytes", "0"]).is_err());
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! `grpc-engine`: SGLang's gRPC scheduler service, or vLLM's engine service
-//! (`--service vllm`, `vllm.rs`), for tollgate's tests and load runs.
+//! `grpc-engine`: an engine's gRPC service for tollgate's tests and load runs: SGLang's
+//! scheduler service (`service.rs`), or vLLM's, TensorRT-LLM's, TokenSpeed's or MLX's
+//! (`--service`, one module each, reshaping the same generation as `reshape.rs` says).
 //!
 //! Two modes behind one service (`service.rs`): a deterministic fake engine that echoes
 //! the prompt's token ids (`mock.rs`), and an adapter that makes llama.cpp's llama-server
@@ -10,14 +11,19 @@
 mod cli;
 mod llama;
 mod llama_api;
+mod mlx;
 mod mock;
 mod recover;
+mod reshape;
 mod say;
 mod serve;
 mod service;
 #[path = "../shared.rs"]
 mod shared;
 mod sink;
+mod tokenizer;
+mod tokenspeed;
+mod trtllm;
 mod vllm;
 mod vocab;
 

@@ -1,6 +1,6 @@
-//! HTTP/2 (cleartext, prior knowledge, as gRPC clients speak it) serving the generated
-//! `SglangSchedulerServer` or `VllmEngineServer`, until SIGTERM or SIGINT. Either answers
-//! UNIMPLEMENTED for the other's methods, which is how a gateway tells them apart.
+//! HTTP/2 (cleartext, prior knowledge, as gRPC clients speak it, or TLS) serving the
+//! generated server of the one service asked for, until SIGTERM or SIGINT. It answers
+//! UNIMPLEMENTED for the other services' methods, which is how a gateway tells them apart.
 //!
 //! tonic is built without its transport, so the service is handed to hyper directly: the
 //! generated server is a tower `Service` that is always ready, and `service_fn` calls it.
@@ -13,13 +13,19 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
+use tollgate::grpc::mlx::mlx_engine_server::MlxEngineServer;
 use tollgate::grpc::sglang::sglang_scheduler_server::SglangSchedulerServer;
+use tollgate::grpc::tokenspeed::token_speed_scheduler_server::TokenSpeedSchedulerServer;
+use tollgate::grpc::trtllm::trtllm_service_server::TrtllmServiceServer;
 use tollgate::grpc::vllm::vllm_engine_server::VllmEngineServer;
 use tonic::body::Body;
 use tonic::codegen::Service;
 
 use crate::cli;
+use crate::mlx::MlxService;
 use crate::service::{Engine, Scheduler};
+use crate::tokenspeed::TsService;
+use crate::trtllm::TrtService;
 use crate::vllm::VllmService;
 
 /// Streams one gateway connection may multiplex.
@@ -38,6 +44,14 @@ pub async fn serve(
         cli::Service::Vllm => {
             accept(listener, VllmEngineServer::new(VllmService(engine)), tls).await
         }
+        cli::Service::Trtllm => {
+            accept(listener, TrtllmServiceServer::new(TrtService(engine)), tls).await
+        }
+        cli::Service::Tokenspeed => {
+            let server = TokenSpeedSchedulerServer::new(TsService(engine));
+            accept(listener, server, tls).await
+        }
+        cli::Service::Mlx => accept(listener, MlxEngineServer::new(MlxService(engine)), tls).await,
     }
 }
 

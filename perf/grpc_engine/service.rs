@@ -12,7 +12,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, oneshot};
 use tollgate::grpc::common::{
-    FlushCacheRequest, FlushCacheResponse, ProfileResponse, StartProfileRequest, StopProfileRequest,
+    FlushCacheRequest, FlushCacheResponse, GetTokenizerRequest, ProfileResponse,
+    StartProfileRequest, StopProfileRequest,
 };
 use tollgate::grpc::sglang::sglang_scheduler_server::SglangScheduler;
 use tollgate::grpc::sglang::{
@@ -314,9 +315,16 @@ impl Engine {
             flags.eos_token_ids.clone()
         };
         let max_context = i32::try_from(max_context).unwrap_or(i32::MAX);
+        let (model_path, tokenizer_path) = match &flags.advertise_model_path {
+            Some(elsewhere) => (elsewhere.clone(), elsewhere.clone()),
+            None => (
+                facts.model_path,
+                flags.tokenizer_path.clone().unwrap_or_default(),
+            ),
+        };
         Ok(GetModelInfoResponse {
-            model_path: facts.model_path,
-            tokenizer_path: flags.tokenizer_path.clone().unwrap_or_default(),
+            model_path,
+            tokenizer_path,
             is_generation: true,
             served_model_name: flags.model.clone(),
             max_context_length: max_context,
@@ -336,6 +344,41 @@ impl Engine {
             max_req_input_len: max_context.saturating_sub(1).max(0),
             ..Default::default()
         })
+    }
+}
+
+impl Engine {
+    /// GetTokenizer: the `--tokenizer-path` files as a chunked zip archive.
+    pub fn tokenizer(&self) -> Result<crate::tokenizer::Chunks, Status> {
+        crate::tokenizer::chunks(
+            self.flags.tokenizer_path.as_deref(),
+            self.flags.tokenizer_chunk_bytes,
+            self.faults().corrupt_tokenizer_sha,
+        )
+    }
+
+    /// StartProfile: logged and accepted.
+    pub fn start_profile(&self, request: &StartProfileRequest) -> ProfileResponse {
+        say::line(format_args!(
+            "start_profile output_dir={} num_steps={}",
+            Id(request.output_dir.as_deref().unwrap_or("none")),
+            request
+                .num_steps
+                .map_or_else(|| "none".to_string(), |n| n.to_string())
+        ));
+        ProfileResponse {
+            success: true,
+            message: "profiling started".to_string(),
+        }
+    }
+
+    /// StopProfile: logged and accepted.
+    pub fn stop_profile(&self) -> ProfileResponse {
+        say::line(format_args!("stop_profile"));
+        ProfileResponse {
+            success: true,
+            message: "profiling stopped".to_string(),
+        }
     }
 }
 
@@ -402,28 +445,22 @@ impl SglangScheduler for Scheduler {
         &self,
         request: Request<StartProfileRequest>,
     ) -> Result<Response<ProfileResponse>, Status> {
-        let request = request.into_inner();
-        say::line(format_args!(
-            "start_profile output_dir={} num_steps={}",
-            Id(request.output_dir.as_deref().unwrap_or("none")),
-            request
-                .num_steps
-                .map_or_else(|| "none".to_string(), |n| n.to_string())
-        ));
-        Ok(Response::new(ProfileResponse {
-            success: true,
-            message: "profiling started".to_string(),
-        }))
+        Ok(Response::new(self.0.start_profile(&request.into_inner())))
     }
 
     async fn stop_profile(
         &self,
         _request: Request<StopProfileRequest>,
     ) -> Result<Response<ProfileResponse>, Status> {
-        say::line(format_args!("stop_profile"));
-        Ok(Response::new(ProfileResponse {
-            success: true,
-            message: "profiling stopped".to_string(),
-        }))
+        Ok(Response::new(self.0.stop_profile()))
+    }
+
+    type GetTokenizerStream = crate::tokenizer::Chunks;
+
+    async fn get_tokenizer(
+        &self,
+        _request: Request<GetTokenizerRequest>,
+    ) -> Result<Response<Self::GetTokenizerStream>, Status> {
+        self.0.tokenizer().map(Response::new)
     }
 }

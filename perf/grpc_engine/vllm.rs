@@ -1,20 +1,14 @@
 //! vLLM's `VllmEngine` service over the same engine (`--service vllm`).
 //!
 //! Requests are read into the SGLang shape the backends take, and the generation's
-//! messages are reshaped as vLLM's servicer sends them: a chunk per step, then, streamed,
-//! a complete that repeats the last chunk's ids and scores (not streamed, one complete
-//! with every id), per sequence (`index`) when `n` > 1; a refusal is an
-//! `INVALID_ARGUMENT` status, a failure `INTERNAL`, since vLLM's service has no error
-//! message.
+//! messages are reshaped as vLLM's servicer sends them (`reshape.rs`): a chunk per step,
+//! then, streamed, a complete that repeats the last chunk's ids and scores, per sequence
+//! (`index`) when `n` > 1.
 
-use std::collections::VecDeque;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
-use tokio::sync::mpsc;
-use tollgate::grpc::common::{FlushCacheRequest, FlushCacheResponse};
-use tollgate::grpc::sglang::{self, generate_response::Response as SglangEvent};
+use tollgate::grpc::common::{FlushCacheRequest, FlushCacheResponse, GetTokenizerRequest};
+use tollgate::grpc::sglang::{self, generate_complete::MatchedStop};
 use tollgate::grpc::vllm::generate_response::Response as VllmEvent;
 use tollgate::grpc::vllm::vllm_engine_server::VllmEngine;
 use tollgate::grpc::vllm::{
@@ -24,8 +18,8 @@ use tollgate::grpc::vllm::{
 };
 use tonic::{Request, Response, Status};
 
+use crate::reshape::{Repeat, Reshaped, Reshaper, Step};
 use crate::service::Engine;
-use crate::sink::Item;
 
 /// The tonic service: a cheap handle on the shared [`Engine`].
 #[derive(Clone)]
@@ -33,21 +27,16 @@ pub struct VllmService(pub Arc<Engine>);
 
 #[tonic::async_trait]
 impl VllmEngine for VllmService {
-    type GenerateStream = VllmStream;
+    type GenerateStream = Reshaped<GenerateResponse>;
 
     async fn generate(
         &self,
         request: Request<vllm::GenerateRequest>,
-    ) -> Result<Response<VllmStream>, Status> {
+    ) -> Result<Response<Self::GenerateStream>, Status> {
         let request = to_sglang(request.into_inner())?;
-        let stream = request.stream;
+        let reshaper = Reshaper::new(request.stream, Repeat::LastChunk);
         let rx = self.0.start(request).await?;
-        Ok(Response::new(VllmStream {
-            rx,
-            stream,
-            last: Vec::new(),
-            ready: VecDeque::new(),
-        }))
+        Ok(Response::new(Reshaped::new(rx, reshaper, wrap)))
     }
 
     async fn health_check(
@@ -116,6 +105,15 @@ impl VllmEngine for VllmService {
     ) -> Result<Response<FlushCacheResponse>, Status> {
         Ok(Response::new(self.0.flush_cache()))
     }
+
+    type GetTokenizerStream = crate::tokenizer::Chunks;
+
+    async fn get_tokenizer(
+        &self,
+        _request: Request<GetTokenizerRequest>,
+    ) -> Result<Response<Self::GetTokenizerStream>, Status> {
+        self.0.tokenizer().map(Response::new)
+    }
 }
 
 /// A vLLM request in the shape the backends take. vLLM's zeroes differ from SGLang's:
@@ -176,172 +174,53 @@ fn to_sglang(request: vllm::GenerateRequest) -> Result<sglang::GenerateRequest, 
     })
 }
 
-/// Most sequences one stream tracks (the backends allow fewer).
-const MAX_SEQUENCES: usize = 64;
-
-/// A sequence's last chunk, which its streamed complete repeats.
-#[derive(Default)]
-struct Last {
-    ids: Vec<u32>,
-    scores: Option<vllm::OutputLogProbs>,
-}
-
-/// The generation's messages, reshaped as vLLM sends them.
-pub struct VllmStream {
-    rx: mpsc::Receiver<Item>,
-    stream: bool,
-    /// By sequence index.
-    last: Vec<Last>,
-    /// Messages made from one SGLang message and not yet sent.
-    ready: VecDeque<Result<GenerateResponse, Status>>,
-}
-
-impl VllmStream {
-    /// Queues the vLLM messages one SGLang message becomes.
-    fn reshape(&mut self, item: Item) {
-        let event = match item {
-            Err(status) => return self.ready.push_back(Err(status)),
-            Ok(message) => match message.response {
-                Some(event) => event,
-                None => return,
-            },
-        };
-        match event {
-            SglangEvent::Chunk(chunk) => {
-                let Some(last) = self.last(chunk.index) else {
-                    return self.too_many(chunk.index);
-                };
-                last.ids.clone_from(&chunk.token_ids);
-                let scores = chunk.output_logprobs.map(to_vllm_scores);
-                last.scores.clone_from(&scores);
-                self.push_chunk(
-                    chunk.index,
-                    chunk.token_ids,
-                    scores,
-                    chunk.prompt_tokens,
-                    chunk.cached_tokens,
-                );
-            }
-            SglangEvent::Complete(complete) => {
-                let index = complete.index;
-                let prompt_tokens = unsigned(complete.prompt_tokens);
-                let scores = complete.output_logprobs.map(to_vllm_scores);
-                let (output_ids, output_logprobs) = if self.stream {
-                    // SGLang's complete carries the last step's ids: vLLM sends them as
-                    // a chunk, then repeats them.
-                    if !complete.output_ids.is_empty() {
-                        let Some(last) = self.last(index) else {
-                            return self.too_many(index);
-                        };
-                        last.ids.clone_from(&complete.output_ids);
-                        last.scores.clone_from(&scores);
-                        self.push_chunk(
-                            index,
-                            complete.output_ids,
-                            scores,
-                            complete.prompt_tokens,
-                            complete.cached_tokens,
-                        );
-                    }
-                    let last = self.last(index).map(std::mem::take).unwrap_or_default();
-                    (last.ids, last.scores)
-                } else {
-                    (complete.output_ids, scores)
-                };
-                let matched_stop = complete.matched_stop.map(|m| match m {
-                    sglang::generate_complete::MatchedStop::MatchedTokenId(id) => {
-                        vllm::generate_complete::MatchedStop::MatchedTokenId(id)
-                    }
-                    sglang::generate_complete::MatchedStop::MatchedStopStr(s) => {
-                        vllm::generate_complete::MatchedStop::MatchedStopStr(s)
-                    }
-                });
-                let completion_tokens = u32::try_from(output_ids.len()).unwrap_or(u32::MAX);
-                self.push(VllmEvent::Complete(vllm::GenerateComplete {
-                    output_ids,
-                    finish_reason: complete.finish_reason,
-                    prompt_tokens,
-                    completion_tokens,
-                    cached_tokens: unsigned(complete.cached_tokens),
-                    output_logprobs,
-                    index,
-                    matched_stop,
-                }));
-            }
-            SglangEvent::Error(err) => {
-                let client_fault = err.http_status_code.starts_with('4');
-                self.ready.push_back(Err(if client_fault {
-                    Status::invalid_argument(err.message)
-                } else {
-                    Status::internal(err.message)
-                }));
-            }
-        }
-    }
-
-    /// The last chunk of sequence `index`; `None` past [`MAX_SEQUENCES`].
-    fn last(&mut self, index: u32) -> Option<&mut Last> {
-        let at = index as usize;
-        if at >= MAX_SEQUENCES {
-            return None;
-        }
-        if self.last.len() <= at {
-            self.last.resize_with(at + 1, Last::default);
-        }
-        self.last.get_mut(at)
-    }
-
-    fn too_many(&mut self, index: u32) {
-        self.ready.push_back(Err(Status::internal(format!(
-            "grpc-engine: sequence {index}, at most {MAX_SEQUENCES}"
-        ))));
-    }
-
-    fn push_chunk(
-        &mut self,
-        index: u32,
-        ids: Vec<u32>,
-        scores: Option<vllm::OutputLogProbs>,
-        prompt_tokens: i32,
-        cached_tokens: i32,
-    ) {
-        let completion_tokens = u32::try_from(ids.len()).unwrap_or(u32::MAX);
-        self.push(VllmEvent::Chunk(vllm::GenerateStreamChunk {
-            token_ids: ids,
-            prompt_tokens: unsigned(prompt_tokens),
-            completion_tokens,
-            cached_tokens: unsigned(cached_tokens),
-            output_logprobs: scores,
+/// A step as vLLM's message.
+fn wrap(step: Step) -> GenerateResponse {
+    let event = match step {
+        Step::Chunk {
             index,
-        }));
+            ids,
+            scores,
+            prompt_tokens,
+            cached_tokens,
+        } => VllmEvent::Chunk(vllm::GenerateStreamChunk {
+            completion_tokens: u32::try_from(ids.len()).unwrap_or(u32::MAX),
+            token_ids: ids,
+            prompt_tokens,
+            cached_tokens,
+            output_logprobs: scores.map(to_vllm_scores),
+            index,
+        }),
+        Step::Complete {
+            index,
+            ids,
+            scores,
+            finish_reason,
+            matched_stop,
+            prompt_tokens,
+            completion_tokens,
+            cached_tokens,
+        } => VllmEvent::Complete(vllm::GenerateComplete {
+            output_ids: ids,
+            finish_reason,
+            prompt_tokens,
+            completion_tokens,
+            cached_tokens,
+            output_logprobs: scores.map(to_vllm_scores),
+            index,
+            matched_stop: matched_stop.map(|m| match m {
+                MatchedStop::MatchedTokenId(id) => {
+                    vllm::generate_complete::MatchedStop::MatchedTokenId(id)
+                }
+                MatchedStop::MatchedStopStr(s) => {
+                    vllm::generate_complete::MatchedStop::MatchedStopStr(s)
+                }
+            }),
+        }),
+    };
+    GenerateResponse {
+        response: Some(event),
     }
-
-    fn push(&mut self, event: VllmEvent) {
-        self.ready.push_back(Ok(GenerateResponse {
-            response: Some(event),
-        }));
-    }
-}
-
-impl tonic::codegen::tokio_stream::Stream for VllmStream {
-    type Item = Result<GenerateResponse, Status>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        loop {
-            if let Some(next) = self.ready.pop_front() {
-                return Poll::Ready(Some(next));
-            }
-            match self.rx.poll_recv(cx) {
-                Poll::Ready(Some(item)) => self.reshape(item),
-                Poll::Ready(None) => return Poll::Ready(None),
-                Poll::Pending => return Poll::Pending,
-            }
-        }
-    }
-}
-
-fn unsigned(n: i32) -> u32 {
-    u32::try_from(n).unwrap_or(0)
 }
 
 /// SGLang's scores message as vLLM's (the two are alike).
@@ -363,74 +242,6 @@ fn to_vllm_scores(scores: sglang::OutputLogProbs) -> vllm::OutputLogProbs {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn sglang_message(event: SglangEvent) -> Item {
-        Ok(sglang::GenerateResponse {
-            request_id: "r".into(),
-            response: Some(event),
-        })
-    }
-
-    fn stream(streamed: bool) -> VllmStream {
-        let (_tx, rx) = mpsc::channel(1);
-        VllmStream {
-            rx,
-            stream: streamed,
-            last: Vec::new(),
-            ready: VecDeque::new(),
-        }
-    }
-
-    fn drained(s: &mut VllmStream) -> Vec<VllmEvent> {
-        s.ready
-            .drain(..)
-            .map(|m| m.ok().and_then(|m| m.response).expect("a message"))
-            .collect()
-    }
-
-    #[test]
-    fn a_streamed_complete_repeats_the_last_chunk() {
-        let mut s = stream(true);
-        s.reshape(sglang_message(SglangEvent::Chunk(
-            sglang::GenerateStreamChunk {
-                token_ids: vec![1, 2],
-                prompt_tokens: 3,
-                ..Default::default()
-            },
-        )));
-        s.reshape(sglang_message(SglangEvent::Complete(
-            sglang::GenerateComplete {
-                output_ids: vec![4],
-                finish_reason: "length".into(),
-                prompt_tokens: 3,
-                ..Default::default()
-            },
-        )));
-        let events = drained(&mut s);
-        let ids: Vec<(bool, Vec<u32>)> = events
-            .iter()
-            .map(|e| match e {
-                VllmEvent::Chunk(c) => (false, c.token_ids.clone()),
-                VllmEvent::Complete(c) => (true, c.output_ids.clone()),
-            })
-            .collect();
-        assert_eq!(
-            ids,
-            vec![(false, vec![1, 2]), (false, vec![4]), (true, vec![4])]
-        );
-    }
-
-    #[test]
-    fn a_request_error_is_invalid_argument() {
-        let mut s = stream(true);
-        s.reshape(sglang_message(SglangEvent::Error(sglang::GenerateError {
-            message: "too long".into(),
-            http_status_code: "400".into(),
-            details: String::new(),
-        })));
-        let status = s.ready.pop_front().and_then(Result::err).expect("status");
-        assert_eq!(status.code(), tonic::Code::InvalidArgument);
-    }
 
     /// A streamed request for one id with `params`.
     fn request_with(params: vllm::SamplingParams) -> vllm::GenerateRequest {
@@ -455,49 +266,6 @@ mod tests {
     }
 
     #[test]
-    fn each_sequence_repeats_its_own_last_chunk_and_scores() {
-        let mut s = stream(true);
-        let scored = |id: u32| {
-            Some(sglang::OutputLogProbs {
-                token_logprobs: vec![-1.0],
-                token_ids: vec![id],
-                top_logprobs: vec![],
-            })
-        };
-        for (index, id) in [(0, 5), (1, 6), (0, 7)] {
-            s.reshape(sglang_message(SglangEvent::Chunk(
-                sglang::GenerateStreamChunk {
-                    token_ids: vec![id],
-                    index,
-                    output_logprobs: scored(id),
-                    ..Default::default()
-                },
-            )));
-        }
-        for index in [1, 0] {
-            s.reshape(sglang_message(SglangEvent::Complete(
-                sglang::GenerateComplete {
-                    finish_reason: "length".into(),
-                    index,
-                    ..Default::default()
-                },
-            )));
-        }
-        let completes: Vec<(u32, Vec<u32>, Vec<u32>)> = drained(&mut s)
-            .into_iter()
-            .filter_map(|e| match e {
-                VllmEvent::Complete(c) => Some((
-                    c.index,
-                    c.output_ids,
-                    c.output_logprobs.map(|l| l.token_ids).unwrap_or_default(),
-                )),
-                VllmEvent::Chunk(_) => None,
-            })
-            .collect();
-        assert_eq!(completes, [(1, vec![6], vec![6]), (0, vec![7], vec![7])]);
-    }
-
-    #[test]
     fn n_and_logprobs_reach_the_backend() {
         let params = vllm::SamplingParams {
             n: 3,
@@ -508,5 +276,30 @@ mod tests {
         assert_eq!(r.sampling_params.unwrap().n, 3);
         assert!(r.return_logprob);
         assert_eq!(r.top_logprobs_num, 2);
+    }
+
+    #[test]
+    fn steps_become_vllm_messages() {
+        let message = wrap(Step::Complete {
+            index: 1,
+            ids: vec![4],
+            scores: None,
+            finish_reason: "stop".into(),
+            matched_stop: Some(MatchedStop::MatchedTokenId(4)),
+            prompt_tokens: 3,
+            completion_tokens: 2,
+            cached_tokens: 0,
+        });
+        let Some(VllmEvent::Complete(c)) = message.response else {
+            panic!("a complete");
+        };
+        assert_eq!(
+            (c.index, c.output_ids, c.completion_tokens),
+            (1, vec![4], 2)
+        );
+        assert_eq!(
+            c.matched_stop,
+            Some(vllm::generate_complete::MatchedStop::MatchedTokenId(4))
+        );
     }
 }

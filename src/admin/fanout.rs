@@ -326,7 +326,8 @@ async fn rpc(
     done.map_err(|AdminFailure(message)| message)
 }
 
-/// Why a gRPC worker of a runtime the gateway has no client for was not called.
+/// Why a gRPC worker of a runtime that has no gRPC service (generic, external) was not
+/// called.
 fn grpc_unsupported(runtime: RuntimeType, rpc: &str) -> String {
     format!(
         "UNIMPLEMENTED: {} workers do not support {rpc} from this gateway",
@@ -622,12 +623,12 @@ mod tests {
 
     #[test]
     fn grpc_errors_name_unsupported_runtimes() {
-        let err = grpc_unsupported(RuntimeType::Trtllm, "FlushCache");
+        let err = grpc_unsupported(RuntimeType::Generic, "FlushCache");
         assert!(
-            err.starts_with("UNIMPLEMENTED") && err.contains("trtllm"),
+            err.starts_with("UNIMPLEMENTED") && err.contains("generic"),
             "{err}"
         );
-        assert!(grpc_unsupported(RuntimeType::Mlx, "StartProfile").contains("mlx"));
+        assert!(grpc_unsupported(RuntimeType::External, "StartProfile").contains("external"));
     }
 
     #[test]

@@ -5,9 +5,7 @@
 //!
 //! Detection over gRPC tries SGLang, vLLM, TensorRT-LLM, TokenSpeed and MLX in that
 //! order (spec 1): a service the engine does not serve answers UNIMPLEMENTED and the next
-//! is tried. This build speaks SGLang's and vLLM's services, so an engine that answers
-//! neither, or a worker registered with another gRPC runtime, fails registration with a
-//! message saying so.
+//! is tried. An engine that answers none fails registration with a message saying so.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -20,6 +18,7 @@ use crate::fleet::{Discovered, LanguageRef, RuntimeType, Transport, Worker};
 use crate::grpc::engine::ModelInfo;
 use crate::grpc::{self, Engine, Service, Wire};
 
+use super::engine_tokenizer::{self, Fetched};
 use super::tokenizers::Tokenizers;
 use super::{Control, LanguageSettings};
 use crate::http::tls::UpstreamTls;
@@ -58,14 +57,36 @@ impl GrpcControl {
 
     /// The kit `sources` names, loaded on the blocking pool on first use.
     async fn language(&self, sources: Sources) -> Result<Arc<Language>, String> {
-        if let Some(kit) = self.lock().get(&sources) {
+        let files = sources.clone();
+        self.kit(sources, move || {
+            Language::load(&files).map_err(|e| format!("tokenizer: {e}"))
+        })
+        .await
+    }
+
+    /// The kit an engine streamed, shared by every engine that sent the same archive.
+    async fn streamed_language(
+        &self,
+        archive: engine_tokenizer::Archive,
+        chat_template: Option<PathBuf>,
+    ) -> Result<Arc<Language>, String> {
+        let key = engine_tokenizer::sources_of(&archive, chat_template.clone());
+        self.kit(key, move || engine_tokenizer::load(&archive, chat_template))
+            .await
+    }
+
+    /// The kit kept under `key`, or the one `load` gives, run on the blocking pool.
+    async fn kit(
+        &self,
+        key: Sources,
+        load: impl FnOnce() -> Result<Language, String> + Send + 'static,
+    ) -> Result<Arc<Language>, String> {
+        if let Some(kit) = self.lock().get(&key) {
             return Ok(kit.clone());
         }
-        let load = sources.clone();
-        let kit = tokio::task::spawn_blocking(move || Language::load(&load))
+        let kit = tokio::task::spawn_blocking(load)
             .await
-            .map_err(|_| "loading the tokenizer failed".to_owned())?
-            .map_err(|e| format!("tokenizer: {e}"))?;
+            .map_err(|_| "loading the tokenizer failed".to_owned())??;
         tracing::info!(
             tokenizer = %kit.source.display(),
             vocab_size = kit.tokenizer.get_vocab_size(true),
@@ -76,7 +97,7 @@ impl GrpcControl {
         let kit = Arc::new(kit);
         let mut loaded = self.lock();
         if loaded.len() < MAX_LANGUAGES {
-            loaded.entry(sources).or_insert_with(|| kit.clone());
+            loaded.entry(key).or_insert_with(|| kit.clone());
         }
         Ok(kit)
     }
@@ -101,7 +122,8 @@ pub async fn discover(
             Some(service) => vec![service],
             None => {
                 return Err(format!(
-                    "gRPC runtime {} is not served by this build yet (sglang and vllm are)",
+                    "runtime {} has no gRPC service; gRPC workers are sglang, vllm, trtllm, \
+                     tokenspeed or mlx (or unspecified, to detect)",
                     explicit.as_str()
                 ))
             }
@@ -115,19 +137,49 @@ pub async fn discover(
     let flags = &control.settings.language;
     let registry = &control.grpc.tokenizers;
     let registered = registered_name(spec, flags).and_then(|name| registry.language(name));
+    let by_served_name = || {
+        Some(info.served_model_name.as_str())
+            .filter(|name| !name.is_empty())
+            .and_then(|name| registry.language(name))
+    };
     let language = match (registered, sources(spec, &info, flags)) {
         (Some(kit), _) => kit,
         (None, Some(sources)) => control.grpc.language(sources).await?,
-        // Last resort: a registered tokenizer named after the model the engine serves.
-        (None, None) => Some(info.served_model_name.as_str())
-            .filter(|name| !name.is_empty())
-            .and_then(|name| registry.language(name))
-            .ok_or_else(|| {
-                "no tokenizer for this gRPC worker: give it a tokenizer_path or model_path \
-                 label, start the gateway with --model-path or --tokenizer-path, or register \
-                 a tokenizer named after the model through /v1/tokenizers"
-                    .to_owned()
-            })?,
+        (None, None) => match by_served_name() {
+            // A registered tokenizer named after the model the engine serves.
+            Some(kit) => kit,
+            // Last: the engine's own files, streamed.
+            None => {
+                let engine = &engines
+                    .iter()
+                    .find(|(s, _)| *s == service)
+                    .ok_or("detected service not among the candidates")?
+                    .1;
+                let fetched = engine_tokenizer::fetch(engine, timeout)
+                    .await
+                    .map_err(|reason| format!("no tokenizer for this gRPC worker: {reason}"))?;
+                match fetched {
+                    Fetched::Archive(archive) => {
+                        tracing::info!(
+                            worker = %spec.url.normalized,
+                            sha256 = %archive.sha256,
+                            bytes = archive.bytes.len(),
+                            "the engine sent its tokenizer"
+                        );
+                        let template = chat_template(spec, flags);
+                        control.grpc.streamed_language(archive, template).await?
+                    }
+                    Fetched::NotOffered => {
+                        return Err("no tokenizer for this gRPC worker, and the engine does \
+                             not stream its own: give it a tokenizer_path or model_path \
+                             label, start the gateway with --model-path or --tokenizer-path, \
+                             or register a tokenizer named after the model through \
+                             /v1/tokenizers"
+                            .to_owned())
+                    }
+                }
+            }
+        },
     };
     let served = [&info.served_model_name, &info.model_path]
         .into_iter()
@@ -143,6 +195,9 @@ pub async fn discover(
     let runtime = match service {
         Service::Sglang => RuntimeType::Sglang,
         Service::Vllm => RuntimeType::Vllm,
+        Service::Trtllm => RuntimeType::Trtllm,
+        Service::Tokenspeed => RuntimeType::Tokenspeed,
+        Service::Mlx => RuntimeType::Mlx,
     };
     Ok(Discovered {
         runtime,
@@ -253,12 +308,17 @@ fn sources(spec: &WorkerSpec, info: &ModelInfo, flags: &LanguageSettings) -> Opt
         .or_else(|| flags.tokenizer_path.clone())
         .or_else(|| flags.model_path.clone())
         .or(reported)?;
-    let chat_template = card
-        .and_then(|c| c.chat_template.clone())
-        .map(PathBuf::from)
-        .or_else(|| flags.chat_template.clone());
     Some(Sources {
         tokenizer,
-        chat_template,
+        chat_template: chat_template(spec, flags),
     })
+}
+
+/// The chat template a worker names (its model card's), else `--chat-template`.
+fn chat_template(spec: &WorkerSpec, flags: &LanguageSettings) -> Option<PathBuf> {
+    spec.models
+        .first()
+        .and_then(|c| c.chat_template.clone())
+        .map(PathBuf::from)
+        .or_else(|| flags.chat_template.clone())
 }

@@ -87,11 +87,14 @@ async fn round(control: &Control, client: &CallClient) {
 }
 
 /// Workers that can be asked: engines (not external providers) over HTTP, and gRPC
-/// engines of a service the gateway speaks.
+/// engines whose service reports loads (TensorRT-LLM's and MLX's do not).
 fn pollable(worker: &Worker) -> bool {
     match worker.connection_mode() {
         ConnectionMode::Http => worker.runtime != RuntimeType::External,
-        ConnectionMode::Grpc => worker.runtime.grpc_service().is_some(),
+        ConnectionMode::Grpc => worker
+            .runtime
+            .grpc_service()
+            .is_some_and(crate::grpc::Service::reports_loads),
         ConnectionMode::Zmq => false,
     }
 }

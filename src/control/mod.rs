@@ -5,6 +5,7 @@
 
 pub mod calls;
 pub mod detect;
+pub mod engine_tokenizer;
 pub mod external;
 pub mod grpc;
 pub mod jobs;

@@ -87,12 +87,16 @@ pub enum RuntimeType {
 }
 
 impl RuntimeType {
-    /// The gRPC service the gateway speaks to engines of this runtime; `None` for the
-    /// runtimes it has no gRPC client for.
+    /// The gRPC service engines of this runtime speak; `None` for the runtimes that have
+    /// none (`generic`, `external`, `unspecified`).
     pub fn grpc_service(self) -> Option<crate::grpc::Service> {
+        use crate::grpc::Service;
         match self {
-            RuntimeType::Sglang => Some(crate::grpc::Service::Sglang),
-            RuntimeType::Vllm => Some(crate::grpc::Service::Vllm),
+            RuntimeType::Sglang => Some(Service::Sglang),
+            RuntimeType::Vllm => Some(Service::Vllm),
+            RuntimeType::Trtllm => Some(Service::Trtllm),
+            RuntimeType::Tokenspeed => Some(Service::Tokenspeed),
+            RuntimeType::Mlx => Some(Service::Mlx),
             _ => None,
         }
     }

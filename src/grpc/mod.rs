@@ -20,9 +20,27 @@ pub mod vllm {
     tonic::include_proto!("vllm.grpc.engine");
 }
 
+/// TensorRT-LLM's service (`proto/trtllm_service.proto`).
+pub mod trtllm {
+    #![allow(clippy::all, clippy::pedantic, missing_docs)]
+    tonic::include_proto!("trtllm");
+}
+
+/// TokenSpeed's scheduler service (`proto/tokenspeed_scheduler.proto`).
+pub mod tokenspeed {
+    #![allow(clippy::all, clippy::pedantic, missing_docs)]
+    tonic::include_proto!("tokenspeed.grpc.scheduler");
+}
+
+/// MLX's engine service (`proto/mlx_engine.proto`).
+pub mod mlx {
+    #![allow(clippy::all, clippy::pedantic, missing_docs)]
+    tonic::include_proto!("mlx.grpc.engine");
+}
+
+pub mod bundle;
 pub mod client;
 pub mod engine;
-mod vllm_client;
 
-pub use client::{CallError, Scheduler, Wire};
+pub use client::{CallError, Wire};
 pub use engine::{Engine, Service};

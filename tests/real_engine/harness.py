@@ -130,10 +130,11 @@ def start_engine(proc: Proc, timeout: float = 120) -> Proc:
     return proc
 
 
-def grpc_adapter(logdir: Path, name: str, engine: Proc) -> Proc:
-    """grpc-engine in llama mode: SGLang's gRPC scheduler service in front of `engine`,
-    serving the model as MODEL_ALIAS with the tokenizer exported from its GGUF. Its event
-    lines (`generate ...`, `abort ...`, `cancelled ...`) go to its log."""
+def grpc_adapter(logdir: Path, name: str, engine: Proc, extra: list[str] | None = None) -> Proc:
+    """grpc-engine in llama mode: SGLang's gRPC scheduler service (or the one `extra` names
+    with `--service`) in front of `engine`, serving the model as MODEL_ALIAS with the
+    tokenizer exported from its GGUF. Its event lines (`generate ...`, `abort ...`,
+    `cancelled ...`) go to its log."""
     port = free_port()
     argv = [
         env_path("TOLLGATE_GRPC_ENGINE_BIN"),
@@ -141,6 +142,7 @@ def grpc_adapter(logdir: Path, name: str, engine: Proc) -> Proc:
         "--llama-server", engine.url,
         "--model", MODEL_ALIAS,
         "--tokenizer-path", env_path("TOLLGATE_REAL_ENGINE_TOKENIZER"),
+        *(extra or []),
     ]
     return Proc(name, argv, logdir / f"{name}.log", port)
 

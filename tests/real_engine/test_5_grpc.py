@@ -272,3 +272,61 @@ def test_client_disconnect_stops_the_engine(grpc_gateway, adapter, llama):
     while busy_slots(llama):
         assert time.monotonic() < deadline, "llama-server still generating after the client left"
         time.sleep(0.05)
+
+
+# --- the other services, with the tokenizer the engine streams ---------------------------------
+
+OTHER_SERVICES = ["vllm", "trtllm", "tokenspeed", "mlx"]
+
+
+@pytest.fixture(scope="module", params=OTHER_SERVICES)
+def remote_gateway(request, logdir, llama):
+    """The adapter speaking another engine's service and saying its files are elsewhere, and
+    a gateway with no tokenizer of its own: it must take the one the engine streams."""
+    service = request.param
+    proc = harness.grpc_adapter(
+        logdir,
+        f"grpc-engine-{service}",
+        llama,
+        ["--service", service, "--advertise-model-path", "/nonexistent/models/smollm2"],
+    )
+    gw = harness.gateway(logdir, f"tollgate-grpc-{service}", [f"grpc://127.0.0.1:{proc.port}"], [])
+    try:
+        harness.start_grpc_adapter(proc)
+        harness.start_gateway(gw)
+        gw.wait_http("/readiness", 60)
+        yield service, gw
+    finally:
+        gw.stop()
+        proc.stop()
+
+
+def test_every_service_with_a_streamed_tokenizer_matches_llama_server(remote_gateway, llama):
+    service, gw = remote_gateway
+    workers = httpx.get(gw.url + "/workers", timeout=5).json()["workers"]
+    assert [w["runtime_type"] for w in workers] == [service]
+    assert "the engine sent its tokenizer" in gw.log_tail(100_000)
+    for prompt in PROMPTS[:3]:
+        ours = via_gateway(gw).chat.completions.create(
+            model=harness.MODEL_ALIAS, messages=chat(prompt), max_tokens=MAX_TOKENS, temperature=0
+        )
+        theirs = direct(llama).chat.completions.create(
+            model=harness.MODEL_ALIAS, messages=chat(prompt), max_tokens=MAX_TOKENS, temperature=0
+        )
+        assert ours.choices[0].message.content == theirs.choices[0].message.content, service
+        assert ours.choices[0].finish_reason == theirs.choices[0].finish_reason, service
+        assert ours.usage.prompt_tokens == theirs.usage.prompt_tokens, service
+        assert ours.usage.completion_tokens == theirs.usage.completion_tokens, service
+    # Streamed too: the services' different completes must not double or lose text.
+    stream = via_gateway(gw).chat.completions.create(
+        model=harness.MODEL_ALIAS,
+        messages=chat(PROMPTS[1]),
+        max_tokens=MAX_TOKENS,
+        temperature=0,
+        stream=True,
+    )
+    text = "".join((c.choices[0].delta.content or "") for c in stream if c.choices)
+    theirs = direct(llama).chat.completions.create(
+        model=harness.MODEL_ALIAS, messages=chat(PROMPTS[1]), max_tokens=MAX_TOKENS, temperature=0
+    )
+    assert text == theirs.choices[0].message.content, service

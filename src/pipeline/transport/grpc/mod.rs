@@ -117,6 +117,14 @@ impl GrpcClient {
             return answer_locally(path, worker, &language, &body);
         };
         let (ask, prompt) = understand(&language, route, body).await?;
+        if ask.n > 1 && !service.samples_many() {
+            return Err(SendError::Refused(GatewayError::InvalidRequest {
+                message: format!(
+                    "n must be 1 on {} workers: the engine generates one sequence per request",
+                    service.runtime()
+                ),
+            }));
+        }
         // Checked before dispatch (spec 2): whether prompt plus max_tokens fits is the
         // engine's to say.
         if let Some(window) = worker.context_window {
@@ -135,10 +143,14 @@ impl GrpcClient {
         };
         let id = format!("{prefix}{}", Uuid::new_v4().simple());
         let prompt_tokens = u32::try_from(prompt.len()).unwrap_or(u32::MAX);
+        let room = worker
+            .context_window
+            .map(|window| window.saturating_sub(prompt_tokens));
         let job = Generate {
             request_id: id.clone(),
             input_ids: prompt,
             params: ask.sampling_params(),
+            room,
         };
         let ending_ids = ask.ending_ids(&language.eos_ids);
         let decodings = (0..ask.n)

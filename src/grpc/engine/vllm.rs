@@ -1,0 +1,132 @@
+//! vLLM's engine service: top_k "off" is 0, a refusal is an `INVALID_ARGUMENT` status,
+//! and a streamed complete repeats the ids (and scores) of its sequence's last chunk.
+
+use super::scores::{aligned, Scores};
+use super::{Complete, Event, Generate, ModelInfo};
+use crate::grpc::vllm::{
+    generate_request, generate_response::Response, AbortRequest, GenerateRequest, GetLoadsRequest,
+    GetModelInfoResponse, SamplingParams, TokenizedInput,
+};
+
+pub(super) fn request(job: Generate) -> GenerateRequest {
+    let p = job.params;
+    let k = p.sampling;
+    GenerateRequest {
+        request_id: job.request_id,
+        input: Some(generate_request::Input::Tokenized(TokenizedInput {
+            original_text: String::new(),
+            input_ids: job.input_ids,
+        })),
+        sampling_params: Some(SamplingParams {
+            temperature: Some(k.temperature),
+            top_p: k.top_p,
+            top_k: k.top_k_limit().unwrap_or(0),
+            min_p: k.min_p,
+            frequency_penalty: k.frequency_penalty,
+            presence_penalty: k.presence_penalty,
+            repetition_penalty: k.repetition_penalty,
+            max_tokens: p.max_tokens,
+            stop_token_ids: p.stop_token_ids,
+            skip_special_tokens: p.skip_special_tokens,
+            spaces_between_special_tokens: true,
+            ignore_eos: p.ignore_eos,
+            n: p.n.max(1),
+            logprobs: p.logprobs.map(|k| i32::try_from(k).unwrap_or(i32::MAX)),
+            ..SamplingParams::default()
+        }),
+        stream: true,
+    }
+}
+
+pub(super) fn event(response: Response) -> Event {
+    match response {
+        Response::Chunk(chunk) => Event::Chunk {
+            index: chunk.index,
+            logprobs: aligned(&chunk.token_ids, chunk.output_logprobs.map(Scores::from)),
+            ids: chunk.token_ids,
+            prompt_tokens: chunk.prompt_tokens,
+        },
+        Response::Complete(complete) => Event::Complete(Complete::streamed(
+            complete.index,
+            complete.finish_reason,
+            complete.prompt_tokens,
+        )),
+    }
+}
+
+pub(super) fn model_info(info: GetModelInfoResponse) -> ModelInfo {
+    ModelInfo {
+        served_model_name: info.served_model_name,
+        model_path: info.model_path,
+        tokenizer_path: info.tokenizer_path,
+        max_context_length: info.max_context_length,
+    }
+}
+
+/// vLLM reports one rank, core figures only.
+pub(super) fn loads_request() -> GetLoadsRequest {
+    GetLoadsRequest {
+        dp_rank: None,
+        include: Vec::new(),
+    }
+}
+
+/// vLLM takes no reason.
+pub(super) fn abort_request(request_id: String) -> AbortRequest {
+    AbortRequest {
+        request_ids: vec![request_id],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::job;
+    use super::*;
+    use crate::grpc::vllm;
+
+    #[test]
+    fn request_maps_top_k_off_to_zero_and_streams() {
+        let r = request(job());
+        let p = r.sampling_params.unwrap();
+        assert!(r.stream);
+        let Some(generate_request::Input::Tokenized(t)) = r.input else {
+            panic!("tokenized input expected");
+        };
+        assert_eq!(t.input_ids, vec![1, 2]);
+        assert_eq!((p.top_k, p.max_tokens, p.n), (0, Some(7), 1));
+        assert_eq!(p.temperature, Some(0.5));
+        let mut with_k = job();
+        with_k.params.sampling.top_k = 40;
+        assert_eq!(request(with_k).sampling_params.unwrap().top_k, 40);
+    }
+
+    #[test]
+    fn n_and_logprobs_reach_the_engine() {
+        let mut j = job();
+        j.params.n = 3;
+        j.params.logprobs = Some(2);
+        let v = request(j).sampling_params.unwrap();
+        assert_eq!((v.n, v.logprobs), (3, Some(2)));
+        assert_eq!(request(job()).sampling_params.unwrap().logprobs, None);
+    }
+
+    #[test]
+    fn complete_drops_the_repeated_ids_and_scores() {
+        let got = event(Response::Complete(vllm::GenerateComplete {
+            output_ids: vec![5, 6],
+            finish_reason: "length".into(),
+            prompt_tokens: 4,
+            index: 1,
+            output_logprobs: Some(vllm::OutputLogProbs {
+                token_logprobs: vec![-0.5, -0.1],
+                token_ids: vec![5, 6],
+                top_logprobs: vec![],
+            }),
+            ..Default::default()
+        }));
+        assert_eq!(
+            got,
+            Event::Complete(Complete::streamed(1, "length".into(), 4))
+        );
+    }
+}
