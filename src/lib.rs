@@ -19,6 +19,7 @@ pub mod grpc;
 pub mod http;
 pub mod logging;
 pub mod metrics;
+pub mod parsers;
 pub mod pipeline;
 pub mod resilience;
 pub mod rng;
