@@ -289,6 +289,42 @@ pub static FLAGS: &[Flag] = &[
             Ok(())
         },
     ),
+    Flag::one(
+        "tool-call-parser",
+        "NAME",
+        "none (by model name)",
+        Group::Workers,
+        "Tool-call parser for gRPC workers whose model card names none: json, llama, \
+         mistral, qwen, qwen_coder, pythonic, deepseek, deepseek31, glm45_moe, glm47_moe, \
+         step3, kimik2, minimax_m2, gpt_oss or passthrough (vLLM's and SGLang's names are \
+         accepted too); without it the model's name chooses, else passthrough",
+        |c, v| {
+            if crate::parsers::tool::registry::by_name(v).is_none() {
+                let known = crate::parsers::tool::registry::NAMES.join(", ");
+                return Err(Invalid::new(v, format!("a tool-call parser: {known}")));
+            }
+            c.control.language.tool_call_parser = Some(v.to_owned());
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "reasoning-parser",
+        "NAME",
+        "none (by model name)",
+        Group::Workers,
+        "Reasoning parser for gRPC workers whose model card names none: deepseek_r1, qwen3, \
+         qwen3_thinking, kimi, glm45, step3, minimax, gpt_oss or passthrough (vLLM's and \
+         SGLang's names are accepted too); without it the model's name chooses, else \
+         passthrough",
+        |c, v| {
+            if crate::parsers::reasoning::registry::by_name(v).is_none() {
+                let known = crate::parsers::reasoning::registry::NAMES.join(", ");
+                return Err(Invalid::new(v, format!("a reasoning parser: {known}")));
+            }
+            c.control.language.reasoning_parser = Some(v.to_owned());
+            Ok(())
+        },
+    ),
     Flag::switch(
         "tokenizer-cache-enable-l0",
         Group::Workers,

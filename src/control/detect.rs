@@ -112,6 +112,7 @@ pub async fn detect(
         labels: server_info.as_ref().map(info_labels).unwrap_or_default(),
         http2: false,
         language: None,
+        parsers: None,
     }
 }
 

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::chat::language::{Language, Sources};
 use crate::fleet::spec::WorkerSpec;
-use crate::fleet::{Discovered, LanguageRef, RuntimeType, Transport, Worker};
+use crate::fleet::{Discovered, LanguageRef, ParsersRef, RuntimeType, Transport, Worker};
 use crate::grpc::engine::ModelInfo;
 use crate::grpc::{self, Engine, Service, Wire};
 
@@ -22,6 +22,7 @@ use super::engine_tokenizer::{self, Fetched};
 use super::tokenizers::Tokenizers;
 use super::{Control, LanguageSettings};
 use crate::http::tls::UpstreamTls;
+use crate::parsers::Choice;
 
 /// Distinct tokenizer/template sets kept loaded; past this, kits are loaded per worker
 /// and not kept for sharing.
@@ -199,13 +200,51 @@ pub async fn discover(
         Service::Tokenspeed => RuntimeType::Tokenspeed,
         Service::Mlx => RuntimeType::Mlx,
     };
+    let parsers = parsers(spec, flags, served.as_deref())?;
     Ok(Discovered {
         runtime,
         models: served.into_iter().collect(),
         labels,
         http2: true,
         language: Some(LanguageRef(language)),
+        parsers: Some(ParsersRef(Arc::new(parsers))),
     })
+}
+
+/// The worker's output parsers: its model card's `tool_parser` / `reasoning_parser`, else
+/// its labels', else `--tool-call-parser` / `--reasoning-parser`, else what its model's
+/// name suggests. An unknown name fails registration (spec 1).
+fn parsers(
+    spec: &WorkerSpec,
+    flags: &LanguageSettings,
+    served: Option<&str>,
+) -> Result<Choice, String> {
+    let card = spec.models.first();
+    let tool = named(
+        card.and_then(|c| c.tool_parser.as_ref()),
+        spec.labels.get("tool_parser"),
+        flags.tool_call_parser.as_ref(),
+    );
+    let reasoning = named(
+        card.and_then(|c| c.reasoning_parser.as_ref()),
+        spec.labels.get("reasoning_parser"),
+        flags.reasoning_parser.as_ref(),
+    );
+    let model = card.map(|c| c.id.as_str()).or(served).unwrap_or_default();
+    Choice::resolve(tool, reasoning, model)
+}
+
+/// The first of a card's, a label's and a flag's value that is set and not empty.
+fn named<'a>(
+    card: Option<&'a String>,
+    label: Option<&'a String>,
+    flag: Option<&'a String>,
+) -> Option<&'a str> {
+    [card, label, flag]
+        .into_iter()
+        .flatten()
+        .map(String::as_str)
+        .find(|name| !name.is_empty())
 }
 
 /// `GetModelInfo` of each candidate service in turn, the round repeated every

@@ -56,12 +56,16 @@ pub struct ControlSettings {
 }
 
 /// `--model-path`, `--tokenizer-path`, `--chat-template`: the gateway's default tokenizer
-/// and chat template for gRPC workers whose registration names none.
+/// and chat template for gRPC workers whose registration names none;
+/// `--tool-call-parser`, `--reasoning-parser`: their output parsers, where the model card
+/// names none (else the model's name chooses).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LanguageSettings {
     pub model_path: Option<std::path::PathBuf>,
     pub tokenizer_path: Option<std::path::PathBuf>,
     pub chat_template: Option<std::path::PathBuf>,
+    pub tool_call_parser: Option<String>,
+    pub reasoning_parser: Option<String>,
 }
 
 impl Default for ControlSettings {

@@ -25,6 +25,7 @@ use uuid::Uuid;
 
 use crate::chat::language::Language;
 use crate::http::guard::{Guard, Release};
+use crate::parsers;
 use crate::resilience::{self, Breaker};
 use crate::resilience::{BreakerConfig, BreakerDefaults};
 use crate::secret::Secret;
@@ -307,6 +308,8 @@ pub struct Discovered {
     pub http2: bool,
     /// A gRPC engine's tokenizer and chat template.
     pub language: Option<LanguageRef>,
+    /// A gRPC engine's output parsers.
+    pub parsers: Option<ParsersRef>,
 }
 
 /// The `max_context_length` label as a number of tokens.
@@ -323,6 +326,16 @@ pub struct LanguageRef(pub Arc<Language>);
 
 impl PartialEq for LanguageRef {
     fn eq(&self, other: &LanguageRef) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+/// A gRPC worker's output parsers, chosen at registration; equal when the same choice.
+#[derive(Clone, Debug)]
+pub struct ParsersRef(pub Arc<parsers::Choice>);
+
+impl PartialEq for ParsersRef {
+    fn eq(&self, other: &ParsersRef) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
     }
 }
@@ -389,6 +402,8 @@ pub struct Worker {
     /// A gRPC engine's tokenizer and chat template (the gateway does the language work);
     /// `None` for HTTP workers.
     pub language: Option<Arc<Language>>,
+    /// A gRPC engine's output parsers (tool calls, reasoning); `None` for HTTP workers.
+    pub parsers: Option<Arc<parsers::Choice>>,
     /// The context window the engine advertised (its `max_context_length` label, which the
     /// spec's labels may override), read once here rather than per request.
     pub context_window: Option<u32>,
@@ -453,6 +468,7 @@ impl Worker {
             labels,
             http2: discovered.http2,
             language: discovered.language.map(|l| l.0),
+            parsers: discovered.parsers.map(|p| p.0),
             overload: overload::Thresholds::resolve(&defaults.overload, &spec.overload),
             request_timeout: spec
                 .http_pool
@@ -535,6 +551,7 @@ impl Worker {
             labels,
             http2: self.http2,
             language: self.language.clone(),
+            parsers: self.parsers.clone(),
             overload: self.overload,
             request_timeout: self.request_timeout,
             pool: self.pool,

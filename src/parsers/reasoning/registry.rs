@@ -62,6 +62,14 @@ pub fn by_name(name: &str) -> Option<Constructor> {
         .map(|&(_, make)| make)
 }
 
+/// Whether `name` is the Harmony parser, which reads the format's special tokens (so
+/// the detokenizer must keep them in the text).
+pub fn is_harmony(name: &str) -> bool {
+    ["gpt_oss", "openai_gptoss", "harmony"]
+        .iter()
+        .any(|known| same_name(known, name))
+}
+
 fn same_name(known: &str, name: &str) -> bool {
     let fold = |c: u8| match c {
         b'-' => b'_',

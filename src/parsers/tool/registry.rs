@@ -56,6 +56,17 @@ pub const ALIASES: &[(&str, &str)] = &[
     ("none", "passthrough"),
 ];
 
+/// Whether `name` is the Harmony parser, which reads the format's special tokens (so
+/// the detokenizer must keep them in the text).
+pub fn is_harmony(name: &str) -> bool {
+    let name = name.trim().to_ascii_lowercase().replace('-', "_");
+    let name = ALIASES
+        .iter()
+        .find(|(alias, _)| *alias == name)
+        .map_or(name.as_str(), |(_, canonical)| canonical);
+    name == "gpt_oss"
+}
+
 /// The parser called `name` (canonical or alias, any case, `-` or `_`).
 pub fn by_name(name: &str) -> Option<MakeParser> {
     let name = name.trim().to_ascii_lowercase().replace('-', "_");

@@ -7,13 +7,16 @@
 //! the engine has nothing left to stop only when it completed every sequence itself.
 
 use super::decode::{Decoding, Delta};
+use super::parse::Parsing;
 use super::reply::Finish;
 use crate::grpc::engine::{Complete, TokenLogprob};
 use crate::http::error::GatewayError;
 
-/// One sequence: its decoding and what it has made final but not yet answered.
+/// One sequence: its decoding, its output parsers (a chat choice on a worker that has
+/// them) and what it has made final but not yet answered.
 pub struct Choice {
     pub decoding: Decoding,
+    parsing: Option<Parsing>,
     pub delta: Delta,
     pub finish: Option<Finish>,
     /// The engine sent this sequence's complete.
@@ -31,6 +34,26 @@ pub enum Applied {
     Ignored,
 }
 
+impl Choice {
+    /// Ends the choice: its parsers give up what they held, and a choice that called a
+    /// function and stopped by itself finishes with `tool_calls`.
+    fn end(&mut self, finish: Finish) -> Finish {
+        let finish = match &mut self.parsing {
+            Some(parsing) => {
+                parsing.finish(&mut self.delta);
+                if parsing.called() && finish == Finish::Stop {
+                    Finish::ToolCalls
+                } else {
+                    finish
+                }
+            }
+            None => finish,
+        };
+        self.finish = Some(finish);
+        finish
+    }
+}
+
 pub struct Choices {
     list: Vec<Choice>,
     finished: usize,
@@ -38,13 +61,14 @@ pub struct Choices {
 }
 
 impl Choices {
-    /// One choice per decoding, indexed in order.
-    pub fn new(decodings: Vec<Decoding>) -> Choices {
+    /// One choice per decoding (with its parsing, if any), indexed in order.
+    pub fn new(decodings: Vec<(Decoding, Option<Parsing>)>) -> Choices {
         Choices {
             list: decodings
                 .into_iter()
-                .map(|decoding| Choice {
+                .map(|(decoding, parsing)| Choice {
                     decoding,
+                    parsing,
                     delta: Delta::default(),
                     finish: None,
                     completed: false,
@@ -96,10 +120,15 @@ impl Choices {
         if choice.finish.is_some() {
             return Ok(Applied::Ignored);
         }
-        if choice.decoding.push(ids, scores, &mut choice.delta) {
-            choice.finish = Some(Finish::Stop);
+        let from = choice.delta.text.len();
+        let stopped = choice.decoding.push(ids, scores, &mut choice.delta);
+        if let Some(parsing) = &mut choice.parsing {
+            parsing.push(&mut choice.delta, from);
+        }
+        if stopped {
+            let finish = choice.end(Finish::Stop);
             self.finished += 1;
-            return Ok(Applied::Finished(index, Finish::Stop));
+            return Ok(Applied::Finished(index, finish));
         }
         Ok(Applied::Going(index))
     }
@@ -120,6 +149,7 @@ impl Choices {
             return Ok(Applied::Ignored);
         }
         // The complete may carry ids no chunk carried (SGLang's last step).
+        let from = choice.delta.text.len();
         let stopped = choice
             .decoding
             .push(&complete.ids, complete.logprobs, &mut choice.delta);
@@ -141,7 +171,10 @@ impl Choices {
                 }
             }
         };
-        choice.finish = Some(finish);
+        if let Some(parsing) = &mut choice.parsing {
+            parsing.push(&mut choice.delta, from);
+        }
+        let finish = choice.end(finish);
         self.finished += 1;
         Ok(Applied::Finished(index, finish))
     }
@@ -197,7 +230,10 @@ pub(super) mod tests {
         let lang = language();
         Choices::new(
             (0..n)
-                .map(|_| Decoding::new(&lang, stops, false, true, vec![], false).unwrap())
+                .map(|_| {
+                    let decoding = Decoding::new(&lang, stops, false, true, vec![], false).unwrap();
+                    (decoding, None)
+                })
                 .collect(),
         )
     }

@@ -15,6 +15,7 @@
 
 mod choices;
 mod decode;
+mod parse;
 mod reply;
 pub mod request;
 mod scores;
@@ -32,6 +33,7 @@ use uuid::Uuid;
 use super::{Answer, Attempt, SendError};
 use crate::chat::encode_cache;
 use crate::chat::language::Language;
+use crate::chat::stops::StopsError;
 use crate::chat::template::RenderInput;
 use crate::fleet::{Transport, Worker};
 use crate::grpc::engine::{EngineError, Event, Events, Generate};
@@ -46,6 +48,7 @@ use crate::pipeline::PipelineSettings;
 
 use choices::{Applied, Choices};
 use decode::Decoding;
+use parse::Parsing;
 use reply::{Finish, Outcome, Reply, Spelling, Usage};
 use request::{Ask, Input, Invalid, Route};
 
@@ -153,18 +156,25 @@ impl GrpcClient {
             room,
         };
         let ending_ids = ask.ending_ids(&language.eos_ids);
+        // Chat output goes through the worker's parsers; Harmony's are read from the
+        // format's special tokens, so those stay in the text.
+        let parsers = worker.parsers.as_deref().filter(|_| route == Route::Chat);
+        let skip_special_tokens = ask.skip_special_tokens && !parsers.is_some_and(|p| p.harmony);
         let decodings = (0..ask.n)
             .map(|_| {
-                Decoding::new(
+                let decoding = Decoding::new(
                     &language,
                     &ask.stops,
                     ask.visible_stops,
-                    ask.skip_special_tokens,
+                    skip_special_tokens,
                     ending_ids.clone(),
                     ask.logprobs.is_some(),
-                )
+                )?;
+                let parsing =
+                    parsers.and_then(|p| Parsing::for_request(p, &ask, ask.opened_by_prompt));
+                Ok((decoding, parsing))
             })
-            .collect::<Result<Vec<_>, _>>()
+            .collect::<Result<Vec<_>, StopsError>>()
             .map_err(|err| {
                 SendError::Refused(GatewayError::InvalidRequest {
                     message: err.to_string(),
@@ -296,8 +306,19 @@ fn read_request(
     let mut ask = Ask::parse(route, body)
         .map_err(|Invalid(message)| GatewayError::InvalidRequest { message })?;
     let input = std::mem::replace(&mut ask.input, Input::Ids(Vec::new()));
-    let prompt = prompt_ids(language, input)?;
+    let (prompt, opened) = prompt_ids(language, input)?;
+    ask.opened_by_prompt = opened;
     Ok((ask, prompt))
+}
+
+/// Whether a rendered chat prompt ends inside a reasoning block: templates of thinking
+/// models (DeepSeek-R1, Qwen3's Thinking models, MiniMax-M2) end the generation prompt
+/// with the opening tag.
+fn opens_reasoning(rendered: &str) -> bool {
+    let end = rendered.trim_end();
+    ["<think>", "\u{25c1}think\u{25b7}"]
+        .iter()
+        .any(|tag| end.ends_with(tag))
 }
 
 /// An engine's refusal before anything was sent: one that blames the request (e.g. a
@@ -314,10 +335,10 @@ fn refusal(err: &EngineError) -> SendError {
 
 /// The prompt's token ids: a chat rendered by the model's template then tokenized as is
 /// (the template writes any BOS itself), a text prompt tokenized with the tokenizer's
-/// special tokens, token ids as given.
-fn prompt_ids(language: &Language, input: Input) -> Result<Vec<u32>, GatewayError> {
+/// special tokens, token ids as given; and whether the prompt opened a reasoning block.
+fn prompt_ids(language: &Language, input: Input) -> Result<(Vec<u32>, bool), GatewayError> {
     let (text, add_special) = match input {
-        Input::Ids(ids) => return Ok(ids),
+        Input::Ids(ids) => return Ok((ids, false)),
         Input::Text(text) => (text, true),
         Input::Chat {
             messages,
@@ -345,9 +366,12 @@ fn prompt_ids(language: &Language, input: Input) -> Result<Vec<u32>, GatewayErro
             (rendered, false)
         }
     };
-    encode_cache::encode(language, &text, add_special).map_err(|err| GatewayError::InvalidRequest {
-        message: format!("the prompt could not be tokenized: {err}"),
-    })
+    let opened = !add_special && opens_reasoning(&text);
+    encode_cache::encode(language, &text, add_special)
+        .map(|ids| (ids, opened))
+        .map_err(|err| GatewayError::InvalidRequest {
+            message: format!("the prompt could not be tokenized: {err}"),
+        })
 }
 
 /// The engine's message stream, each message awaited within the request's deadline and
@@ -503,6 +527,8 @@ impl Generation {
                 text: &c.delta.text,
                 logprobs: &c.delta.logprobs,
                 finish: c.finish.unwrap_or(Finish::Stop),
+                reasoning: &c.delta.reasoning,
+                calls: parse::calls(&c.delta.calls),
             })
             .collect();
         let body = self.reply.body(&outcomes, ids, self.usage());

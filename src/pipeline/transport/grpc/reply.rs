@@ -19,6 +19,7 @@ use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 
 use super::decode::Delta;
+use super::parse::{Call, CallDelta};
 use super::request::Route;
 use super::scores::Scored;
 use crate::chat::language::Language;
@@ -49,6 +50,8 @@ pub enum Finish {
     Stop,
     /// `max_tokens` or the context window.
     Length,
+    /// The model called a function (a chat choice whose output the tool-call parser read).
+    ToolCalls,
 }
 
 /// What every chunk and body of one answer repeats.
@@ -146,6 +149,10 @@ pub struct Outcome<'a> {
     pub text: &'a str,
     pub logprobs: &'a [Scored],
     pub finish: Finish,
+    /// A chat choice's reasoning (empty when none).
+    pub reasoning: &'a str,
+    /// A chat choice's tool calls.
+    pub calls: Vec<Call<'a>>,
 }
 
 #[derive(Serialize)]
@@ -215,7 +222,71 @@ struct ChatChoice<'a> {
 #[derive(Serialize)]
 struct Message<'a> {
     role: &'static str,
-    content: &'a str,
+    /// Null when the model only called functions, as OpenAI answers.
+    content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<Vec<ToolCallOut<'a>>>,
+}
+
+/// One call of a whole answer, in OpenAI's shape.
+#[derive(Serialize)]
+struct ToolCallOut<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: FunctionOut<'a>,
+}
+
+#[derive(Serialize)]
+struct FunctionOut<'a> {
+    name: &'a str,
+    arguments: &'a str,
+}
+
+/// A piece of a streamed call: the first names it (id, type, name, empty arguments), the
+/// others carry arguments.
+#[derive(Serialize)]
+struct ToolCallChunk<'a> {
+    index: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a str>,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    kind: Option<&'static str>,
+    function: FunctionChunk<'a>,
+}
+
+#[derive(Serialize)]
+struct FunctionChunk<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a str>,
+    arguments: &'a str,
+}
+
+impl<'a> ToolCallChunk<'a> {
+    fn of(piece: &'a CallDelta) -> ToolCallChunk<'a> {
+        match piece {
+            CallDelta::Start { index, id, name } => ToolCallChunk {
+                index: *index,
+                id: Some(id),
+                kind: Some("function"),
+                function: FunctionChunk {
+                    name: Some(name),
+                    arguments: "",
+                },
+            },
+            CallDelta::Arguments { index, fragment } => ToolCallChunk {
+                index: *index,
+                id: None,
+                kind: None,
+                function: FunctionChunk {
+                    name: None,
+                    arguments: fragment,
+                },
+            },
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -232,6 +303,10 @@ struct DeltaBody<'a> {
     role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<Vec<ToolCallChunk<'a>>>,
 }
 
 /// SGLang's `/generate` answer.
@@ -306,7 +381,21 @@ impl Reply {
                         index,
                         message: Message {
                             role: "assistant",
-                            content: c.text,
+                            content: (!c.text.is_empty() || c.calls.is_empty()).then_some(c.text),
+                            reasoning_content: (!c.reasoning.is_empty()).then_some(c.reasoning),
+                            tool_calls: (!c.calls.is_empty()).then(|| {
+                                c.calls
+                                    .iter()
+                                    .map(|call| ToolCallOut {
+                                        id: call.id,
+                                        kind: "function",
+                                        function: FunctionOut {
+                                            name: call.name,
+                                            arguments: &call.arguments,
+                                        },
+                                    })
+                                    .collect()
+                            }),
                         },
                         logprobs: self.spelling.as_ref().map(|s| s.chat(c.logprobs)),
                         finish_reason: c.finish,
@@ -360,7 +449,7 @@ impl Reply {
             meta_info: MetaInfo {
                 id: &self.id,
                 finish_reason: finish.map(|finish| match finish {
-                    Finish::Stop => FinishInfo {
+                    Finish::Stop | Finish::ToolCalls => FinishInfo {
                         kind: "stop",
                         length: None,
                     },
@@ -386,6 +475,8 @@ impl Reply {
                     delta: DeltaBody {
                         role: Some("assistant"),
                         content: Some(""),
+                        reasoning_content: None,
+                        tool_calls: None,
                     },
                     logprobs: None,
                     finish_reason: None,
@@ -407,7 +498,17 @@ impl Reply {
                     index,
                     delta: DeltaBody {
                         role: None,
-                        content: (!text.is_empty() || finish.is_none()).then_some(text),
+                        // Plain deltas always carry content; a finishing or a
+                        // reasoning or call delta only when it has text.
+                        content: (!text.is_empty()
+                            || (finish.is_none()
+                                && delta.reasoning.is_empty()
+                                && delta.calls.is_empty()))
+                        .then_some(text),
+                        reasoning_content: (!delta.reasoning.is_empty())
+                            .then_some(delta.reasoning.as_str()),
+                        tool_calls: (!delta.calls.is_empty())
+                            .then(|| delta.calls.iter().map(ToolCallChunk::of).collect()),
                     },
                     logprobs: spelling.zip(scored).map(|(s, scored)| s.chat(scored)),
                     finish_reason: finish,
@@ -466,7 +567,7 @@ mod tests {
     fn text(text: &str) -> Delta {
         Delta {
             text: text.into(),
-            logprobs: Vec::new(),
+            ..Delta::default()
         }
     }
 
@@ -475,7 +576,67 @@ mod tests {
             text,
             logprobs: &[],
             finish,
+            reasoning: "",
+            calls: Vec::new(),
         }]
+    }
+
+    #[test]
+    fn reasoning_and_tool_calls_take_openais_shapes() {
+        let r = reply(Route::Chat);
+        let calls = [
+            CallDelta::Start {
+                index: 0,
+                id: "call_1".into(),
+                name: "get_weather".into(),
+            },
+            CallDelta::Arguments {
+                index: 0,
+                fragment: "{\"city\": \"Paris\"}".into(),
+            },
+        ];
+        let whole = [Outcome {
+            text: "",
+            logprobs: &[],
+            finish: Finish::ToolCalls,
+            reasoning: "hmm",
+            calls: super::super::parse::calls(&calls),
+        }];
+        let v: Value = serde_json::from_slice(&r.body(&whole, &[], Usage::new(1, 2))).unwrap();
+        let choice = &v["choices"][0];
+        assert_eq!(choice["finish_reason"], "tool_calls");
+        assert_eq!(
+            choice["message"],
+            json!({"role": "assistant", "content": null, "reasoning_content": "hmm",
+                   "tool_calls": [{"id": "call_1", "type": "function", "function":
+                       {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]})
+        );
+        // Plain answers keep their shape: content, no reasoning or calls fields.
+        let plain: Value =
+            serde_json::from_slice(&r.body(&one("hi", Finish::Stop), &[], Usage::new(1, 1)))
+                .unwrap();
+        assert_eq!(
+            plain["choices"][0]["message"],
+            json!({"role": "assistant", "content": "hi"})
+        );
+
+        // Streamed: the start names the call, the next pieces carry arguments only.
+        let delta = Delta {
+            reasoning: "r".into(),
+            calls: calls.to_vec(),
+            ..Delta::default()
+        };
+        let e = event_json(&r.delta_event(0, &delta, None));
+        assert_eq!(
+            e["choices"][0]["delta"],
+            json!({"reasoning_content": "r", "tool_calls": [
+                {"index": 0, "id": "call_1", "type": "function",
+                 "function": {"name": "get_weather", "arguments": ""}},
+                {"index": 0, "function": {"arguments": "{\"city\": \"Paris\"}"}}]})
+        );
+        let e = event_json(&r.delta_event(0, &Delta::default(), Some(Finish::ToolCalls)));
+        assert_eq!(e["choices"][0]["delta"], json!({}));
+        assert_eq!(e["choices"][0]["finish_reason"], "tool_calls");
     }
 
     fn event_json(event: &Bytes) -> Value {
@@ -586,11 +747,15 @@ mod tests {
                 text: "b",
                 logprobs: &entries,
                 finish: Finish::Stop,
+                reasoning: "",
+                calls: Vec::new(),
             },
             Outcome {
                 text: "",
                 logprobs: &[],
                 finish: Finish::Length,
+                reasoning: "",
+                calls: Vec::new(),
             },
         ];
         let v: Value = serde_json::from_slice(&r.body(&choices, &[], Usage::new(1, 2))).unwrap();
@@ -618,6 +783,7 @@ mod tests {
         let delta = Delta {
             text: "b c".into(),
             logprobs: vec![scored(1, 0), scored(2, 2)],
+            ..Delta::default()
         };
         let e = event_json(&r.delta_event(0, &delta, None));
         assert_eq!(

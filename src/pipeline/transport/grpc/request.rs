@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 
 use crate::chat::stops::{MAX_STOPS, MAX_STOP_BYTES};
 use crate::grpc::engine::{Params, Sampling};
+use crate::parsers::tool::{ToolSpec, Tools};
 
 /// Most `stop_token_ids` a request may carry.
 pub const MAX_STOP_TOKEN_IDS: usize = 64;
@@ -22,6 +23,9 @@ pub const MAX_CHOICES: u32 = 16;
 /// `logprobs` (the legacy API's).
 pub const MAX_CHAT_TOP_LOGPROBS: u32 = 20;
 pub const MAX_COMPLETION_LOGPROBS: u32 = 5;
+
+/// Most functions one request may declare (OpenAI's bound).
+pub const MAX_TOOLS: usize = 128;
 
 /// The route a request came in on: what it carries and the shape of its answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,6 +120,7 @@ struct Body {
     messages: Option<Value>,
     prompt: Option<Prompt>,
     tools: Option<Value>,
+    tool_choice: Option<Value>,
     #[serde(default)]
     stream: bool,
     stream_options: Option<StreamOptions>,
@@ -183,6 +188,28 @@ pub struct Ask {
     pub n: u32,
     /// Log probabilities asked for, with this many alternatives per token.
     pub logprobs: Option<u32>,
+    /// The functions a chat request declared, for the tool-call parser; empty when none.
+    pub tools: Tools,
+    pub tool_choice: ToolChoice,
+    /// The request lets the model think (`chat_template_kwargs.enable_thinking` or
+    /// `thinking`, true unless set false).
+    pub thinking: bool,
+    /// The rendered prompt ends inside a reasoning block (the template opened it), so
+    /// the output starts in reasoning; set once the prompt is rendered.
+    pub opened_by_prompt: bool,
+}
+
+/// `tool_choice`: whether and how the model may call the declared functions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ToolChoice {
+    /// The model decides (OpenAI's default when tools are given).
+    Auto,
+    /// No calls: the output is not parsed for them.
+    None,
+    /// At least one call.
+    Required,
+    /// A call to this function.
+    Named(String),
 }
 
 /// What becomes the prompt.
@@ -224,9 +251,9 @@ impl Ask {
                 }
                 Input::Chat {
                     messages,
-                    tools: body.tools.filter(|t| !t.is_null()),
+                    tools: body.tools.clone().filter(|t| !t.is_null()),
                     add_generation_prompt: body.add_generation_prompt.unwrap_or(true),
-                    kwargs: body.chat_template_kwargs,
+                    kwargs: body.chat_template_kwargs.clone(),
                 }
             }
             Route::Completions | Route::Generate => match body.prompt {
@@ -242,6 +269,12 @@ impl Ask {
         let stops = stop_strings(body.stop)?;
         let stop_token_ids = stop_token_ids(body.stop_token_ids)?;
         let sampling = body.knobs.resolve()?;
+        let tools = match (&route, &body.tools) {
+            (Route::Chat, Some(tools)) if !tools.is_null() => tool_specs(tools)?,
+            _ => Vec::new(),
+        };
+        let tool_choice = tool_choice(body.tool_choice, &tools)?;
+        let thinking = thinking(body.chat_template_kwargs.as_ref());
         Ok(Ask {
             route,
             model: body.model,
@@ -257,6 +290,10 @@ impl Ask {
             sampling,
             n,
             logprobs,
+            tools: tools.into(),
+            tool_choice,
+            thinking,
+            opened_by_prompt: false,
         })
     }
 
@@ -289,6 +326,10 @@ impl Ask {
             sampling,
             n: 1,
             logprobs: None,
+            tools: Vec::new().into(),
+            tool_choice: ToolChoice::None,
+            thinking: true,
+            opened_by_prompt: false,
         })
     }
 
@@ -357,6 +398,92 @@ fn logprobs(
             },
         },
     }
+}
+
+/// The functions of a `tools` array (`[{type: "function", function: {name, parameters}}]`),
+/// within [`MAX_TOOLS`]; the template renders the array itself, this is what the tool-call
+/// parser needs.
+fn tool_specs(tools: &Value) -> Result<Vec<ToolSpec>, Invalid> {
+    let list = tools
+        .as_array()
+        .ok_or_else(|| Invalid("tools must be an array".into()))?;
+    if list.len() > MAX_TOOLS {
+        return Err(Invalid(format!(
+            "tools takes at most {MAX_TOOLS} functions"
+        )));
+    }
+    list.iter()
+        .enumerate()
+        .map(|(at, tool)| {
+            let kind = tool
+                .get("type")
+                .and_then(Value::as_str)
+                .unwrap_or("function");
+            let function = tool.get("function").filter(|_| kind == "function");
+            let name = function
+                .and_then(|f| f.get("name"))
+                .and_then(Value::as_str)
+                .filter(|name| !name.is_empty())
+                .ok_or_else(|| Invalid(format!("tools[{at}].function.name is required")))?;
+            Ok(ToolSpec {
+                name: name.to_owned(),
+                parameters: function
+                    .and_then(|f| f.get("parameters"))
+                    .cloned()
+                    .unwrap_or(Value::Null),
+            })
+        })
+        .collect()
+}
+
+/// `tool_choice`: `"none"`, `"auto"`, `"required"` or `{type: "function", function:
+/// {name}}`; absent is `auto` with tools, `none` without. A choice that needs tools, or
+/// names one not declared, is refused.
+fn tool_choice(field: Option<Value>, tools: &[ToolSpec]) -> Result<ToolChoice, Invalid> {
+    let choice = match field.filter(|v| !v.is_null()) {
+        None if tools.is_empty() => return Ok(ToolChoice::None),
+        None => ToolChoice::Auto,
+        Some(Value::String(word)) => match word.as_str() {
+            "none" => ToolChoice::None,
+            "auto" => ToolChoice::Auto,
+            "required" => ToolChoice::Required,
+            other => {
+                return Err(Invalid(format!(
+                    "tool_choice must be none, auto, required or a function, not {other:?}"
+                )))
+            }
+        },
+        Some(named) => {
+            let name = named
+                .get("function")
+                .and_then(|f| f.get("name"))
+                .and_then(Value::as_str)
+                .ok_or_else(|| {
+                    Invalid("tool_choice must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": …}}".into())
+                })?;
+            ToolChoice::Named(name.to_owned())
+        }
+    };
+    match &choice {
+        ToolChoice::Required | ToolChoice::Named(_) if tools.is_empty() => {
+            Err(Invalid("tool_choice needs tools".into()))
+        }
+        ToolChoice::Named(name) if !tools.iter().any(|t| &t.name == name) => Err(Invalid(format!(
+            "tool_choice names {name:?}, which is not among the tools"
+        ))),
+        _ => Ok(choice),
+    }
+}
+
+/// Whether the template kwargs let the model think: `enable_thinking` (Qwen3, GLM) or
+/// `thinking` (DeepSeek-V3.1), true unless one is false.
+fn thinking(kwargs: Option<&Map<String, Value>>) -> bool {
+    let Some(kw) = kwargs else {
+        return true;
+    };
+    ["enable_thinking", "thinking"]
+        .iter()
+        .all(|key| kw.get(*key).and_then(Value::as_bool) != Some(false))
 }
 
 /// The non-empty stop strings of a `stop` field, within the bounds.
