@@ -53,8 +53,11 @@ fn body(content: &str, stream: bool) -> Value {
            "messages": [{"role": "user", "content": content}], "tools": tools()})
 }
 
-/// `(content, reasoning, [(name, arguments as JSON)], finish_reason)` of a whole answer.
-type Seen = (Value, Value, Vec<(String, Value)>, String);
+/// `(name, arguments as JSON)` of each call.
+type Calls = Vec<(String, Value)>;
+
+/// `(content, reasoning, calls, finish_reason)` of a whole answer.
+type Seen = (Value, Value, Calls, String);
 
 fn whole(v: &Value) -> Seen {
     let choice = &v["choices"][0];
@@ -174,7 +177,7 @@ fn weather(city: &str) -> (String, Value) {
 
 #[tokio::test]
 async fn each_family_syntax_becomes_openai_tool_calls() {
-    let cases: &[(&str, &str, Vec<(String, Value)>)] = &[
+    let cases: &[(&str, &str, Calls)] = &[
         (
             "qwen",
             "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n\
@@ -373,4 +376,83 @@ fn unknown_parser_flags_are_refused_at_startup() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(flag) && err.contains("passthrough"), "{err}");
     }
+}
+
+#[tokio::test]
+async fn tool_choice_required_and_named_constrain_the_engine() {
+    for service in ["sglang", "vllm"] {
+        let dir = temp_dir("parsers", &format!("forced-{service}"));
+        let tok = write_tokenizer(&dir);
+        let eos = tok.token_to_id(IM_END).unwrap().to_string();
+        let engine = common::grpc_engine(&[
+            "--service",
+            service,
+            "--model",
+            "echo-model",
+            "--eos-token-id",
+            &eos,
+        ]);
+        // The worker's own parser (passthrough here) does not matter: the constraint
+        // decides the output's shape.
+        let gw = support::echo::gateway_for(&engine, &dir).await;
+        let url = format!("{}/v1/chat/completions", gw.url());
+
+        // required: an array of calls; the mock echoes, so the message is that array.
+        let mut b = body(
+            "[{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}, \
+             {\"name\": \"get_time\", \"parameters\": {\"zone\": \"UTC\"}}]",
+            false,
+        );
+        b["tool_choice"] = json!("required");
+        let reply = post_json(&url, &b).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let (_, _, calls, finish) = whole(&reply.json());
+        assert_eq!(
+            calls,
+            vec![
+                weather("Oslo"),
+                ("get_time".to_owned(), json!({"zone": "UTC"}))
+            ],
+            "{service}"
+        );
+        assert_eq!(finish, "tool_calls");
+        support::echo::logged(&engine, "json_schema={\"type\":\"array\",\"minItems\":1").await;
+        assert!(
+            engine.log_text().contains("\"enum\":[\"get_time\"]"),
+            "{}",
+            engine.log_text()
+        );
+
+        // A named function: the output is its arguments.
+        let mut b = body("{\"city\": \"Pisa\"}", true);
+        b["tool_choice"] = json!({"type": "function", "function": {"name": WEATHER}});
+        let c = common::client(false);
+        let resp = start_json(&c, &url, &b).await;
+        assert_eq!(resp.status(), 200);
+        let frames = read_frames(&mut resp.into_body(), Duration::from_secs(20)).await;
+        let (_, _, calls, finish) = streamed(&frames.text());
+        assert_eq!(calls, vec![weather("Pisa")], "{service}");
+        assert_eq!(finish, "tool_calls");
+        support::echo::logged(
+            &engine,
+            "json_schema={\"type\":\"object\",\"properties\":{\"city\"",
+        )
+        .await;
+    }
+
+    // A service whose constraint fields the gateway does not speak: refused up front.
+    let dir = temp_dir("parsers", "forced-trtllm");
+    write_tokenizer(&dir);
+    let engine = common::grpc_engine(&["--service", "trtllm", "--model", "echo-model"]);
+    let gw = support::echo::gateway_for(&engine, &dir).await;
+    let mut b = body("x", false);
+    b["tool_choice"] = json!("required");
+    let reply = post_json(&format!("{}/v1/chat/completions", gw.url()), &b).await;
+    support::assert_gateway_error(&reply, 400, "invalid_request");
+    assert!(
+        reply.text().contains("constrained decoding"),
+        "{}",
+        reply.text()
+    );
+    assert!(!engine.log_text().contains("generate request_id"));
 }

@@ -6,6 +6,7 @@
 use std::fmt;
 use std::io::Write;
 
+use tollgate::grpc::sglang::sampling_params::Constraint;
 use tollgate::grpc::sglang::{GenerateRequest, SamplingParams};
 
 /// Writes one line; a closed stdout is not the engine's problem, so errors are dropped.
@@ -54,7 +55,7 @@ pub fn generate(request: &GenerateRequest) {
     line(format_args!(
         "generate request_id={} input_ids={input_ids} max_new_tokens={max_new_tokens} \
          stream={} temperature={} top_p={} top_k={} min_p={} stop_token_ids={stop_ids} \
-         stop={stop} ignore_eos={}",
+         stop={stop} ignore_eos={}{}",
         Id(&request.request_id),
         request.stream,
         params.temperature,
@@ -62,7 +63,18 @@ pub fn generate(request: &GenerateRequest) {
         params.top_k,
         params.min_p,
         params.ignore_eos,
+        constraint(params),
     ));
+}
+
+/// ` json_schema=<schema>` when the request constrains the output (the mock does not
+/// follow it: it only says what it was asked); nothing otherwise.
+fn constraint(params: &SamplingParams) -> String {
+    match &params.constraint {
+        Some(Constraint::JsonSchema(schema)) => format!(" json_schema={schema}"),
+        Some(_) => " constraint=other".to_owned(),
+        None => String::new(),
+    }
 }
 
 #[cfg(test)]

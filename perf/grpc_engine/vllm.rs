@@ -164,6 +164,11 @@ fn to_sglang(request: vllm::GenerateRequest) -> Result<sglang::GenerateRequest, 
             spaces_between_special_tokens: p.spaces_between_special_tokens,
             n: i32::try_from(p.n.max(1)).unwrap_or(i32::MAX),
             ignore_eos: p.ignore_eos,
+            constraint: p.constraint.map(|c| match c {
+                vllm::sampling_params::Constraint::JsonSchema(schema) => {
+                    sglang::sampling_params::Constraint::JsonSchema(schema)
+                }
+            }),
             ..sglang::SamplingParams::default()
         }),
         return_logprob: p.logprobs.is_some(),

@@ -77,6 +77,12 @@ impl Service {
         matches!(self, Service::Sglang | Service::Vllm | Service::Tokenspeed)
     }
 
+    /// Whether the service takes a JSON schema the output must match (SGLang's and vLLM's
+    /// `constraint`; the others' constraint fields are not spoken here).
+    pub fn constrains(self) -> bool {
+        matches!(self, Service::Sglang | Service::Vllm)
+    }
+
     /// Whether the service generates several sequences from one prompt (OpenAI's `n`).
     /// MLX's request has no such field: it would answer one sequence where `n` were asked.
     pub fn samples_many(self) -> bool {
@@ -120,6 +126,9 @@ pub struct Params {
     /// Log probabilities of every generated token with this many likeliest alternatives
     /// each; `None`: none asked.
     pub logprobs: Option<u32>,
+    /// A JSON schema the output must match (constrained decoding), for the services that
+    /// take one ([`Service::constrains`]).
+    pub json_schema: Option<String>,
 }
 
 /// One generation to start. It is always streamed from the engine, so the gateway sees
@@ -569,6 +578,7 @@ pub(super) mod tests {
             ignore_eos: false,
             n: 1,
             logprobs: None,
+            json_schema: None,
         }
     }
 

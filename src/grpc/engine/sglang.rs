@@ -5,8 +5,8 @@
 use super::scores::{aligned, Scores};
 use super::{Complete, EngineError, Event, Generate, ModelInfo};
 use crate::grpc::sglang::{
-    generate_response::Response, AbortRequest, GenerateRequest, GetLoadsRequest,
-    GetModelInfoResponse, SamplingParams, TokenizedInput,
+    generate_response::Response, sampling_params::Constraint, AbortRequest, GenerateRequest,
+    GetLoadsRequest, GetModelInfoResponse, SamplingParams, TokenizedInput,
 };
 
 pub(super) fn request(job: Generate) -> GenerateRequest {
@@ -32,6 +32,7 @@ pub(super) fn request(job: Generate) -> GenerateRequest {
             spaces_between_special_tokens: true,
             n: i32::try_from(p.n.max(1)).unwrap_or(1),
             ignore_eos: p.ignore_eos,
+            constraint: p.json_schema.map(Constraint::JsonSchema),
             ..SamplingParams::default()
         }),
         return_logprob: p.logprobs.is_some(),

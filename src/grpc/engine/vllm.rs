@@ -4,8 +4,8 @@
 use super::scores::{aligned, Scores};
 use super::{Complete, Event, Generate, ModelInfo};
 use crate::grpc::vllm::{
-    generate_request, generate_response::Response, AbortRequest, GenerateRequest, GetLoadsRequest,
-    GetModelInfoResponse, SamplingParams, TokenizedInput,
+    generate_request, generate_response::Response, sampling_params::Constraint, AbortRequest,
+    GenerateRequest, GetLoadsRequest, GetModelInfoResponse, SamplingParams, TokenizedInput,
 };
 
 pub(super) fn request(job: Generate) -> GenerateRequest {
@@ -32,6 +32,7 @@ pub(super) fn request(job: Generate) -> GenerateRequest {
             ignore_eos: p.ignore_eos,
             n: p.n.max(1),
             logprobs: p.logprobs.map(|k| i32::try_from(k).unwrap_or(i32::MAX)),
+            constraint: p.json_schema.map(Constraint::JsonSchema),
             ..SamplingParams::default()
         }),
         stream: true,

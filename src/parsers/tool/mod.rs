@@ -18,6 +18,7 @@ pub mod kimik2;
 pub mod llama;
 pub mod minimax_m2;
 pub mod mistral;
+pub mod named;
 pub mod passthrough;
 pub mod pythonic;
 pub mod qwen;

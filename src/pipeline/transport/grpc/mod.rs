@@ -120,6 +120,15 @@ impl GrpcClient {
             return answer_locally(path, worker, &language, &body);
         };
         let (ask, prompt) = understand(&language, route, body).await?;
+        if ask.json_schema().is_some() && !service.constrains() {
+            return Err(SendError::Refused(GatewayError::InvalidRequest {
+                message: format!(
+                    "tool_choice required or a named function needs constrained decoding, \
+                     which {} workers do not offer through this gateway",
+                    service.runtime()
+                ),
+            }));
+        }
         if ask.n > 1 && !service.samples_many() {
             return Err(SendError::Refused(GatewayError::InvalidRequest {
                 message: format!(

@@ -9,7 +9,7 @@
 use super::decode::Delta;
 use super::request::{Ask, ToolChoice};
 use crate::parsers::reasoning::{ReasoningDelta, ReasoningParser, Thinking};
-use crate::parsers::tool::{ToolDelta, ToolParser};
+use crate::parsers::tool::{self, ToolDelta, ToolParser};
 use crate::parsers::Choice;
 
 /// One piece of a choice's tool calls, in order.
@@ -41,9 +41,16 @@ impl Parsing {
     /// parsed (both parsers passthrough, or no tools and no reasoning parser).
     /// `opened_by_prompt`: the rendered prompt ends inside a reasoning block.
     pub fn for_request(choice: &Choice, ask: &Ask, opened_by_prompt: bool) -> Option<Parsing> {
-        let tools =
-            (choice.parses_tools() && !ask.tools.is_empty() && ask.tool_choice != ToolChoice::None)
-                .then(|| (choice.tool)(&ask.tools));
+        let tools = match &ask.tool_choice {
+            _ if ask.tools.is_empty() => None,
+            ToolChoice::None => None,
+            ToolChoice::Auto => choice.parses_tools().then(|| (choice.tool)(&ask.tools)),
+            // Constrained to `[{"name", "parameters"}, …]` (see `Ask::json_schema`),
+            // whatever the model's own syntax.
+            ToolChoice::Required => Some(tool::json::new(&ask.tools)),
+            // Constrained to the function's arguments.
+            ToolChoice::Named(name) => Some(tool::named::new(name)),
+        };
         let reasoning = choice.parses_reasoning().then(|| {
             (choice.reasoning)(Thinking {
                 enabled: ask.thinking,

@@ -358,7 +358,41 @@ impl Ask {
             ignore_eos: self.ignore_eos,
             n: self.n,
             logprobs: self.logprobs,
+            json_schema: self.json_schema(),
         }
+    }
+
+    /// The JSON schema `tool_choice` puts on the output: for `required`, an array of at
+    /// least one call to a declared function (`[{"name": …, "parameters": {…}}]`, which
+    /// the `json` tool-call parser reads); for a named function, that function's
+    /// arguments object. `None` for `auto` and `none`.
+    pub fn json_schema(&self) -> Option<String> {
+        let arguments = |spec: &ToolSpec| match &spec.parameters {
+            Value::Null => serde_json::json!({"type": "object"}),
+            schema => schema.clone(),
+        };
+        let schema = match &self.tool_choice {
+            ToolChoice::Auto | ToolChoice::None => return None,
+            ToolChoice::Named(name) => arguments(self.tools.iter().find(|t| &t.name == name)?),
+            ToolChoice::Required => {
+                let calls: Vec<Value> = self
+                    .tools
+                    .iter()
+                    .map(|spec| {
+                        serde_json::json!({
+                            "type": "object",
+                            "properties": {
+                                "name": {"type": "string", "enum": [spec.name]},
+                                "parameters": arguments(spec),
+                            },
+                            "required": ["name", "parameters"],
+                        })
+                    })
+                    .collect();
+                serde_json::json!({"type": "array", "minItems": 1, "items": {"anyOf": calls}})
+            }
+        };
+        Some(schema.to_string())
     }
 }
 
