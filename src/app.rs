@@ -220,6 +220,13 @@ async fn dispatch(
                 Err(err) => Ok(body_error(err)),
             }
         }
+        Route::ParseFunctionCall | Route::ParseReasoning => {
+            Ok(match read_admin_body(req.into_body()).await {
+                Ok(body) if route == Route::ParseFunctionCall => admin::parse::function_call(&body),
+                Ok(body) => admin::parse::reasoning(&body),
+                Err(err) => body_error(err),
+            })
+        }
         Route::WorkersCreate
         | Route::WorkersList
         | Route::WorkerGet

@@ -395,8 +395,6 @@ async fn routes_not_built_yet_answer_501() {
     let upstream = mock(&[]);
     let gw = gateway(&["--worker-urls", &upstream.url()]);
     let cases = [
-        ("POST", "/parse/function_call"),
-        ("POST", "/parse/reasoning"),
         ("GET", "/v1/responses/resp_1"),
         ("POST", "/v1/conversations"),
     ];

@@ -9,6 +9,8 @@
 //! - [`tokenizers`]: `/v1/tokenizers*` (the tokenizer registry and its load jobs).
 //! - [`engine_metrics`]: `GET /engine_metrics` (the engines' Prometheus pages, merged).
 //! - [`loads`]: `GET /loads`, `GET /get_loads` (the load monitor's cached reports).
+//! - [`parse`]: `POST /parse/function_call`, `POST /parse/reasoning` (the gateway's output
+//!   parsers run on a client's text; no worker involved).
 //!
 //! Every handler returns a complete response and never panics; every worker call goes
 //! through [`crate::control::calls`], which bounds it as a whole and presents the worker key.
@@ -18,6 +20,7 @@ pub mod engine_metrics;
 pub mod fanout;
 pub mod info;
 pub mod loads;
+pub mod parse;
 pub mod tokenizers;
 pub mod workers;
 

@@ -356,6 +356,9 @@ pub enum AdminErrorBody<'a> {
     FailedJob { id: &'a str, message: &'a str },
     /// `{"success": false, "message"}`: tokenizer removal (404).
     Unsuccessful { message: &'a str },
+    /// `{"error": <message>, "success": false}`: the parser utilities (`/parse/*`), in the
+    /// shape spec 1 gives them.
+    Failed { message: &'a str },
 }
 
 impl AdminErrorBody<'_> {
@@ -396,6 +399,12 @@ struct UnsuccessfulBody<'a> {
     message: &'a str,
 }
 
+#[derive(Serialize)]
+struct FailedBody<'a> {
+    error: &'a str,
+    success: bool,
+}
+
 /// An administration endpoint's refusal with `status` and one of spec 1's body shapes.
 pub fn admin_error(status: StatusCode, body: AdminErrorBody<'_>) -> Response<RespBody> {
     match body {
@@ -428,6 +437,13 @@ pub fn admin_error(status: StatusCode, body: AdminErrorBody<'_>) -> Response<Res
             &UnsuccessfulBody {
                 success: false,
                 message,
+            },
+        ),
+        AdminErrorBody::Failed { message } => json_body(
+            status,
+            &FailedBody {
+                error: message,
+                success: false,
             },
         ),
     }
@@ -640,6 +656,11 @@ mod tests {
         assert_eq!(
             &body(admin_error(StatusCode::NOT_FOUND, removal))[..],
             br#"{"success":false,"message":"gone"}"#
+        );
+        let parse = AdminErrorBody::Failed { message: "bad" };
+        assert_eq!(
+            &body(admin_error(StatusCode::BAD_REQUEST, parse))[..],
+            br#"{"error":"bad","success":false}"#
         );
     }
 }
