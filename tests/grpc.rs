@@ -334,6 +334,8 @@ async fn generation_metrics_are_recorded_for_grpc() {
         "gw_router_tpot_seconds_count{router_type=\"grpc\"",
         "gw_router_generation_duration_seconds_count{router_type=\"grpc\"",
         "gw_router_tokens_total{router_type=\"grpc\"",
+        // Every worker is a gRPC engine: the body is read whole for the chat pipeline.
+        "gw_router_request_body_path_total{path=\"buffered\",reason=\"grpc\"} 1",
     ] {
         assert!(text.contains(series), "{series} missing:\n{text}");
     }

@@ -745,6 +745,8 @@ pub struct Snapshot {
     known_models: std::collections::HashSet<String>,
     /// Whether a registered regular worker has no model list (it serves any model).
     any_model: bool,
+    /// Regular workers are registered and every one is a gRPC engine.
+    all_grpc: bool,
 }
 
 /// Workers by URL. Rank targets are found under their own `URL@rank` and, the first
@@ -801,6 +803,8 @@ impl Snapshot {
             .flat_map(|w| w.model_names.iter().cloned())
             .collect();
         let any_model = regular().any(|w| w.model_names.is_empty());
+        let all_grpc = regular().next().is_some()
+            && regular().all(|w| w.connection_mode() == ConnectionMode::Grpc);
         for (alias, canonical) in aliases {
             if known_models.contains(canonical) {
                 known_models.insert(alias.clone());
@@ -815,7 +819,14 @@ impl Snapshot {
             routable_any_model,
             known_models,
             any_model,
+            all_grpc,
         }
+    }
+
+    /// Regular workers are registered and every one is a gRPC engine (the gateway reads
+    /// every request whole to do the language work).
+    pub fn all_grpc(&self) -> bool {
+        self.all_grpc
     }
 
     /// Every registered worker, in registration order.

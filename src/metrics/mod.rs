@@ -35,7 +35,7 @@ use crate::http::route::Route;
 use crate::routing::{Branch, Policy, Selection};
 use labels::{Label, Labels, ModelLabels};
 
-/// Body-path label pairs whose counter handles are kept resolved (the pipeline has 10).
+/// Body-path label pairs whose counter handles are kept resolved (the pipeline has 11).
 pub const BODY_PATH_SLOTS: usize = 16;
 
 /// Default buckets (seconds) of every `*_duration_seconds` histogram.

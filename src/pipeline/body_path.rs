@@ -23,6 +23,9 @@
 /// Why a body is read whole before dispatch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BufferReason {
+    /// The regular workers are gRPC engines: the gateway's own chat pipeline reads the
+    /// whole request (spec 3's router family name, `grpc`).
+    Grpc,
     /// Several models behind the gateway: the body names the model.
     ModelSelection,
     /// The routing policy needs the prompt text.
@@ -73,6 +76,7 @@ impl BodyPath {
     /// The metric's `reason` label.
     pub fn reason(self) -> &'static str {
         match self {
+            BodyPath::Buffered(BufferReason::Grpc) => "grpc",
             BodyPath::Buffered(BufferReason::ModelSelection) => "model_selection",
             BodyPath::Buffered(BufferReason::PolicyNeedsText) => "policy_needs_text",
             BodyPath::Buffered(BufferReason::RoutingKeyOverride) => "routing_key_override",
@@ -87,7 +91,7 @@ impl BodyPath {
     }
 
     /// How many decisions there are (the metric's label pairs).
-    pub const COUNT: usize = 10;
+    pub const COUNT: usize = 11;
 
     /// A dense index in `0..COUNT`, for pre-resolved metric handles.
     pub fn index(self) -> usize {
@@ -102,6 +106,7 @@ impl BodyPath {
             BodyPath::Streamed(StreamReason::PureForward) => 7,
             BodyPath::Buffered(BufferReason::WorkerMutatesBody) => 8,
             BodyPath::Streamed(StreamReason::BudgetFull) => 9,
+            BodyPath::Buffered(BufferReason::Grpc) => 10,
         }
     }
 
@@ -123,6 +128,9 @@ pub struct Inputs {
     pub mutates_body: bool,
     /// A media budget is set and the route carries JSON.
     pub needs_media: bool,
+    /// Every regular worker is a gRPC engine and the route carries JSON: the gateway
+    /// parses, renders and tokenizes the request itself.
+    pub grpc: bool,
     pub retries: bool,
     /// The client's `Content-Length`, if it sent one.
     pub declared_len: Option<u64>,
@@ -132,7 +140,7 @@ pub struct Inputs {
 impl Inputs {
     /// Whether correctness needs the whole body (see the module docs).
     fn must_hold_whole(&self) -> bool {
-        self.needs_model || self.mutates_body || self.needs_media
+        self.needs_model || self.mutates_body || self.needs_media || self.grpc
     }
 
     /// The most a buffered body may hold before it streams on instead; `None` when it
@@ -153,6 +161,9 @@ pub fn decide(inputs: Inputs) -> BodyPath {
         } else {
             BodyPath::Streamed(StreamReason::PureForward)
         };
+    }
+    if inputs.grpc {
+        return BodyPath::Buffered(BufferReason::Grpc);
     }
     if inputs.needs_model {
         return BodyPath::Buffered(BufferReason::ModelSelection);
@@ -190,6 +201,7 @@ mod tests {
             needs_rid: false,
             mutates_body: false,
             needs_media: false,
+            grpc: false,
             retries: true,
             declared_len: Some(100),
             max_buffered: 1000,
@@ -202,6 +214,19 @@ mod tests {
 
     #[test]
     fn routing_needs_come_before_retries() {
+        let grpc = Inputs {
+            grpc: true,
+            needs_model: true,
+            retries: false,
+            declared_len: Some(u64::MAX),
+            ..inputs()
+        };
+        assert_eq!(labels(decide(grpc)), ("buffered", "grpc"));
+        assert_eq!(
+            grpc.hold_limit(),
+            None,
+            "the gRPC pipeline needs the whole body"
+        );
         let all = Inputs {
             needs_model: true,
             needs_text: true,
@@ -238,6 +263,7 @@ mod tests {
     #[test]
     fn every_decision_has_its_own_index() {
         let all = [
+            BodyPath::Buffered(BufferReason::Grpc),
             BodyPath::Buffered(BufferReason::ModelSelection),
             BodyPath::Buffered(BufferReason::PolicyNeedsText),
             BodyPath::Buffered(BufferReason::RoutingKeyOverride),

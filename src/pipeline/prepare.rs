@@ -192,6 +192,7 @@ impl Pipeline {
                 && target_worker.is_none(),
             mutates_body: self.modes.dp_aware && json,
             needs_media: json && self.admission.media.is_some(),
+            grpc: json && self.registry.snapshot().all_grpc(),
             retries: self.retry.enabled(),
             declared_len: declared,
             max_buffered: self.settings.max_buffered_request_bytes,
