@@ -57,3 +57,16 @@ fn every_regression_input_passes_its_target_checks() {
         "failing regression inputs: {failures:#?}"
     );
 }
+
+/// An unterminated call of each tool-call family does not hold the stream (the fuzz target's
+/// inputs are too short to reach `MAX_HELD_BYTES`).
+#[test]
+fn tool_parsers_hold_a_bounded_amount_of_an_unterminated_call() {
+    checks::tool_parsers::bound::held_text_is_bounded();
+}
+
+/// Likewise for an unended reasoning block, newline run or Harmony header.
+#[test]
+fn reasoning_parsers_hold_a_bounded_amount_of_an_unended_block() {
+    checks::reasoning_parsers::bound::held_text_is_bounded();
+}

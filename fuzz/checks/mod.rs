@@ -12,10 +12,13 @@ pub mod h1_framing;
 pub mod h1_response;
 pub mod json_peek;
 pub mod jwt_claims;
+pub mod pieces;
 pub mod prom_text;
 pub mod reads;
+pub mod reasoning_parsers;
 pub mod route_match;
 pub mod sse;
+pub mod tool_parsers;
 pub mod worker_spec;
 
 /// The check of the target named `name` (a `[[bin]]` of `fuzz/Cargo.toml`).
@@ -32,8 +35,10 @@ pub fn by_target(name: &str) -> Option<fn(&[u8])> {
         "json_peek" => json_peek::check,
         "jwt_claims" => jwt_claims::check,
         "prom_text" => prom_text::check,
+        "reasoning_parsers" => reasoning_parsers::check,
         "route_match" => route_match::check,
         "sse" => sse::check,
+        "tool_parsers" => tool_parsers::check,
         "worker_spec" => worker_spec::check,
         _ => return None,
     })
