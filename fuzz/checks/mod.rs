@@ -12,6 +12,7 @@ pub mod h1_framing;
 pub mod h1_response;
 pub mod json_peek;
 pub mod jwt_claims;
+pub mod messages_validate;
 pub mod pieces;
 pub mod prom_text;
 pub mod reads;
@@ -34,6 +35,7 @@ pub fn by_target(name: &str) -> Option<fn(&[u8])> {
         "h1_response" => h1_response::check,
         "json_peek" => json_peek::check,
         "jwt_claims" => jwt_claims::check,
+        "messages_validate" => messages_validate::check,
         "prom_text" => prom_text::check,
         "reasoning_parsers" => reasoning_parsers::check,
         "route_match" => route_match::check,

@@ -30,6 +30,21 @@ pub enum GatewayError {
     ModelNotFound,
     /// The request cannot be served as asked (the gateway read it for its own pipeline).
     InvalidRequest { message: String },
+    /// A Messages body that is not JSON, or lacks a required field, or has one of the wrong
+    /// type (spec 2: 400 `invalid_request_error` / `json_parse_error`).
+    MessagesMalformed { message: String },
+    /// A Messages body that parses but breaks a rule (`max_tokens` 0, no messages,
+    /// `tool_choice` without `tools`): 400 `invalid_request_error` with code 400.
+    MessagesInvalid { message: String },
+    /// A `/v1/messages/count_tokens` body the gateway cannot forward: plain text, as spec 2
+    /// says (400 not JSON, 415 not declared JSON, 422 a field missing or mistyped).
+    CountTokensBody { fault: BodyFault, message: String },
+    /// The backend behind the request does not serve this endpoint at all (spec 2's 501
+    /// rows: count_tokens on gRPC engines and the provider): plain text.
+    NotServedByBackend {
+        route: &'static str,
+        backend: &'static str,
+    },
     /// The model's chat template refused the conversation or failed on it.
     ChatTemplate { message: String },
     /// The prompt is longer than the context window the worker advertises.
@@ -85,6 +100,32 @@ pub enum GatewayError {
     OverloadShed { retry_after_secs: u64 },
 }
 
+/// Why a count_tokens body was refused, which decides its status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyFault {
+    /// 400: not JSON.
+    Syntax,
+    /// 415: not sent as `application/json`.
+    MediaType,
+    /// 422: JSON, but a required field is missing or has the wrong type.
+    Field,
+}
+
+/// The body an error is written as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// The gateway envelope `{error:{type,code,message,param:null}}`.
+    Envelope,
+    /// `{error:{message,type:"invalid_request_error",code}}` with `code` the string
+    /// `json_parse_error` (spec 2's parse failures).
+    ParseError,
+    /// `{error:{message,type:"invalid_request_error",code:400}}` (spec 2's rule failures:
+    /// the code is the number 400).
+    RuleBroken,
+    /// The message as `text/plain`.
+    PlainText,
+}
+
 /// What the gateway does with one error: a row of the error table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ErrorSpec {
@@ -97,6 +138,8 @@ pub struct ErrorSpec {
     /// Whether the connection closes after the answer: the request body was not read to
     /// its end, so where the next request would start is unknown.
     pub closes: bool,
+    /// The body it is written as.
+    pub shape: Shape,
 }
 
 /// `router_error` labels (spec 3, `gw_router_request_errors_total`).
@@ -123,6 +166,10 @@ impl GatewayError {
             G::OverloadShed { .. } =>         (S::SERVICE_UNAVAILABLE, "worker_overload_protection_shed", NO_WORKERS,     KEEP),
             G::NotImplemented { .. } =>       (S::NOT_IMPLEMENTED,     "not_implemented",                 INTERNAL,       KEEP),
             G::InvalidRequest { .. } =>       (S::BAD_REQUEST,         "invalid_request",                 VALIDATION,     KEEP),
+            G::MessagesMalformed { .. } =>    (S::BAD_REQUEST,         "json_parse_error",                VALIDATION,     KEEP),
+            G::MessagesInvalid { .. } =>      (S::BAD_REQUEST,         "invalid_request",                 VALIDATION,     KEEP),
+            G::CountTokensBody { fault, .. } => (fault.status(),       "invalid_request_body",            VALIDATION,     KEEP),
+            G::NotServedByBackend { .. } =>   (S::NOT_IMPLEMENTED,     "not_implemented",                 INTERNAL,       KEEP),
             G::ChatTemplate { .. } =>         (S::BAD_REQUEST,         "chat_template_error",             VALIDATION,     KEEP),
             G::ContextLengthExceeded { .. } => (S::BAD_REQUEST,        "context_length_exceeded",         VALIDATION,     KEEP),
             G::EngineFailed { .. } =>         (S::BAD_GATEWAY,         "worker_generation_failed",        BACKEND,        KEEP),
@@ -145,11 +192,18 @@ impl GatewayError {
             G::MultimodalTooLarge { .. } =>   (S::PAYLOAD_TOO_LARGE,   "multimodal_payload_too_large",    BEFORE_ROUTING, KEEP),
             G::MultimodalBudgetFull =>        (S::TOO_MANY_REQUESTS,   "multimodal_inflight_budget",      BEFORE_ROUTING, KEEP),
         };
+        let shape = match self {
+            G::MessagesMalformed { .. } => Shape::ParseError,
+            G::MessagesInvalid { .. } => Shape::RuleBroken,
+            G::CountTokensBody { .. } | G::NotServedByBackend { .. } => Shape::PlainText,
+            _ => Shape::Envelope,
+        };
         ErrorSpec {
             status,
             code,
             router_error,
             closes,
+            shape,
         }
     }
 
@@ -185,7 +239,13 @@ impl fmt::Display for GatewayError {
             GatewayError::NoAvailableWorkers => f.write_str("no available workers"),
             // The model is not repeated: it is the client's string, of any length.
             GatewayError::ModelNotFound => f.write_str("no worker serves the requested model"),
-            GatewayError::InvalidRequest { message } => f.write_str(message),
+            GatewayError::InvalidRequest { message }
+            | GatewayError::MessagesMalformed { message }
+            | GatewayError::MessagesInvalid { message }
+            | GatewayError::CountTokensBody { message, .. } => f.write_str(message),
+            GatewayError::NotServedByBackend { route, backend } => {
+                write!(f, "{route} is not served by {backend} backends")
+            }
             GatewayError::ChatTemplate { message } => write!(f, "chat template: {message}"),
             GatewayError::ContextLengthExceeded {
                 prompt_tokens,
@@ -261,6 +321,16 @@ impl fmt::Display for GatewayError {
 
 impl std::error::Error for GatewayError {}
 
+impl BodyFault {
+    pub fn status(self) -> StatusCode {
+        match self {
+            BodyFault::Syntax => StatusCode::BAD_REQUEST,
+            BodyFault::MediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            BodyFault::Field => StatusCode::UNPROCESSABLE_ENTITY,
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct Envelope<'a> {
     error: Inner<'a>,
@@ -274,6 +344,24 @@ struct Inner<'a> {
     message: &'a str,
     param: Option<()>,
 }
+
+/// `{error:{message,type:"invalid_request_error",code}}`: spec 2's validation answers,
+/// whose `code` is a string or a number.
+#[derive(Serialize)]
+struct Validation<'a, C: Serialize> {
+    error: ValidationInner<'a, C>,
+}
+
+#[derive(Serialize)]
+struct ValidationInner<'a, C: Serialize> {
+    message: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    code: C,
+}
+
+/// The `type` of spec 2's validation answers.
+const INVALID_REQUEST_ERROR: &str = "invalid_request_error";
 
 /// The gateway error code of a response, set by [`error_response`] (the one writer of
 /// gateway errors) in the response's extensions, so the HTTP metrics learn the code
@@ -306,10 +394,35 @@ pub fn envelope_json(err: &GatewayError) -> Vec<u8> {
     .unwrap_or_default()
 }
 
-/// Builds the enveloped error response.
+/// Builds the error response in the error's shape (the gateway envelope for most).
 pub fn error_response(err: &GatewayError) -> Response<RespBody> {
     let spec = err.spec();
-    let mut resp = reply::json(spec.status, envelope_json(err));
+    let validation = |code| {
+        let message = err.to_string();
+        let body = match code {
+            Some(code) => serde_json::to_vec(&Validation {
+                error: ValidationInner {
+                    message: &message,
+                    kind: INVALID_REQUEST_ERROR,
+                    code,
+                },
+            }),
+            None => serde_json::to_vec(&Validation {
+                error: ValidationInner {
+                    message: &message,
+                    kind: INVALID_REQUEST_ERROR,
+                    code: spec.status.as_u16(),
+                },
+            }),
+        };
+        reply::json(spec.status, body.unwrap_or_default())
+    };
+    let mut resp = match spec.shape {
+        Shape::Envelope => reply::json(spec.status, envelope_json(err)),
+        Shape::ParseError => validation(Some(spec.code)),
+        Shape::RuleBroken => validation(None),
+        Shape::PlainText => reply::plain(spec.status, err.to_string()),
+    };
     resp.extensions_mut().insert(ErrorCode(spec.code));
     let headers = resp.headers_mut();
     headers.insert(ERROR_CODE_HEADER, HeaderValue::from_static(spec.code));

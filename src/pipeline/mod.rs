@@ -23,6 +23,7 @@
 
 pub mod body_path;
 pub mod headers;
+pub mod messages;
 pub mod peek;
 mod prepare;
 pub mod select;

@@ -13,11 +13,12 @@ use hyper::body::Incoming;
 
 use super::body_path::{self, BodyPath, StreamReason};
 use super::headers::{self, ContentType};
+use super::messages::{self, MessagesRoute};
 use super::peek::{self, Peeked, Wants};
 use super::Pipeline;
 use crate::admission::body_budget::Charge;
 use crate::fleet::Worker;
-use crate::http::error::GatewayError;
+use crate::http::error::{BodyFault, GatewayError};
 use crate::http::upload::{read_prefix, BodyTiming, LimitedBody, Prefix};
 use crate::routing::{Needs, RequestFacts};
 
@@ -173,6 +174,12 @@ impl Pipeline {
         let deadline = arrived + self.settings.request_timeout;
 
         let json = content_type == ContentType::Json;
+        let messages_route = MessagesRoute::of_path(req.uri().path()).filter(|_| json);
+        let counting = messages_route == Some(MessagesRoute::CountTokens);
+        if counting {
+            self.count_tokens_served(req.headers())?;
+        }
+        let renames_model = messages_route.is_some() && !self.registry.aliases().is_empty();
         let needs = self.policy.needs();
         // Header values are shared buffers: taken before the header map is handed on.
         let (routing_key, target_worker) = if needs == Needs::Header {
@@ -184,13 +191,14 @@ impl Pipeline {
             (None, None)
         };
         let inputs = body_path::Inputs {
-            needs_model: self.modes.enable_igw && json,
+            // count_tokens goes to a worker of the body's model (404 when none serves it).
+            needs_model: (self.modes.enable_igw && json) || counting,
             needs_text: needs == Needs::PromptText && json,
             needs_rid: needs == Needs::Header
                 && json
                 && routing_key.is_none()
                 && target_worker.is_none(),
-            mutates_body: self.modes.dp_aware && json,
+            mutates_body: (self.modes.dp_aware || renames_model) && json,
             needs_media: json && self.admission.media.is_some(),
             grpc: json && self.registry.snapshot().all_grpc(),
             retries: self.retry.enabled(),
@@ -206,7 +214,13 @@ impl Pipeline {
             ),
         };
         let body = LimitedBody::new(body, limit, Some(timing));
-        let (payload, path, charge) = self.read_body(body, path, &inputs, timing).await?;
+        let (mut payload, path, charge) = self.read_body(body, path, &inputs, timing).await?;
+        // Spec 2: a Messages body the gateway holds is checked before routing (a streamed
+        // one is the worker's to judge) and goes on with an aliased model renamed.
+        if let (Some(route), Payload::Held(bytes)) = (messages_route, &mut payload) {
+            let checked = messages::check(route, std::mem::take(bytes), self.registry.aliases())?;
+            *bytes = checked.body;
+        }
         self.metrics
             .body_path(path.index(), path.path(), path.reason());
         let headers = headers::to_worker(&mut head.headers, content_type, None);
@@ -234,6 +248,24 @@ impl Pipeline {
             arrived,
             routing,
         })
+    }
+
+    /// Whether count_tokens can be served here at all (spec 2: 501 on gRPC engines, 415
+    /// for a body not sent as JSON), before its body is read.
+    fn count_tokens_served(&self, headers: &HeaderMap) -> Result<(), GatewayError> {
+        if self.registry.snapshot().all_grpc() {
+            return Err(GatewayError::NotServedByBackend {
+                route: "/v1/messages/count_tokens",
+                backend: "gRPC",
+            });
+        }
+        if !messages::declares_json(headers) {
+            return Err(GatewayError::CountTokensBody {
+                fault: BodyFault::MediaType,
+                message: "Content-Type must be application/json".to_owned(),
+            });
+        }
+        Ok(())
     }
 
     /// Reads what `path` says of the body before dispatch, by the body's whole-body
