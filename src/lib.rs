@@ -18,6 +18,7 @@ pub mod fleet;
 pub mod grpc;
 pub mod http;
 pub mod logging;
+pub mod mcp;
 pub mod metrics;
 pub mod parsers;
 pub mod pipeline;

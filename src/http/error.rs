@@ -53,6 +53,12 @@ pub enum GatewayError {
     EngineFailed { message: String },
     /// A route of the contract that this build does not serve yet.
     NotImplemented { route: &'static str },
+    /// A provider's success body is not what its API promises (spec 2: `parse_error`).
+    ProviderParse { message: String },
+    /// None of the request's MCP servers connected (the provider backend's tool loop).
+    McpConnectionFailed,
+    /// The model still called MCP tools after the loop's last round.
+    McpMaxIterations { rounds: usize },
     /// The request body is larger than `--max-payload-size`.
     PayloadTooLarge { limit: u64 },
     /// The worker could not be reached (refused, unreachable, connect timeout).
@@ -165,6 +171,9 @@ impl GatewayError {
             G::ModelNotFound =>               (S::NOT_FOUND,           "model_not_found",                 NO_WORKERS,     KEEP),
             G::OverloadShed { .. } =>         (S::SERVICE_UNAVAILABLE, "worker_overload_protection_shed", NO_WORKERS,     KEEP),
             G::NotImplemented { .. } =>       (S::NOT_IMPLEMENTED,     "not_implemented",                 INTERNAL,       KEEP),
+            G::ProviderParse { .. } =>        (S::BAD_GATEWAY,         "parse_error",                     BACKEND,        KEEP),
+            G::McpConnectionFailed =>         (S::BAD_GATEWAY,         "mcp_connection_failed",           BACKEND,        KEEP),
+            G::McpMaxIterations { .. } =>     (S::BAD_GATEWAY,         "mcp_max_iterations",              BACKEND,        KEEP),
             G::InvalidRequest { .. } =>       (S::BAD_REQUEST,         "invalid_request",                 VALIDATION,     KEEP),
             G::MessagesMalformed { .. } =>    (S::BAD_REQUEST,         "json_parse_error",                VALIDATION,     KEEP),
             G::MessagesInvalid { .. } =>      (S::BAD_REQUEST,         "invalid_request",                 VALIDATION,     KEEP),
@@ -260,6 +269,16 @@ impl fmt::Display for GatewayError {
             GatewayError::NotImplemented { route } => {
                 write!(f, "{route} is not implemented by this gateway yet")
             }
+            GatewayError::ProviderParse { message } => {
+                write!(f, "the provider's response could not be parsed: {message}")
+            }
+            GatewayError::McpConnectionFailed => {
+                f.write_str("none of the request's MCP servers could be connected")
+            }
+            GatewayError::McpMaxIterations { rounds } => write!(
+                f,
+                "the model was still calling MCP tools after {rounds} rounds"
+            ),
             GatewayError::PayloadTooLarge { limit } => {
                 write!(
                     f,

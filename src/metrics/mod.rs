@@ -13,6 +13,7 @@ pub mod histogram;
 pub mod inflight;
 pub mod labels;
 mod local;
+mod mcp;
 pub mod policy;
 pub mod runtime;
 pub mod summary;
@@ -126,6 +127,8 @@ pub struct Metrics {
     branches: [Counters<1>; 4],
     match_ratio: Histogram,
     key_source: Counters<1>,
+    // MCP tool calls run by the gateway.
+    mcp: mcp::McpMetrics,
     /// The runtime canary's figures.
     pub runtime: runtime::RuntimeMetrics,
 }
@@ -224,7 +227,8 @@ impl Metrics {
             router_errors: Family::default(),
             router_ttft: histograms(buckets.clone()),
             router_tpot: histograms(buckets.clone()),
-            router_generation: histograms(buckets),
+            router_generation: histograms(buckets.clone()),
+            mcp: mcp::McpMetrics::new(buckets),
             router_tokens: Family::default(),
             upstream_responses: Family::default(),
             upstream_ok: OnceLock::new(),
@@ -392,6 +396,7 @@ impl Metrics {
             "Source of sticky routing key",
             m.key_source.clone(),
         );
+        m.mcp.register(&mut registry);
         m.runtime.register(&mut registry);
         registry.register_collector(Box::new(inflight::AgeCollector(m.inflight_ages.clone())));
         registry.register_collector(Box::new(fleet::FleetCollector::new(sources.fleet)));

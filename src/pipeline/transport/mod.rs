@@ -10,6 +10,7 @@
 pub mod credentials;
 pub mod grpc;
 pub mod http;
+pub mod mcp_loop;
 
 use std::future::Future;
 use std::time::Instant;
