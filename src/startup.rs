@@ -133,6 +133,7 @@ pub fn run(config: Config) -> Result<(), String> {
             enable_igw: config.fleet.enable_igw,
             dp_aware: config.fleet.dp_aware,
             pd_disaggregation: config.fleet.pd_disaggregation,
+            backend: config.fleet.backend,
             routing_key_headers: routing_settings.routing_key_headers.clone(),
             overload_retry_after: config.control.load_monitor_interval,
         },
@@ -163,6 +164,7 @@ pub fn run(config: Config) -> Result<(), String> {
         dp_aware: config.fleet.dp_aware,
         upstream_http2: config.fleet.upstream_http2,
         startup_api_key: config.auth.api_key.clone(),
+        backend: config.fleet.backend,
         grpc: GrpcControl::new(tokenizers, &upstream_tls),
         tls: upstream_tls,
         load_demand: LoadDemand {

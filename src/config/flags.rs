@@ -14,6 +14,7 @@ use std::time::Duration;
 use super::{Config, IoEngine, LogLevel, PolicyName, PrefillWorker};
 use crate::auth::keys::{ControlPlaneKey, TenantKey};
 use crate::auth::Role;
+use crate::fleet::provider::Backend;
 use crate::fleet::{parse_worker_url, Transport};
 use crate::secret::{redact_userinfo, Secret};
 
@@ -248,6 +249,24 @@ pub static FLAGS: &[Flag] = &[
             for v in values {
                 c.control.worker_urls.push(worker_url(v)?);
             }
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "backend",
+        "KIND",
+        "http",
+        Group::Workers,
+        "What the --worker-urls are: http (engines and OpenAI-compatible servers) or \
+         anthropic (also spelled vendor: Anthropic's Messages API, e.g. \
+         https://api.anthropic.com, or a stand-in). With anthropic only POST /v1/messages \
+         is served (other inference routes and count_tokens: 501), forwarded to \
+         <URL>/v1/messages with the client's own x-api-key, Authorization, \
+         anthropic-version and anthropic-beta; the workers are registered without any \
+         call (no probe, no detection) and take every model",
+        |c, v| {
+            c.fleet.backend = Backend::parse(v)
+                .ok_or_else(|| Invalid::new(v, "http or anthropic (or vendor)"))?;
             Ok(())
         },
     ),

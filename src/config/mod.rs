@@ -330,6 +330,12 @@ fn check_combinations(config: &Config) -> Result<(), ConfigError> {
             "regular workers cannot be listed with --pd-disaggregation; use --prefill and --decode (or --enable-igw for a mixed fleet)",
         ));
     }
+    if config.fleet.backend.is_provider() && config.fleet.pd_disaggregation {
+        return Err(conflict(
+            "--backend",
+            "a provider backend has no prefill/decode workers; drop --pd-disaggregation",
+        ));
+    }
     let mut seen = std::collections::HashSet::new();
     for tenant in &config.auth.tenant_api_keys {
         let key = tenant.key.expose();

@@ -1053,3 +1053,33 @@ fn tokenizer_cache_flags() {
     assert!(error(&["--tokenizer-cache-l0-max-entries", "-1"])
         .contains("--tokenizer-cache-l0-max-entries"));
 }
+
+#[test]
+fn backend_flag() {
+    use crate::fleet::provider::Backend;
+    assert_eq!(run(&[]).fleet.backend, Backend::Http);
+    assert_eq!(run(&["--backend", "http"]).fleet.backend, Backend::Http);
+    let c = run(&[
+        "--backend",
+        "anthropic",
+        "--worker-urls",
+        "https://api.anthropic.com",
+    ]);
+    assert_eq!(c.fleet.backend, Backend::Anthropic);
+    assert_eq!(c.control.worker_urls, ["https://api.anthropic.com"]);
+    // The spec's neutral spelling is the same backend.
+    assert_eq!(run(&["--backend=vendor"]).fleet.backend, Backend::Anthropic);
+    let e = error(&["--backend", "openai"]);
+    assert!(e.contains("--backend") && e.contains("anthropic"), "{e}");
+    let e = error(&["--backend", "anthropic", "--pd-disaggregation"]);
+    assert!(
+        e.contains("--backend") && e.contains("--pd-disaggregation"),
+        "{e}"
+    );
+    let help = match parse(&["--help"]) {
+        Ok(Command::Help(text)) => text,
+        other => panic!("{other:?}"),
+    };
+    assert!(help.contains("--backend <KIND>"), "{help}");
+    assert!(help.contains("/v1/messages"), "{help}");
+}

@@ -244,7 +244,10 @@ async fn register(
     mut spec: WorkerSpec,
 ) -> Result<Registered, String> {
     check_for_registration(&spec)?;
-    if spec.runtime_type == RuntimeType::Unspecified && is_external_provider(&spec.url) {
+    let http = matches!(spec.url.transport, Transport::Http { .. });
+    if (control.backend.is_provider() && http)
+        || (spec.runtime_type == RuntimeType::Unspecified && is_external_provider(&spec.url))
+    {
         spec.runtime_type = RuntimeType::External;
     }
     // Spec 1: a ZMQ worker has no server to pin ranks through.
@@ -287,6 +290,17 @@ async fn discover(
     let bearer = crate::fleet::bearer(spec.api_key.as_ref());
     let want = Want::from_settings(spec.http_pool.http2, control.upstream_http2);
     let timeout = probe_worker.health.timeout;
+    if spec.runtime_type == RuntimeType::External && control.backend.is_provider() {
+        // The provider backend's worker: the gateway holds no key to list models with,
+        // so nothing is asked; with no model list it takes every model.
+        return Ok((
+            Discovered {
+                runtime: RuntimeType::External,
+                ..Discovered::default()
+            },
+            None,
+        ));
+    }
     if spec.runtime_type == RuntimeType::External {
         return Ok((
             external::discover(client.pool(false), spec, timeout).await?,
@@ -361,7 +375,12 @@ async fn wait_until_answering(
 /// is registered once.
 pub fn register_startup(control: &Control) -> Result<(), String> {
     for mut spec in startup_specs(&control.settings)? {
-        spec.api_key = control.startup_api_key.clone();
+        if control.backend.is_provider() {
+            // The provider reads the client's own key; the gateway's is never sent there.
+            spec.runtime_type = RuntimeType::External;
+        } else {
+            spec.api_key = control.startup_api_key.clone();
+        }
         let url = spec.url.normalized.clone();
         let job = Job::Add {
             id: Uuid::new_v4(),

@@ -131,8 +131,11 @@ pub struct Control {
     pub dp_aware: bool,
     /// `--upstream-http2`: h2c is tried first for workers that do not set `http2`.
     pub upstream_http2: bool,
-    /// `--api-key`: the key of workers registered from the command line.
+    /// `--api-key`: the key of workers registered from the command line (not under a
+    /// provider backend, whose clients bring their own provider key).
     pub startup_api_key: Option<Secret>,
+    /// `--backend`: under a provider backend, HTTP workers are registered without a call.
+    pub backend: crate::fleet::provider::Backend,
     /// What the control plane's calls to https workers trust.
     pub tls: UpstreamTls,
     pub load_demand: LoadDemand,

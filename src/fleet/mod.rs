@@ -225,6 +225,8 @@ pub struct FleetSettings {
     pub pd_disaggregation: bool,
     /// `--upstream-http2`: prefer HTTP/2 (h2c) towards workers that do not set `http2`.
     pub upstream_http2: bool,
+    /// `--backend`: engines, or a hosted provider's API.
+    pub backend: provider::Backend,
     /// `--health-check-*`, `--health-*-threshold`, `--disable-health-check`,
     /// `--drain-settle-secs`: the health defaults of workers.
     pub health: HealthConfig,

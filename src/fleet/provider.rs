@@ -5,6 +5,9 @@
 //! `anthropic-version`. A worker on Anthropic's host (or a subdomain), or one labelled
 //! `provider: anthropic` (a stand-in or proxy on another host), is Anthropic-style; every
 //! other external worker is OpenAI-style.
+//!
+//! [`Backend`] is the gateway-wide choice of `--backend`: under `anthropic` every HTTP
+//! worker is the provider's Messages API itself, reached with the client's own key.
 
 use http::header::{HeaderName, AUTHORIZATION};
 use http::{HeaderMap, HeaderValue};
@@ -20,6 +23,33 @@ pub const PROVIDER_LABEL: &str = "provider";
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 const ANTHROPIC_VERSION_HEADER: HeaderName = HeaderName::from_static("anthropic-version");
+
+/// What the HTTP workers are (`--backend`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Backend {
+    /// Engines and OpenAI-compatible servers, each route forwarded as it came.
+    #[default]
+    Http,
+    /// Anthropic's Messages API (or a stand-in): only `/v1/messages` is served, with the
+    /// client's own provider key; the gateway registers the workers without calling them.
+    Anthropic,
+}
+
+impl Backend {
+    /// The flag's values: `http`, `anthropic` (also spelled `vendor`).
+    pub fn parse(value: &str) -> Option<Backend> {
+        match value {
+            "http" => Some(Backend::Http),
+            "anthropic" | "vendor" => Some(Backend::Anthropic),
+            _ => None,
+        }
+    }
+
+    /// Whether the workers are a hosted provider rather than engines.
+    pub fn is_provider(self) -> bool {
+        self != Backend::Http
+    }
+}
 
 /// Where an external provider wants its key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,6 +123,16 @@ impl ProviderKey {
 mod tests {
     use super::*;
     use crate::fleet::parse_worker_url;
+
+    #[test]
+    fn backend_values() {
+        assert_eq!(Backend::parse("http"), Some(Backend::Http));
+        assert_eq!(Backend::parse("anthropic"), Some(Backend::Anthropic));
+        assert_eq!(Backend::parse("vendor"), Some(Backend::Anthropic));
+        assert_eq!(Backend::parse("Anthropic"), None);
+        assert!(Backend::Anthropic.is_provider());
+        assert!(!Backend::default().is_provider());
+    }
 
     #[test]
     fn anthropic_by_host_or_label() {

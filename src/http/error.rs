@@ -713,6 +713,33 @@ mod tests {
     }
 
     #[test]
+    fn provider_backend_errors() {
+        let unserved = error_response(&GatewayError::NotServedByBackend {
+            route: "/v1/chat/completions",
+            backend: "Anthropic provider",
+        });
+        assert_eq!(unserved.status(), 501);
+        assert_eq!(
+            unserved.headers()[CONTENT_TYPE],
+            "text/plain; charset=utf-8"
+        );
+        assert!(!unserved.headers().contains_key(ERROR_CODE_HEADER));
+        let text = unserved.into_body().into_full().unwrap();
+        assert!(text.starts_with(b"/v1/chat/completions is not served"));
+
+        let parse = error_response(&GatewayError::ProviderParse {
+            message: "missing field `content`".into(),
+        });
+        assert_eq!(parse.status(), 502);
+        assert_eq!(parse.headers()[ERROR_CODE_HEADER], "parse_error");
+        assert_eq!(ErrorCode::of(&parse), "parse_error");
+        let body: serde_json::Value =
+            serde_json::from_slice(&parse.into_body().into_full().unwrap()).unwrap();
+        assert_eq!(body["error"]["code"], "parse_error");
+        assert_eq!(body["error"]["type"], "Bad Gateway");
+    }
+
+    #[test]
     fn read_errors_map_once() {
         assert_eq!(
             GatewayError::from_read(ReadError::TooLarge, 7),

@@ -3,13 +3,19 @@
 //! Towards HTTP workers only an allowlist passes (spec 2, "Forwarded to HTTP and PD
 //! workers"): everything else a client sends, `x-api-key` included, stays at the edge.
 //! Values are moved, not copied. Headers the client's `Connection` field names are
-//! hop-by-hop (RFC 9110 §7.6.1) and never forwarded, even when allowlisted.
+//! hop-by-hop (RFC 9110 §7.6.1) and never forwarded, even when allowlisted. The client's
+//! `x-api-key` stays behind in the client's own map, where only the provider backend's
+//! transport reads it (spec 2: forwarded only to the provider).
 
 use http::header::{
     HeaderName, HeaderValue, AUTHORIZATION, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE,
     TRANSFER_ENCODING,
 };
 use http::HeaderMap;
+
+/// The client's provider key (spec 2): never read by the gateway, never sent to a worker,
+/// only to the provider of `--backend anthropic`.
+pub const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 
 /// Whether a client request header is forwarded to an HTTP worker.
 pub fn forwarded_to_worker(name: &HeaderName) -> bool {
@@ -39,14 +45,17 @@ pub enum ContentType {
     FromClient,
 }
 
-/// Builds the header map for the worker from the client's, consuming it.
-/// `worker_bearer` is sent only when the client sent no `Authorization` of its own.
+/// Builds the header map for the worker from the client's, consuming it but for its
+/// `x-api-key`, left in `client` for the provider backend (the first value, marked
+/// sensitive). `worker_bearer` is sent only when the client sent no `Authorization` of
+/// its own.
 pub fn to_worker(
     client: &mut HeaderMap,
     content_type: ContentType,
     worker_bearer: Option<&HeaderValue>,
 ) -> HeaderMap {
     remove_connection_named(client);
+    let provider_key = client.remove(X_API_KEY);
     let mut out = HeaderMap::with_capacity(8);
     let mut client_content_type = None;
     let mut last_name: Option<HeaderName> = None;
@@ -77,6 +86,10 @@ pub fn to_worker(
         if let Some(bearer) = worker_bearer {
             out.insert(AUTHORIZATION, bearer.clone());
         }
+    }
+    if let Some(mut key) = provider_key {
+        key.set_sensitive(true);
+        client.insert(X_API_KEY, key);
     }
     out
 }
@@ -174,6 +187,10 @@ mod tests {
         for dropped in ["x-api-key", "cookie", "host", "accept-encoding"] {
             assert!(!out.contains_key(dropped), "{dropped} should be dropped");
         }
+        // Only the provider key stays behind, for the provider backend.
+        assert_eq!(client.len(), 1);
+        assert_eq!(client[X_API_KEY], "secret");
+        assert!(client[X_API_KEY].is_sensitive());
         assert_eq!(out[CONTENT_TYPE], "application/json");
         assert_eq!(out[AUTHORIZATION], "Bearer c");
     }

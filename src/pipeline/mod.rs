@@ -39,6 +39,7 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 
 use crate::admission::{Admission, Ticket};
+use crate::fleet::provider::Backend;
 use crate::fleet::{LoadGuard, Registry, Worker};
 use crate::http::body::{Dialect, RespBody, Terminal};
 use crate::http::error::GatewayError;
@@ -106,6 +107,8 @@ pub struct FleetModes {
     pub dp_aware: bool,
     /// `--pd-disaggregation`: prefill/decode dispatch (not served yet).
     pub pd_disaggregation: bool,
+    /// `--backend`: under a provider backend only `/v1/messages` is served.
+    pub backend: Backend,
     /// `--routing-key-headers`: where a request's routing key may come from.
     pub routing_key_headers: Vec<String>,
     /// `--load-monitor-interval`: when overload verdicts refresh, the `Retry-After` of a
@@ -169,6 +172,9 @@ impl Pipeline {
         let started = Instant::now();
         let mut seen = Seen::default();
         let result = async {
+            if self.modes.backend.is_provider() {
+                transport::provider::serves(req.uri().path())?;
+            }
             let mut prepared = self.prepare(req, content_type).await?;
             let ticket = self.admit(prepared.media()).await?;
             self.send(clients, endpoint, &mut prepared, ticket, &mut seen)

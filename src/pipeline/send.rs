@@ -55,6 +55,7 @@ impl Pipeline {
         let transports = transport::Transports {
             http: &clients.http,
             grpc: &clients.grpc,
+            backend: self.modes.backend,
         };
 
         let mut tried: Vec<Uuid> = Vec::new();

@@ -189,7 +189,20 @@ impl Transport for UpstreamClient {
         origin(worker).map(|_| ())
     }
 
-    async fn send(&self, worker: &Worker, attempt: Attempt<'_>) -> Result<Answer, SendError> {
+    async fn send(&self, worker: &Worker, mut attempt: Attempt<'_>) -> Result<Answer, SendError> {
+        super::credentials::present(worker, &mut attempt.headers);
+        self.relay(worker, attempt).await
+    }
+}
+
+impl UpstreamClient {
+    /// Carries `attempt` to `worker` with exactly the headers it holds (no credentials
+    /// added: the caller has settled them) and relays the answer.
+    pub(super) async fn relay(
+        &self,
+        worker: &Worker,
+        attempt: Attempt<'_>,
+    ) -> Result<Answer, SendError> {
         let origin = origin(worker).map_err(SendError::Exchange)?;
         let wire = match Wire::of(worker, origin.0) {
             Wire::Http1 => return self.send_h1(worker, origin.1, attempt).await,
@@ -229,9 +242,7 @@ impl Transport for UpstreamClient {
             RespBody::relay(UpstreamBody::Hyper(body), deadline, self.stall),
         ))
     }
-}
 
-impl UpstreamClient {
     /// An attempt on a cleartext HTTP/1.1 worker, over the gateway's own client: the
     /// response body is read from the worker's connection by the task serving the client.
     async fn send_h1(
@@ -245,8 +256,7 @@ impl UpstreamClient {
             Some(tuning) => Tuning::defaults(self.idle_timeout).with(tuning),
             None => Tuning::defaults(self.idle_timeout),
         };
-        let mut headers = attempt.headers;
-        super::credentials::present(worker, &mut headers);
+        let headers = attempt.headers;
         let exchange = h1::Exchange {
             origin: authority,
             method: &attempt.head.method,
@@ -320,9 +330,7 @@ fn request(
     } else {
         Version::HTTP_11
     };
-    let mut headers = attempt.headers;
-    super::credentials::present(worker, &mut headers);
-    *upstream.headers_mut() = headers;
+    *upstream.headers_mut() = attempt.headers;
     Ok(upstream)
 }
 

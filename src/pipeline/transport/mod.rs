@@ -5,18 +5,21 @@
 //! frames, or a stream it produces) or a [`SendError`] it can classify for retries and
 //! breakers. Plain HTTP/1.1 and h2c are the first transport ([`http`]); gRPC engines,
 //! prefill/decode pairs and TLS providers plug in as further transports behind
-//! [`Transports`], without touching retries, breakers or metrics.
+//! [`Transports`], without touching retries, breakers or metrics. Under a provider
+//! backend ([`provider`]) HTTP workers are reached through it instead.
 
 pub mod credentials;
 pub mod grpc;
 pub mod http;
 pub mod mcp_loop;
+pub mod provider;
 
 use std::future::Future;
 use std::time::Instant;
 
 use ::http::{HeaderMap, Response};
 
+use crate::fleet::provider::Backend;
 use crate::fleet::{ConnectionMode, Transport as FleetTransport, Worker};
 use crate::http::body::RespBody;
 use crate::http::error::GatewayError;
@@ -71,6 +74,8 @@ pub trait Transport {
 pub struct Transports<'a> {
     pub http: &'a http::UpstreamClient,
     pub grpc: &'a grpc::GrpcClient,
+    /// `--backend`: what an HTTP worker is.
+    pub backend: Backend,
 }
 
 impl Transports<'_> {
@@ -90,6 +95,9 @@ impl Transports<'_> {
     /// Sends `attempt` over `worker`'s transport.
     pub async fn send(&self, worker: &Worker, attempt: Attempt<'_>) -> Result<Answer, SendError> {
         match worker.connection_mode() {
+            ConnectionMode::Http if self.backend.is_provider() => {
+                provider::send(self.http, worker, attempt).await
+            }
             ConnectionMode::Http => self.http.send(worker, attempt).await,
             ConnectionMode::Grpc if matches!(worker.transport, FleetTransport::Grpc { .. }) => {
                 self.grpc.send(worker, attempt).await
