@@ -78,6 +78,9 @@ pub struct RequestOverrides {
     pub stall_after_tokens: Option<Option<u64>>,
     pub stall: Option<bool>,
     pub slow_headers_ms: Option<u64>,
+    /// Answer 200 with exactly this text as an `application/json` body instead of
+    /// generating (a malformed or unusual answer for the gateway to cope with).
+    pub reply_body: Option<String>,
 }
 
 /// The effective behaviour of one request: global settings with the
@@ -304,6 +307,7 @@ impl RequestOverrides {
                 "stall_after_tokens" => overrides.stall_after_tokens = Some(optional_uint(key, v)?),
                 "stall" => overrides.stall = Some(boolean(key, v)?),
                 "slow_headers_ms" => overrides.slow_headers_ms = Some(uint(key, v)?),
+                "reply_body" => overrides.reply_body = Some(string(key, v)?),
                 other => return Err(format!("unknown mock override '{other}'")),
             }
         }
@@ -421,6 +425,9 @@ mod tests {
         let body = json!({"mock": {"stall_after_tokens": null}});
         let overrides = RequestOverrides::from_body(&body).unwrap();
         assert_eq!(cfg.knobs(&overrides).stall_after_tokens, None);
+        let body = json!({"mock": {"reply_body": "{oops"}});
+        let overrides = RequestOverrides::from_body(&body).unwrap();
+        assert_eq!(overrides.reply_body.as_deref(), Some("{oops"));
         cfg.apply(&ConfigPatch::parse(&json!({"stall_after_tokens": null})).unwrap());
         assert_eq!(cfg.to_json()["stall_after_tokens"], Value::Null);
     }

@@ -18,6 +18,7 @@ use crate::body::Aborted;
 use crate::config::{Knobs, RequestOverrides};
 use crate::formats::{Completion, Finish};
 use crate::prompt::{self, Api};
+use crate::provider::{self, Provider};
 use crate::respond::{self, ok_json, HttpResult};
 use crate::state::AppState;
 use crate::stats::Inflight;
@@ -58,11 +59,16 @@ pub async fn handle(state: &AppState, endpoint: Endpoint, body: &Bytes) -> HttpR
     if should_fail(&knobs) {
         let status =
             StatusCode::from_u16(knobs.fail_status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        return Ok(respond::error(
-            status,
-            error_kind(status),
-            &format!("mock worker injected failure ({})", status.as_u16()),
-        ));
+        let message = format!("mock worker injected failure ({})", status.as_u16());
+        return Ok(match state.provider {
+            Some(Provider::Anthropic) => {
+                provider::anthropic_error(status, error_kind(status), &message)
+            }
+            _ => respond::error(status, error_kind(status), &message),
+        });
+    }
+    if let Some(body) = overrides.reply_body {
+        return Ok(respond::text(StatusCode::OK, "application/json", body));
     }
 
     match endpoint {

@@ -127,6 +127,11 @@ fn models(provider: Provider, state: &AppState) -> Response<MockBody> {
     respond::ok_json(&body)
 }
 
+/// An error in Anthropic's envelope (also for injected failures).
+pub fn anthropic_error(status: StatusCode, kind: &str, message: &str) -> Response<MockBody> {
+    error(Provider::Anthropic, status, kind, "", message)
+}
+
 /// An error in the provider's own envelope.
 fn error(
     provider: Provider,
