@@ -281,6 +281,20 @@ async fn upstream_errors_malformed_bodies_and_unserved_routes() {
     // The neutral spelling went through as the client sent it.
     let seen = mock_requests_all(&provider).await;
     assert_eq!(seen[0]["headers"]["vendor-version"], "2023-06-01");
+    // A query (the SDKs' beta endpoints add `?beta=true`) goes along.
+    let reply = post_json_with(
+        &format!("{url}?beta=true"),
+        &messages(false, Value::Null),
+        &headers,
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let seen = mock_requests_all(&provider).await;
+    let last = seen.last().unwrap();
+    assert_eq!(
+        (&last["path"], &last["query"]),
+        (&json!("/v1/messages"), &json!("beta=true"))
+    );
 
     // A 200 that is not a Messages response: 502 parse_error, never retried.
     let before = mock_requests_all(&provider).await.len();
