@@ -2,7 +2,8 @@
 //! stand-in for Anthropic's Messages API (`mock-worker --provider anthropic`, over TLS like
 //! the real one, or plain HTTP):
 //!
-//! - the workers are registered without a single call to the provider;
+//! - the workers, from the command line or `POST /workers`, are registered without a
+//!   single call to the provider;
 //! - `POST /v1/messages` reaches `<URL>/v1/messages` (a URL given with `/v1/` too) with
 //!   exactly the client's `Authorization`, `x-api-key`, `anthropic-version` and
 //!   `anthropic-beta`, nothing of the gateway's own, never `X-GW-MCP`;
@@ -381,4 +382,41 @@ async fn a_dead_or_silent_provider_fails_with_worker_errors() {
     let reply = post_json_with(&url, &messages(false, json!({"stall": true})), &headers).await;
     assert_gateway_error(&reply, 504, "worker_timeout");
     assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_added_later_are_the_provider_too() {
+    let provider = mock(&["--provider", "anthropic", "--model", MODEL]);
+    let gw = gateway(&["--backend", "anthropic"]);
+    // Even a worker registered as an engine: under a provider backend it is the provider.
+    let reply = common::post_json(
+        &format!("{}/workers", gw.url()),
+        &json!({"url": provider.url(), "runtime_type": "sglang"}),
+    )
+    .await;
+    assert_eq!(reply.status, 202, "{}", reply.text());
+    assert!(
+        common::eventually(Duration::from_secs(10), || async {
+            let workers = common::listed_workers(&gw).await;
+            workers.len() == 1 && workers[0]["status"] == "ready"
+        })
+        .await,
+        "{}",
+        gw.log_text()
+    );
+    let workers = common::listed_workers(&gw).await;
+    assert_eq!(workers[0]["runtime_type"], "external", "{workers:?}");
+    assert!(
+        mock_requests_all(&provider).await.is_empty(),
+        "no call at registration"
+    );
+
+    let reply = post_json_with(
+        &format!("{}/v1/messages", gw.url()),
+        &messages(false, Value::Null),
+        &[("anthropic-version", "2023-06-01")],
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.json()["type"], "message");
 }
