@@ -297,6 +297,26 @@ async fn upstream_errors_malformed_bodies_and_unserved_routes() {
         (&json!("/v1/messages"), &json!("beta=true"))
     );
 
+    // A stream the provider breaks off ends with the Messages error event.
+    let mut all = vec![("content-type", "application/json")];
+    all.extend(headers.iter().copied());
+    let resp = start(
+        &client(false),
+        "POST",
+        &url,
+        &all,
+        serde_json::to_vec(&messages(true, json!({"drop_after_tokens": 2}))).unwrap(),
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    let frames = read_frames(&mut resp.into_body(), Duration::from_secs(10)).await;
+    let text = frames.text();
+    assert!(text.contains("event: content_block_delta"), "{text}");
+    assert!(!text.contains("message_stop"), "{text}");
+    let last = text.trim_end().rsplit("\n\n").next().unwrap_or_default();
+    assert!(last.starts_with("event: error\ndata: "), "{text}");
+    assert!(last.contains("\"type\":\"error\""), "{text}");
+
     // A 200 that is not a Messages response: 502 parse_error, never retried.
     let before = mock_requests_all(&provider).await.len();
     for broken in [
