@@ -52,7 +52,9 @@ pub enum SendError {
     /// `worker_*` errors.
     Exchange(GatewayError),
     /// The request itself cannot be served as asked (the gateway read it for its own
-    /// pipeline): the client's answer, no fault of the worker, never retried.
+    /// pipeline), or the worker's answer is final though unusable (a provider's 2xx body
+    /// that is no Messages response: asking again would pay for the work twice): the
+    /// client's answer, never retried, not held against the worker's breaker.
     Refused(GatewayError),
 }
 
