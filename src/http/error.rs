@@ -30,6 +30,12 @@ pub enum GatewayError {
     ModelNotFound,
     /// The request cannot be served as asked (the gateway read it for its own pipeline).
     InvalidRequest { message: String },
+    /// A Messages body the gateway reads that is not JSON, lacks a required field or has
+    /// one of the wrong type (spec 2: `invalid_request_error`, code `json_parse_error`).
+    JsonParse { message: String },
+    /// A Messages body that breaks one of spec 2's rules (`max_tokens` 0, no messages,
+    /// `tool_choice` without tools...): `invalid_request_error` with code `400`.
+    ValidationFailed { message: String },
     /// The model's chat template refused the conversation or failed on it.
     ChatTemplate { message: String },
     /// The prompt is longer than the context window the worker advertises.
@@ -123,6 +129,8 @@ impl GatewayError {
             G::OverloadShed { .. } =>         (S::SERVICE_UNAVAILABLE, "worker_overload_protection_shed", NO_WORKERS,     KEEP),
             G::NotImplemented { .. } =>       (S::NOT_IMPLEMENTED,     "not_implemented",                 INTERNAL,       KEEP),
             G::InvalidRequest { .. } =>       (S::BAD_REQUEST,         "invalid_request",                 VALIDATION,     KEEP),
+            G::JsonParse { .. } =>            (S::BAD_REQUEST,         "json_parse_error",                VALIDATION,     KEEP),
+            G::ValidationFailed { .. } =>     (S::BAD_REQUEST,         "400",                             VALIDATION,     KEEP),
             G::ChatTemplate { .. } =>         (S::BAD_REQUEST,         "chat_template_error",             VALIDATION,     KEEP),
             G::ContextLengthExceeded { .. } => (S::BAD_REQUEST,        "context_length_exceeded",         VALIDATION,     KEEP),
             G::EngineFailed { .. } =>         (S::BAD_GATEWAY,         "worker_generation_failed",        BACKEND,        KEEP),
@@ -185,7 +193,9 @@ impl fmt::Display for GatewayError {
             GatewayError::NoAvailableWorkers => f.write_str("no available workers"),
             // The model is not repeated: it is the client's string, of any length.
             GatewayError::ModelNotFound => f.write_str("no worker serves the requested model"),
-            GatewayError::InvalidRequest { message } => f.write_str(message),
+            GatewayError::InvalidRequest { message }
+            | GatewayError::JsonParse { message }
+            | GatewayError::ValidationFailed { message } => f.write_str(message),
             GatewayError::ChatTemplate { message } => write!(f, "chat template: {message}"),
             GatewayError::ContextLengthExceeded {
                 prompt_tokens,
@@ -291,13 +301,21 @@ impl ErrorCode {
 
 /// The gateway envelope `{error:{type,code,message,param:null}}` of `err`, as JSON: the
 /// body of [`error_response`], and the payload of the terminal event that ends a relayed
-/// OpenAI-style stream which broke off (`super::body`).
+/// OpenAI-style stream which broke off (`super::body`). `type` is the status's reason
+/// phrase, except for the Messages body refusals, whose `type` spec 2 gives as
+/// `invalid_request_error`.
 pub fn envelope_json(err: &GatewayError) -> Vec<u8> {
     let spec = err.spec();
     let message = err.to_string();
+    let kind = match err {
+        GatewayError::JsonParse { .. } | GatewayError::ValidationFailed { .. } => {
+            "invalid_request_error"
+        }
+        _ => spec.status.canonical_reason().unwrap_or("Error"),
+    };
     serde_json::to_vec(&Envelope {
         error: Inner {
-            kind: spec.status.canonical_reason().unwrap_or("Error"),
+            kind,
             code: spec.code,
             message: &message,
             param: None,

@@ -83,6 +83,12 @@ impl Service {
         matches!(self, Service::Sglang | Service::Vllm)
     }
 
+    /// Whether the service's workers take Messages `stop_sequences`: spec 2 has MLX
+    /// workers refuse them with 400 (its engine has no stop strings of its own).
+    pub fn takes_stop_sequences(self) -> bool {
+        !matches!(self, Service::Mlx)
+    }
+
     /// Whether the service generates several sequences from one prompt (OpenAI's `n`).
     /// MLX's request has no such field: it would answer one sequence where `n` were asked.
     pub fn samples_many(self) -> bool {

@@ -1,0 +1,306 @@
+//! A Messages answer from the chat pipeline's output: a whole `message`, or spec 2's
+//! event stream (`message_start`, per block `content_block_start` / `_delta` / `_stop`,
+//! `message_delta`, `message_stop`; no `[DONE]`, no ping).
+//!
+//! Blocks come in the order thinking, text, tool_use, as the parsers make them final:
+//! reasoning before the answer, calls after the text that precedes them. Text that is
+//! only whitespace next to tool calls (the newline a model writes before its call
+//! syntax) is no block of its own. Thinking blocks carry an empty `signature`. A call's
+//! id `call_<suffix>` from the parser is answered as `toolu_<suffix>`, so the id a client
+//! returns in its `tool_result` is the one the pipeline saw.
+
+use bytes::Bytes;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use super::super::decode::Delta;
+use super::super::parse::{Call, CallDelta};
+use super::super::reply::{Finish, Outcome, Reply, Usage};
+
+/// Writes one generation's Messages answer; streamed, it keeps which block is open.
+pub struct Speaker {
+    /// The request's stop sequences, one of which `stop_sequence` may name.
+    stops: Vec<String>,
+    /// The block open in the stream, and its index.
+    open: Option<(Open, u32)>,
+    /// The index the next block gets.
+    next: u32,
+    /// Whitespace text not yet sent: it becomes a text block only if text follows it, or
+    /// if the answer ends without calls.
+    space: String,
+    /// A text block has been opened.
+    spoke: bool,
+    /// A tool_use block has been opened.
+    called: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Open {
+    Thinking,
+    Text,
+    /// The parser's call index.
+    Call(usize),
+}
+
+/// `usage` of a message: cache counters are 0, never null.
+#[derive(Serialize)]
+struct MessageUsage {
+    input_tokens: u32,
+    output_tokens: u32,
+    cache_creation_input_tokens: u32,
+    cache_read_input_tokens: u32,
+}
+
+impl MessageUsage {
+    fn of(usage: Usage) -> MessageUsage {
+        MessageUsage {
+            input_tokens: usage.prompt_tokens,
+            output_tokens: usage.completion_tokens,
+            cache_creation_input_tokens: 0,
+            cache_read_input_tokens: 0,
+        }
+    }
+}
+
+/// `toolu_<suffix>` for the parser's `call_<suffix>`; other ids as they are.
+fn tool_use_id(id: &str) -> String {
+    match id.strip_prefix("call_") {
+        Some(suffix) => format!("toolu_{suffix}"),
+        None => id.to_owned(),
+    }
+}
+
+/// A call's `input`: its arguments as JSON; arguments that are no JSON object (a parser
+/// fed a malformed call) are kept whole under `arguments` rather than lost.
+fn input_of(arguments: &str) -> Value {
+    if arguments.trim().is_empty() {
+        return json!({});
+    }
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(value @ Value::Object(_)) => value,
+        _ => json!({"arguments": arguments}),
+    }
+}
+
+/// One SSE event: `event: <type>`, `data: <json>`, a blank line.
+fn event(kind: &str, data: &Value) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64 + kind.len());
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(kind.as_bytes());
+    out.extend_from_slice(b"\ndata: ");
+    // Serialising a Value into memory cannot fail.
+    let _ = serde_json::to_writer(&mut out, data);
+    out.extend_from_slice(b"\n\n");
+    out
+}
+
+impl Speaker {
+    pub fn new(stops: Vec<String>) -> Speaker {
+        Speaker {
+            stops,
+            open: None,
+            next: 0,
+            space: String::new(),
+            spoke: false,
+            called: false,
+        }
+    }
+
+    /// `stop_reason` and `stop_sequence`: `tool_use` when the model called, the stop
+    /// sequence that ended it, `max_tokens` at the limit, else `end_turn`.
+    fn stop(&self, finish: Finish, stopped_by: Option<usize>) -> (&'static str, Value) {
+        match (finish, stopped_by.and_then(|at| self.stops.get(at))) {
+            (Finish::ToolCalls, _) => ("tool_use", Value::Null),
+            (Finish::Length, _) => ("max_tokens", Value::Null),
+            (Finish::Stop, Some(stop)) => ("stop_sequence", Value::String(stop.clone())),
+            (Finish::Stop, None) => ("end_turn", Value::Null),
+        }
+    }
+
+    /// The whole message of a non-streamed answer.
+    pub fn body(
+        &self,
+        reply: &Reply,
+        outcome: &Outcome<'_>,
+        stopped_by: Option<usize>,
+        usage: Usage,
+    ) -> Bytes {
+        let mut content = Vec::new();
+        if !outcome.reasoning.is_empty() {
+            content.push(json!({"type": "thinking", "thinking": outcome.reasoning,
+                                "signature": ""}));
+        }
+        let blank = outcome.text.trim().is_empty();
+        if !outcome.text.is_empty() && !(blank && !outcome.calls.is_empty()) {
+            content.push(json!({"type": "text", "text": outcome.text}));
+        }
+        for Call {
+            id,
+            name,
+            arguments,
+        } in &outcome.calls
+        {
+            content.push(
+                json!({"type": "tool_use", "id": tool_use_id(id), "name": name,
+                                "input": input_of(arguments)}),
+            );
+        }
+        let (stop_reason, stop_sequence) = self.stop(outcome.finish, stopped_by);
+        let message = json!({
+            "id": reply.id,
+            "type": "message",
+            "role": "assistant",
+            "content": content,
+            "model": reply.model,
+            "stop_reason": stop_reason,
+            "stop_sequence": stop_sequence,
+            "usage": MessageUsage::of(usage),
+        });
+        Bytes::from(serde_json::to_vec(&message).unwrap_or_default())
+    }
+
+    /// `message_start`: the message with no content and zero counters.
+    pub fn start(&self, reply: &Reply) -> Bytes {
+        let message = json!({
+            "id": reply.id,
+            "type": "message",
+            "role": "assistant",
+            "content": [],
+            "model": reply.model,
+            "stop_reason": null,
+            "stop_sequence": null,
+            "usage": MessageUsage::of(Usage::default()),
+        });
+        Bytes::from(event(
+            "message_start",
+            &json!({"type": "message_start", "message": message}),
+        ))
+    }
+
+    /// The events for what `delta` made final; `None` when it made no event.
+    pub fn delta(&mut self, delta: &Delta) -> Option<Bytes> {
+        let mut out = Vec::new();
+        if !delta.reasoning.is_empty() {
+            self.enter(Open::Thinking, None, &mut out);
+            self.block_delta(
+                json!({"type": "thinking_delta", "thinking": delta.reasoning}),
+                &mut out,
+            );
+        }
+        self.text(&delta.text, &mut out);
+        for piece in &delta.calls {
+            match piece {
+                CallDelta::Start { index, id, name } => {
+                    self.space.clear();
+                    let block = json!({"type": "tool_use", "id": tool_use_id(id),
+                                       "name": name, "input": {}});
+                    self.enter(Open::Call(*index), Some(block), &mut out);
+                    self.called = true;
+                }
+                CallDelta::Arguments { index, fragment } => {
+                    if self.open_kind() == Some(Open::Call(*index)) {
+                        self.block_delta(
+                            json!({"type": "input_json_delta", "partial_json": fragment}),
+                            &mut out,
+                        );
+                    }
+                }
+            }
+        }
+        (!out.is_empty()).then(|| Bytes::from(out))
+    }
+
+    /// The last events: what `delta` still made final, the open block closed,
+    /// `message_delta` with the stop reason and the final usage, and `message_stop`.
+    pub fn end(
+        &mut self,
+        delta: &Delta,
+        finish: Finish,
+        stopped_by: Option<usize>,
+        usage: Usage,
+    ) -> Bytes {
+        let mut out = self.delta(delta).map(Vec::from).unwrap_or_default();
+        if !self.space.is_empty() && !self.called && !self.spoke {
+            let space = std::mem::take(&mut self.space);
+            self.text_block(&space, &mut out);
+        }
+        self.close(&mut out);
+        let (stop_reason, stop_sequence) = self.stop(finish, stopped_by);
+        out.extend(event(
+            "message_delta",
+            &json!({"type": "message_delta",
+                    "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
+                    "usage": MessageUsage::of(usage)}),
+        ));
+        out.extend(event("message_stop", &json!({"type": "message_stop"})));
+        Bytes::from(out)
+    }
+
+    /// Text made final: whitespace waits (see [`Speaker::space`]); other text goes out in
+    /// a text block with the whitespace before it.
+    fn text(&mut self, text: &str, out: &mut Vec<u8>) {
+        if text.is_empty() {
+            return;
+        }
+        if text.trim().is_empty() && self.open_kind() != Some(Open::Text) {
+            self.space.push_str(text);
+            return;
+        }
+        let text = if self.space.is_empty() {
+            text.to_owned()
+        } else {
+            let mut joined = std::mem::take(&mut self.space);
+            joined.push_str(text);
+            joined
+        };
+        self.text_block(&text, out);
+    }
+
+    fn text_block(&mut self, text: &str, out: &mut Vec<u8>) {
+        self.enter(Open::Text, None, out);
+        self.spoke = true;
+        self.block_delta(json!({"type": "text_delta", "text": text}), out);
+    }
+
+    /// Makes `kind` the open block, closing another one and opening it
+    /// (`content_block_start` with `block`, or the kind's empty block) when it is not.
+    fn enter(&mut self, kind: Open, block: Option<Value>, out: &mut Vec<u8>) {
+        if self.open_kind() == Some(kind) {
+            return;
+        }
+        self.close(out);
+        let index = self.next;
+        self.next += 1;
+        let block = block.unwrap_or_else(|| match kind {
+            Open::Thinking => json!({"type": "thinking", "thinking": "", "signature": ""}),
+            _ => json!({"type": "text", "text": ""}),
+        });
+        out.extend(event(
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": index, "content_block": block}),
+        ));
+        self.open = Some((kind, index));
+    }
+
+    fn open_kind(&self) -> Option<Open> {
+        self.open.map(|(kind, _)| kind)
+    }
+
+    fn block_delta(&self, delta: Value, out: &mut Vec<u8>) {
+        if let Some((_, index)) = self.open {
+            out.extend(event(
+                "content_block_delta",
+                &json!({"type": "content_block_delta", "index": index, "delta": delta}),
+            ));
+        }
+    }
+
+    fn close(&mut self, out: &mut Vec<u8>) {
+        if let Some((_, index)) = self.open.take() {
+            out.extend(event(
+                "content_block_stop",
+                &json!({"type": "content_block_stop", "index": index}),
+            ));
+        }
+    }
+}
