@@ -304,3 +304,229 @@ impl Speaker {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::request::Route;
+    use super::*;
+
+    fn reply() -> Reply {
+        Reply {
+            route: Route::Messages,
+            id: "msg_1".into(),
+            created: 0,
+            model: "m".into(),
+            spelling: None,
+        }
+    }
+
+    /// `(event, data)` of every event in `sse`, checking each is `event:`, `data:`, blank.
+    fn events(sse: &[u8]) -> Vec<(String, Value)> {
+        let text = std::str::from_utf8(sse).unwrap();
+        assert!(text.ends_with("\n\n"), "{text}");
+        text.split_terminator("\n\n")
+            .map(|e| {
+                let (kind, data) = e.split_once('\n').unwrap();
+                let kind = kind.strip_prefix("event: ").unwrap();
+                let data: Value =
+                    serde_json::from_str(data.strip_prefix("data: ").unwrap()).unwrap();
+                assert_eq!(data["type"], kind, "{e}");
+                (kind.to_owned(), data)
+            })
+            .collect()
+    }
+
+    fn delta(reasoning: &str, text: &str, calls: Vec<CallDelta>) -> Delta {
+        Delta {
+            text: text.into(),
+            reasoning: reasoning.into(),
+            calls,
+            ..Delta::default()
+        }
+    }
+
+    fn start(index: usize, id: &str) -> CallDelta {
+        CallDelta::Start {
+            index,
+            id: id.into(),
+            name: "get_weather".into(),
+        }
+    }
+
+    fn args(index: usize, fragment: &str) -> CallDelta {
+        CallDelta::Arguments {
+            index,
+            fragment: fragment.into(),
+        }
+    }
+
+    #[test]
+    fn a_whole_message_orders_blocks_and_maps_ids() {
+        let calls = vec![
+            Call {
+                id: "call_abc",
+                name: "get_weather",
+                arguments: "{\"city\":\"Oslo\"}".into(),
+            },
+            Call {
+                id: "functions.get_time:1",
+                name: "get_time",
+                arguments: String::new(),
+            },
+        ];
+        let outcome = Outcome {
+            text: "Let me look.",
+            logprobs: &[],
+            finish: Finish::ToolCalls,
+            reasoning: "hmm",
+            calls,
+        };
+        let speaker = Speaker::new(Vec::new());
+        let body: Value =
+            serde_json::from_slice(&speaker.body(&reply(), &outcome, None, Usage::new(7, 3)))
+                .unwrap();
+        assert_eq!(
+            body,
+            json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+                   "content": [
+                       {"type": "thinking", "thinking": "hmm", "signature": ""},
+                       {"type": "text", "text": "Let me look."},
+                       {"type": "tool_use", "id": "toolu_abc", "name": "get_weather",
+                        "input": {"city": "Oslo"}},
+                       {"type": "tool_use", "id": "functions.get_time:1", "name": "get_time",
+                        "input": {}}],
+                   "stop_reason": "tool_use", "stop_sequence": null,
+                   "usage": {"input_tokens": 7, "output_tokens": 3,
+                             "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}})
+        );
+    }
+
+    #[test]
+    fn stop_reasons() {
+        let speaker = Speaker::new(vec!["END".into(), "STOP".into()]);
+        let reason = |finish, by| {
+            let outcome = Outcome {
+                text: "x",
+                logprobs: &[],
+                finish,
+                reasoning: "",
+                calls: Vec::new(),
+            };
+            let body: Value =
+                serde_json::from_slice(&speaker.body(&reply(), &outcome, by, Usage::default()))
+                    .unwrap();
+            (body["stop_reason"].clone(), body["stop_sequence"].clone())
+        };
+        assert_eq!(reason(Finish::Stop, None), (json!("end_turn"), Value::Null));
+        assert_eq!(
+            reason(Finish::Stop, Some(1)),
+            (json!("stop_sequence"), json!("STOP"))
+        );
+        assert_eq!(
+            reason(Finish::Length, None),
+            (json!("max_tokens"), Value::Null)
+        );
+        assert_eq!(
+            reason(Finish::ToolCalls, Some(0)),
+            (json!("tool_use"), Value::Null)
+        );
+    }
+
+    #[test]
+    fn a_stream_opens_and_closes_each_block_in_order() {
+        let r = reply();
+        let mut speaker = Speaker::new(Vec::new());
+        let mut sse = speaker.start(&r).to_vec();
+        for d in [
+            delta("thin", "", Vec::new()),
+            delta("king", "", Vec::new()),
+            delta("", "\n", Vec::new()),
+            delta("", "Hi", Vec::new()),
+            delta(
+                "",
+                " there",
+                vec![start(0, "call_x"), args(0, "{\"city\":")],
+            ),
+            delta("", "", vec![args(0, "\"Oslo\"}")]),
+        ] {
+            if let Some(frame) = speaker.delta(&d) {
+                sse.extend_from_slice(&frame);
+            }
+        }
+        sse.extend_from_slice(&speaker.end(
+            &delta("", "\n", vec![start(1, "call_y")]),
+            Finish::ToolCalls,
+            None,
+            Usage::new(5, 9),
+        ));
+        let seen = events(&sse);
+        let kinds: Vec<&str> = seen.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "message_start",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_delta",
+                "content_block_stop",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_delta",
+                "content_block_stop",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_delta",
+                "content_block_stop",
+                "content_block_start",
+                "content_block_stop",
+                "message_delta",
+                "message_stop",
+            ]
+        );
+        let start = &seen[0].1["message"];
+        assert_eq!(start["content"], json!([]));
+        assert_eq!(start["usage"]["input_tokens"], 0);
+        assert_eq!(start["usage"]["output_tokens"], 0);
+        assert_eq!(
+            seen[1].1["content_block"],
+            json!({"type": "thinking", "thinking": "", "signature": ""})
+        );
+        assert_eq!(
+            seen[2].1["delta"],
+            json!({"type": "thinking_delta", "thinking": "thin"})
+        );
+        // The newline before the text waited for it.
+        assert_eq!(
+            seen[6].1["delta"],
+            json!({"type": "text_delta", "text": "\nHi"})
+        );
+        assert_eq!(seen[6].1["index"], 1);
+        assert_eq!(
+            seen[9].1["content_block"],
+            json!({"type": "tool_use", "id": "toolu_x", "name": "get_weather", "input": {}})
+        );
+        let json: String = seen[10..12]
+            .iter()
+            .map(|(_, d)| d["delta"]["partial_json"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(json, "{\"city\":\"Oslo\"}");
+        assert_eq!(seen[13].1["index"], 3);
+        assert_eq!(
+            seen[15].1,
+            json!({"type": "message_delta",
+                   "delta": {"stop_reason": "tool_use", "stop_sequence": null},
+                   "usage": {"input_tokens": 5, "output_tokens": 9,
+                             "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}})
+        );
+    }
+
+    #[test]
+    fn a_whitespace_answer_is_still_a_text_block() {
+        let mut speaker = Speaker::new(vec!["x".into()]);
+        assert!(speaker.delta(&delta("", " ", Vec::new())).is_none());
+        let end = speaker.end(&Delta::default(), Finish::Stop, Some(0), Usage::new(1, 1));
+        let seen = events(&end);
+        assert_eq!(seen[1].1["delta"]["text"], " ");
+        assert_eq!(seen[3].1["delta"]["stop_sequence"], "x");
+    }
+}
