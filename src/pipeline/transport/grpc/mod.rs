@@ -41,7 +41,7 @@ use crate::chat::template::RenderInput;
 use crate::fleet::{Transport, Worker};
 use crate::grpc::engine::{EngineError, Event, Events, Generate};
 use crate::grpc::{self, Engine, Wire};
-use crate::http::body::{FrameSender, RespBody};
+use crate::http::body::{terminal, Dialect, FrameSender, RespBody};
 use crate::http::error::GatewayError;
 use crate::http::reply as http_reply;
 use crate::http::tls::UpstreamTls;
@@ -639,6 +639,18 @@ impl Generation {
                     }
                 }
                 Ok(Applied::Ignored) => {}
+                Err(err) if self.speaker.is_some() => {
+                    // Spec 2: a Messages stream that already started reports the failure
+                    // as its `error` event and ends there.
+                    if tx
+                        .send(terminal::render(Dialect::Messages, &err, 0))
+                        .await
+                        .is_ok()
+                    {
+                        tx.finish().await;
+                    }
+                    return;
+                }
                 Err(err) => {
                     tx.fail(err).await;
                     return;
