@@ -130,8 +130,9 @@ impl Speaker {
             content.push(json!({"type": "thinking", "thinking": outcome.reasoning,
                                 "signature": ""}));
         }
+        // Whitespace beside calls is no block (see the module's notes).
         let blank = outcome.text.trim().is_empty();
-        if !outcome.text.is_empty() && !(blank && !outcome.calls.is_empty()) {
+        if !outcome.text.is_empty() && (!blank || outcome.calls.is_empty()) {
             content.push(json!({"type": "text", "text": outcome.text}));
         }
         for Call {
