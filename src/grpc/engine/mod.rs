@@ -124,6 +124,10 @@ pub struct Params {
     pub sampling: Sampling,
     /// `None`: up to the context window.
     pub max_tokens: Option<u32>,
+    /// Stop strings the engine stops on too, for the services whose request has them
+    /// (vLLM's, TokenSpeed's); the gateway matches them on its own text either way, so an
+    /// engine without them only generates a little longer.
+    pub stop: Vec<String>,
     pub stop_token_ids: Vec<u32>,
     pub skip_special_tokens: bool,
     pub ignore_eos: bool,
@@ -579,6 +583,7 @@ pub(super) mod tests {
                 repetition_penalty: 1.0,
             },
             max_tokens: Some(7),
+            stop: vec!["END".into()],
             stop_token_ids: vec![3],
             skip_special_tokens: true,
             ignore_eos: false,

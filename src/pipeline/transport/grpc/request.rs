@@ -380,13 +380,19 @@ impl Ask {
             .collect()
     }
 
-    /// The engine's sampling parameters for this request. Stop strings stay with the
-    /// gateway (it matches them on the text it decodes); `max_tokens` absent lets the
-    /// engine run to its context limit, as an OpenAI server does.
+    /// The engine's sampling parameters for this request. The gateway matches stop strings
+    /// on the text it decodes; Messages' `stop_sequences` also go to the engines that take
+    /// stop strings (spec 2), so they stop as soon as the gateway would. `max_tokens`
+    /// absent lets the engine run to its context limit, as an OpenAI server does.
     pub fn sampling_params(&self) -> Params {
         Params {
             sampling: self.sampling,
             max_tokens: self.max_tokens,
+            stop: if self.route == Route::Messages {
+                self.stops.clone()
+            } else {
+                Vec::new()
+            },
             stop_token_ids: self.stop_token_ids.clone(),
             skip_special_tokens: self.skip_special_tokens,
             ignore_eos: self.ignore_eos,
