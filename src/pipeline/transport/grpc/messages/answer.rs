@@ -188,27 +188,40 @@ impl Speaker {
                 &mut out,
             );
         }
-        self.text(&delta.text, &mut out);
-        for piece in &delta.calls {
+        // A call already open goes on before any text of the same delta (text the model
+        // wrote after it), so none of its arguments are cut off from their block.
+        if matches!(self.open_kind(), Some(Open::Call(_))) {
+            self.calls(&delta.calls, &mut out);
+            self.text(&delta.text, &mut out);
+        } else {
+            self.text(&delta.text, &mut out);
+            self.calls(&delta.calls, &mut out);
+        }
+        (!out.is_empty()).then(|| Bytes::from(out))
+    }
+
+    /// Call pieces: a start opens the call's tool_use block, arguments go to it as
+    /// `input_json_delta`s.
+    fn calls(&mut self, calls: &[CallDelta], out: &mut Vec<u8>) {
+        for piece in calls {
             match piece {
                 CallDelta::Start { index, id, name } => {
                     self.space.clear();
                     let block = json!({"type": "tool_use", "id": tool_use_id(id),
                                        "name": name, "input": {}});
-                    self.enter(Open::Call(*index), Some(block), &mut out);
+                    self.enter(Open::Call(*index), Some(block), out);
                     self.called = true;
                 }
                 CallDelta::Arguments { index, fragment } => {
                     if self.open_kind() == Some(Open::Call(*index)) {
                         self.block_delta(
                             json!({"type": "input_json_delta", "partial_json": fragment}),
-                            &mut out,
+                            out,
                         );
                     }
                 }
             }
         }
-        (!out.is_empty()).then(|| Bytes::from(out))
     }
 
     /// The last events: what `delta` still made final, the open block closed,
@@ -519,6 +532,37 @@ mod tests {
                    "usage": {"input_tokens": 5, "output_tokens": 9,
                              "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}})
         );
+    }
+
+    #[test]
+    fn text_after_a_call_does_not_cut_its_arguments_off() {
+        let mut speaker = Speaker::new(Vec::new());
+        let mut sse = speaker
+            .delta(&delta("", "", vec![start(0, "call_a"), args(0, "{\"a\":")]))
+            .unwrap()
+            .to_vec();
+        sse.extend_from_slice(
+            &speaker
+                .delta(&delta("", "done", vec![args(0, "1}")]))
+                .unwrap(),
+        );
+        let seen = events(&sse);
+        let kinds: Vec<(&str, u64)> = seen
+            .iter()
+            .map(|(k, d)| (k.as_str(), d["index"].as_u64().unwrap()))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("content_block_start", 0),
+                ("content_block_delta", 0),
+                ("content_block_delta", 0),
+                ("content_block_stop", 0),
+                ("content_block_start", 1),
+                ("content_block_delta", 1),
+            ]
+        );
+        assert_eq!(seen[2].1["delta"]["partial_json"], "1}");
     }
 
     #[test]

@@ -546,7 +546,11 @@ mod tests {
         let s = ask.sampling;
         assert_eq!((s.temperature, s.top_p, s.top_k), (0.5, 0.9, 20));
         assert_eq!(ask.stops, ["END"]);
-        assert_eq!(ask.sampling_params().stop, ["END"], "stop strings for the engine too");
+        assert_eq!(
+            ask.sampling_params().stop,
+            ["END"],
+            "stop strings for the engine too"
+        );
         assert!(ask.stream && ask.thinking);
         let Input::Chat { kwargs, .. } = &ask.input else {
             panic!()
