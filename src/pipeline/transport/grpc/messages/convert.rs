@@ -679,6 +679,32 @@ mod tests {
     }
 
     #[test]
+    fn documents_and_search_results_are_text_and_server_blocks_are_dropped() {
+        let mut body = base();
+        body["messages"] = json!([
+            {"role": "user", "content": [
+                {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "the doc"}},
+                {"type": "search_result", "source": "s", "title": "t",
+                 "content": [{"type": "text", "text": "found"}]},
+                {"type": "web_search_tool_result", "tool_use_id": "x", "content": []}]},
+            {"role": "assistant", "content": [
+                {"type": "server_tool_use", "id": "x", "name": "web_search", "input": {}},
+                {"type": "text", "text": "ok"}]}
+        ]);
+        assert_eq!(
+            messages_of(&ok(body.clone())),
+            &json!([
+                {"role": "user", "content": [{"type": "text", "text": "the doc"},
+                                             {"type": "text", "text": "found"}]},
+                {"role": "assistant", "content": "ok"}
+            ])
+        );
+        body["messages"][0]["content"][0]["source"] = json!({"type": "base64",
+            "media_type": "application/pdf", "data": "AA=="});
+        assert!(matches!(refused(body), GatewayError::InvalidRequest { .. }));
+    }
+
+    #[test]
     fn images_are_refused_clearly() {
         let mut body = base();
         body["messages"] = json!([{"role": "user", "content": [{"type": "image",
