@@ -176,7 +176,7 @@ impl GatewayError {
             G::McpMaxIterations { .. } =>     (S::BAD_GATEWAY,         "mcp_max_iterations",              BACKEND,        KEEP),
             G::InvalidRequest { .. } =>       (S::BAD_REQUEST,         "invalid_request",                 VALIDATION,     KEEP),
             G::MessagesMalformed { .. } =>    (S::BAD_REQUEST,         "json_parse_error",                VALIDATION,     KEEP),
-            G::MessagesInvalid { .. } =>      (S::BAD_REQUEST,         "invalid_request",                 VALIDATION,     KEEP),
+            G::MessagesInvalid { .. } =>      (S::BAD_REQUEST,         "400",                             VALIDATION,     KEEP),
             G::CountTokensBody { fault, .. } => (fault.status(),       "invalid_request_body",            VALIDATION,     KEEP),
             G::NotServedByBackend { .. } =>   (S::NOT_IMPLEMENTED,     "not_implemented",                 INTERNAL,       KEEP),
             G::ChatTemplate { .. } =>         (S::BAD_REQUEST,         "chat_template_error",             VALIDATION,     KEEP),

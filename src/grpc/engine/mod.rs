@@ -83,6 +83,12 @@ impl Service {
         matches!(self, Service::Sglang | Service::Vllm)
     }
 
+    /// Whether the service's workers take Messages `stop_sequences`: spec 2 has MLX
+    /// workers refuse them with 400 (its engine has no stop strings of its own).
+    pub fn takes_stop_sequences(self) -> bool {
+        !matches!(self, Service::Mlx)
+    }
+
     /// Whether the service generates several sequences from one prompt (OpenAI's `n`).
     /// MLX's request has no such field: it would answer one sequence where `n` were asked.
     pub fn samples_many(self) -> bool {
@@ -118,6 +124,10 @@ pub struct Params {
     pub sampling: Sampling,
     /// `None`: up to the context window.
     pub max_tokens: Option<u32>,
+    /// Stop strings the engine stops on too, for the services whose request has them
+    /// (vLLM's, TokenSpeed's); the gateway matches them on its own text either way, so an
+    /// engine without them only generates a little longer.
+    pub stop: Vec<String>,
     pub stop_token_ids: Vec<u32>,
     pub skip_special_tokens: bool,
     pub ignore_eos: bool,
@@ -573,6 +583,7 @@ pub(super) mod tests {
                 repetition_penalty: 1.0,
             },
             max_tokens: Some(7),
+            stop: vec!["END".into()],
             stop_token_ids: vec![3],
             skip_special_tokens: true,
             ignore_eos: false,

@@ -27,6 +27,7 @@ pub(super) fn request(job: Generate) -> GenerateRequest {
             presence_penalty: Some(k.presence_penalty),
             repetition_penalty: Some(k.repetition_penalty),
             max_new_tokens: p.max_tokens,
+            stop: p.stop,
             stop_token_ids: p.stop_token_ids,
             skip_special_tokens: p.skip_special_tokens,
             spaces_between_special_tokens: true,
@@ -98,6 +99,7 @@ mod tests {
         assert_eq!(r.logprob_start_len, None);
         assert_eq!(r.tokenized.unwrap().input_ids, vec![1, 2]);
         assert_eq!((p.top_k, p.max_new_tokens, p.n), (None, Some(7), 1));
+        assert_eq!(p.stop, ["END"]);
         assert_eq!(
             (p.temperature, p.top_p, p.repetition_penalty, p.min_p),
             (Some(0.5), Some(0.9), Some(1.0), Some(0.0))

@@ -26,6 +26,7 @@ pub(super) fn request(job: Generate) -> GenerateRequest {
             presence_penalty: k.presence_penalty,
             repetition_penalty: k.repetition_penalty,
             max_tokens: p.max_tokens,
+            stop: p.stop,
             stop_token_ids: p.stop_token_ids,
             skip_special_tokens: p.skip_special_tokens,
             spaces_between_special_tokens: true,
@@ -96,6 +97,7 @@ mod tests {
         assert_eq!(t.input_ids, vec![1, 2]);
         assert_eq!((p.top_k, p.max_tokens, p.n), (0, Some(7), 1));
         assert_eq!(p.temperature, Some(0.5));
+        assert_eq!(p.stop, ["END"]);
         let mut with_k = job();
         with_k.params.sampling.top_k = 40;
         assert_eq!(request(with_k).sampling_params.unwrap().top_k, 40);

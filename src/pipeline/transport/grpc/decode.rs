@@ -146,4 +146,10 @@ impl Decoding {
     pub fn stopped(&self) -> bool {
         self.stops.stopped().is_some()
     }
+
+    /// Which of the request's stop strings ended the generation: Messages names it in
+    /// `stop_sequence`.
+    pub fn stop_index(&self) -> Option<usize> {
+        self.stops.stopped()
+    }
 }

@@ -10,11 +10,14 @@
 //! ([`choices`]); a stop string ends its choice only, and the engine is stopped when
 //! every choice is over before the engine finished them all.
 //!
+//! `/v1/messages` is the same chat with Messages at both ends ([`messages`]).
+//!
 //! Until the engine's first message the attempt can still fail over to another worker;
 //! after it, a failure ends the client's stream with an error event.
 
 mod choices;
 mod decode;
+mod messages;
 mod parse;
 mod reply;
 pub mod request;
@@ -38,7 +41,7 @@ use crate::chat::template::RenderInput;
 use crate::fleet::{Transport, Worker};
 use crate::grpc::engine::{EngineError, Event, Events, Generate};
 use crate::grpc::{self, Engine, Wire};
-use crate::http::body::{FrameSender, RespBody};
+use crate::http::body::{terminal, Dialect, FrameSender, RespBody};
 use crate::http::error::GatewayError;
 use crate::http::reply as http_reply;
 use crate::http::tls::UpstreamTls;
@@ -129,6 +132,14 @@ impl GrpcClient {
                 ),
             }));
         }
+        if route == Route::Messages && !ask.stops.is_empty() && !service.takes_stop_sequences() {
+            return Err(SendError::Refused(GatewayError::InvalidRequest {
+                message: format!(
+                    "stop_sequences are not supported on {} workers",
+                    service.runtime()
+                ),
+            }));
+        }
         if ask.n > 1 && !service.samples_many() {
             return Err(SendError::Refused(GatewayError::InvalidRequest {
                 message: format!(
@@ -152,6 +163,7 @@ impl GrpcClient {
             Route::Chat => "chatcmpl-",
             Route::Completions => "cmpl-",
             Route::Generate => "",
+            Route::Messages => "msg_",
         };
         let id = format!("{prefix}{}", Uuid::new_v4().simple());
         let prompt_tokens = u32::try_from(prompt.len()).unwrap_or(u32::MAX);
@@ -167,7 +179,7 @@ impl GrpcClient {
         let ending_ids = ask.ending_ids(&language.eos_ids);
         // Chat output goes through the worker's parsers; Harmony's are read from the
         // format's special tokens, so those stay in the text.
-        let parsers = worker.parsers.as_deref().filter(|_| route == Route::Chat);
+        let parsers = worker.parsers.as_deref().filter(|_| route.is_chat());
         let skip_special_tokens = ask.skip_special_tokens && !parsers.is_some_and(|p| p.harmony);
         let decodings = (0..ask.n)
             .map(|_| {
@@ -234,6 +246,7 @@ impl GrpcClient {
             abort,
             first_token: None,
             keep: (route == Route::Generate).then(Kept::default),
+            speaker: (route == Route::Messages).then(|| messages::Speaker::new(ask.stops.clone())),
         };
         if ask.stream {
             let (tx, body) = RespBody::generated(STREAM_FRAMES);
@@ -312,8 +325,11 @@ fn read_request(
     route: Route,
     body: &[u8],
 ) -> Result<(Ask, Vec<u32>), GatewayError> {
-    let mut ask = Ask::parse(route, body)
-        .map_err(|Invalid(message)| GatewayError::InvalidRequest { message })?;
+    let mut ask = match route {
+        Route::Messages => messages::ask(body)?,
+        _ => Ask::parse(route, body)
+            .map_err(|Invalid(message)| GatewayError::InvalidRequest { message })?,
+    };
     let input = std::mem::replace(&mut ask.input, Input::Ids(Vec::new()));
     let (prompt, opened) = prompt_ids(language, input)?;
     ask.opened_by_prompt = opened;
@@ -420,6 +436,8 @@ struct Generation {
     /// `/generate` answers with the whole text and ids so far: kept here; `None` for the
     /// OpenAI routes, which send deltas.
     keep: Option<Kept>,
+    /// `/v1/messages` answers in Messages' shapes, written by this; `None` elsewhere.
+    speaker: Option<messages::Speaker>,
 }
 
 /// The whole output so far, for `/generate`.
@@ -528,6 +546,18 @@ impl Generation {
                 Err(err) => return Err(SendError::Exchange(err)),
             };
         }
+        if let (Some(speaker), Some(choice)) = (&self.speaker, self.choices.iter().next()) {
+            let outcome = Outcome {
+                text: &choice.delta.text,
+                logprobs: &choice.delta.logprobs,
+                finish: choice.finish.unwrap_or(Finish::Stop),
+                reasoning: &choice.delta.reasoning,
+                calls: parse::calls(&choice.delta.calls),
+            };
+            let stopped_by = choice.decoding.stop_index();
+            let body = speaker.body(&self.reply, &outcome, stopped_by, self.usage());
+            return Ok(http_reply::json(StatusCode::OK, body));
+        }
         let ids = self.keep.as_ref().map_or(&[][..], |k| &k.ids[..]);
         let outcomes: Vec<Outcome<'_>> = self
             .choices
@@ -545,8 +575,9 @@ impl Generation {
     }
 
     /// A streamed answer: SSE events sent as the text becomes final, each choice ending
-    /// with its finishing event; then the usage event when asked, and `[DONE]`. A client
-    /// that goes away stops the engine at once.
+    /// with its finishing event; then the usage event when asked, and `[DONE]` (Messages:
+    /// `message_start` first, and `message_stop` is the end). A client that goes away
+    /// stops the engine at once.
     async fn stream(
         &mut self,
         tx: FrameSender,
@@ -561,6 +592,11 @@ impl Generation {
             deadline,
             stall,
         };
+        if let Some(speaker) = &self.speaker {
+            if tx.send(speaker.start(&self.reply)).await.is_err() {
+                return;
+            }
+        }
         for index in 0..self.choices.len() as u32 {
             if let Some(role) = self.reply.role_event(index) {
                 if tx.send(role).await.is_err() {
@@ -603,6 +639,18 @@ impl Generation {
                     }
                 }
                 Ok(Applied::Ignored) => {}
+                Err(err) if self.speaker.is_some() => {
+                    // Spec 2: a Messages stream that already started reports the failure
+                    // as its `error` event and ends there.
+                    if tx
+                        .send(terminal::render(Dialect::Messages, &err, 0))
+                        .await
+                        .is_ok()
+                    {
+                        tx.finish().await;
+                    }
+                    return;
+                }
                 Err(err) => {
                     tx.fail(err).await;
                     return;
@@ -612,14 +660,16 @@ impl Generation {
                 break;
             }
         }
-        if include_usage
-            && self.keep.is_none()
-            && tx.send(self.reply.usage_event(self.usage())).await.is_err()
-        {
-            return;
-        }
-        if tx.send(Reply::done_event()).await.is_err() {
-            return;
+        if self.speaker.is_none() {
+            if include_usage
+                && self.keep.is_none()
+                && tx.send(self.reply.usage_event(self.usage())).await.is_err()
+            {
+                return;
+            }
+            if tx.send(Reply::done_event()).await.is_err() {
+                return;
+            }
         }
         tx.finish().await;
     }
@@ -632,7 +682,10 @@ impl Generation {
             return Vec::new();
         };
         let mut events = Vec::with_capacity(2);
-        if let Some(kept) = &mut self.keep {
+        if let Some(speaker) = &mut self.speaker {
+            let stopped_by = choice.decoding.stop_index();
+            events.push(speaker.end(&choice.delta, finish, stopped_by, usage));
+        } else if let Some(kept) = &mut self.keep {
             kept.text.push_str(&choice.delta.text);
             events.push(
                 self.reply
@@ -658,6 +711,11 @@ impl Generation {
         let choice = self.choices.get_mut(index)?;
         if choice.delta.is_empty() {
             return None;
+        }
+        if let Some(speaker) = &mut self.speaker {
+            let frame = speaker.delta(&choice.delta);
+            choice.delta.clear();
+            return frame;
         }
         let frame = match &mut self.keep {
             Some(kept) => {

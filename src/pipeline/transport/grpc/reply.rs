@@ -350,8 +350,9 @@ impl Reply {
         usage: Option<Usage>,
     ) -> Envelope<'_, C> {
         let object = match (self.route, streaming) {
-            (Route::Chat, false) => "chat.completion",
-            (Route::Chat, true) => "chat.completion.chunk",
+            // Messages answers are written by `super::messages`, not in this envelope.
+            (Route::Chat | Route::Messages, false) => "chat.completion",
+            (Route::Chat | Route::Messages, true) => "chat.completion.chunk",
             (Route::Completions | Route::Generate, _) => "text_completion",
         };
         Envelope {
@@ -374,7 +375,7 @@ impl Reply {
                     .map_or(("", None), |c| (c.text, Some(c.finish)));
                 serde_json::to_vec(&self.generated(text, ids, finish, usage))
             }
-            Route::Chat => {
+            Route::Chat | Route::Messages => {
                 let list: Vec<ChatChoice<'_>> = (0u32..)
                     .zip(choices)
                     .map(|(index, c)| ChatChoice {
@@ -493,7 +494,7 @@ impl Reply {
         let scored = (!delta.logprobs.is_empty()).then_some(&delta.logprobs[..]);
         let spelling = self.spelling.as_ref();
         match self.route {
-            Route::Chat => self.event(
+            Route::Chat | Route::Messages => self.event(
                 [ChatDelta {
                     index,
                     delta: DeltaBody {

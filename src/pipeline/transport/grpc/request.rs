@@ -36,6 +36,9 @@ pub enum Route {
     Completions,
     /// SGLang's native `/generate`: `text` or `input_ids`, `sampling_params`.
     Generate,
+    /// `/v1/messages`: a Messages body converted into a chat ([`super::messages`]), whose
+    /// output is parsed like a chat's and answered in the Messages shapes.
+    Messages,
 }
 
 impl Route {
@@ -45,7 +48,14 @@ impl Route {
             Route::Chat => "chat",
             Route::Completions => "completions",
             Route::Generate => "generate",
+            Route::Messages => "messages",
         }
+    }
+
+    /// Whether the prompt is a conversation rendered by the chat template, whose output
+    /// goes through the worker's tool-call and reasoning parsers.
+    pub fn is_chat(self) -> bool {
+        matches!(self, Route::Chat | Route::Messages)
     }
 
     pub fn of_path(path: &str) -> Option<Route> {
@@ -53,6 +63,7 @@ impl Route {
             "/v1/chat/completions" => Some(Route::Chat),
             "/v1/completions" => Some(Route::Completions),
             "/generate" => Some(Route::Generate),
+            "/v1/messages" => Some(Route::Messages),
             _ => None,
         }
     }
@@ -61,7 +72,7 @@ impl Route {
 /// `stop`: one string or several.
 #[derive(Deserialize)]
 #[serde(untagged)]
-enum Stop {
+pub(super) enum Stop {
     One(String),
     Many(Vec<String>),
 }
@@ -110,6 +121,22 @@ impl Knobs {
         check(&sampling)?;
         Ok(sampling)
     }
+}
+
+/// Sampling from the three knobs a Messages body has, the others at their defaults,
+/// checked against the same ranges as a chat's.
+pub fn sampling(
+    temperature: Option<f32>,
+    top_p: Option<f32>,
+    top_k: Option<i32>,
+) -> Result<Sampling, Invalid> {
+    Knobs {
+        temperature,
+        top_p,
+        top_k,
+        ..Knobs::default()
+    }
+    .resolve()
 }
 
 /// The fields of a chat or completions body the gRPC path reads; others are ignored, as
@@ -229,10 +256,17 @@ pub enum Input {
 pub struct Invalid(pub String);
 
 impl Ask {
-    /// Reads `body` sent to `route`.
+    /// Reads `body` sent to `route`; a Messages body is read by
+    /// [`super::messages::ask`], whose refusals have shapes of their own.
     pub fn parse(route: Route, body: &[u8]) -> Result<Ask, Invalid> {
-        if route == Route::Generate {
-            return Ask::parse_generate(body);
+        match route {
+            Route::Generate => return Ask::parse_generate(body),
+            Route::Messages => {
+                return Err(Invalid(
+                    "a Messages body is read by the Messages conversion".into(),
+                ))
+            }
+            Route::Chat | Route::Completions => {}
         }
         let body: Body = serde_json::from_slice(body)
             .map_err(|e| Invalid(format!("invalid request body: {e}")))?;
@@ -256,7 +290,7 @@ impl Ask {
                     kwargs: body.chat_template_kwargs.clone(),
                 }
             }
-            Route::Completions | Route::Generate => match body.prompt {
+            Route::Completions | Route::Generate | Route::Messages => match body.prompt {
                 Some(Prompt::Text(text)) | Some(Prompt::Batch([text])) => Input::Text(text),
                 Some(Prompt::Ids(ids)) if !ids.is_empty() => Input::Ids(ids),
                 _ => {
@@ -346,13 +380,19 @@ impl Ask {
             .collect()
     }
 
-    /// The engine's sampling parameters for this request. Stop strings stay with the
-    /// gateway (it matches them on the text it decodes); `max_tokens` absent lets the
-    /// engine run to its context limit, as an OpenAI server does.
+    /// The engine's sampling parameters for this request. The gateway matches stop strings
+    /// on the text it decodes; Messages' `stop_sequences` also go to the engines that take
+    /// stop strings (spec 2), so they stop as soon as the gateway would. `max_tokens`
+    /// absent lets the engine run to its context limit, as an OpenAI server does.
     pub fn sampling_params(&self) -> Params {
         Params {
             sampling: self.sampling,
             max_tokens: self.max_tokens,
+            stop: if self.route == Route::Messages {
+                self.stops.clone()
+            } else {
+                Vec::new()
+            },
             stop_token_ids: self.stop_token_ids.clone(),
             skip_special_tokens: self.skip_special_tokens,
             ignore_eos: self.ignore_eos,
@@ -405,7 +445,7 @@ fn logprobs(
 ) -> Result<Option<u32>, Invalid> {
     let field = field.filter(|v| !v.is_null());
     match route {
-        Route::Chat => {
+        Route::Chat | Route::Messages => {
             let asked = match field {
                 None => false,
                 Some(Value::Bool(asked)) => asked,
@@ -437,7 +477,7 @@ fn logprobs(
 /// The functions of a `tools` array (`[{type: "function", function: {name, parameters}}]`),
 /// within [`MAX_TOOLS`]; the template renders the array itself, this is what the tool-call
 /// parser needs.
-fn tool_specs(tools: &Value) -> Result<Vec<ToolSpec>, Invalid> {
+pub fn tool_specs(tools: &Value) -> Result<Vec<ToolSpec>, Invalid> {
     let list = tools
         .as_array()
         .ok_or_else(|| Invalid("tools must be an array".into()))?;
@@ -521,7 +561,7 @@ fn thinking(kwargs: Option<&Map<String, Value>>) -> bool {
 }
 
 /// The non-empty stop strings of a `stop` field, within the bounds.
-fn stop_strings(stop: Option<Stop>) -> Result<Vec<String>, Invalid> {
+pub(super) fn stop_strings(stop: Option<Stop>) -> Result<Vec<String>, Invalid> {
     let stops = match stop {
         None => Vec::new(),
         Some(Stop::One(s)) => vec![s],
