@@ -387,7 +387,11 @@ fn assert_refused(reply: &Reply, code: &str, case: &Value) {
         "{case}: {body}"
     );
     // Spec 2 writes the rule failures' code as the number 400, the parse failures' as a name.
-    let want = if code == "400" { json!(400) } else { json!(code) };
+    let want = if code == "400" {
+        json!(400)
+    } else {
+        json!(code)
+    };
     assert_eq!(body["error"]["code"], want, "{case}: {body}");
     assert!(!body["error"]["message"].as_str().unwrap().is_empty());
     assert_eq!(reply.headers["x-gw-error-code"], code);
@@ -415,16 +419,7 @@ async fn each_validation_error_row() {
         with("max_tokens", json!("many")),
         with("messages", json!({"role": "user"})),
         with("stop_sequences", json!("END")),
-    ];
-    for case in &parse_errors {
-        let reply = post_json(&url(&gw), case).await;
-        assert_refused(&reply, "json_parse_error", case);
-    }
-    let rules = [
-        with("max_tokens", json!(0)),
-        with("messages", json!([])),
-        with("tool_choice", json!({"type": "any"})),
-        tools_named_b,
+        // A block type outside spec 2's list does not parse as a content block.
         with(
             "messages",
             json!([{"role": "user", "content": [{"type": "mcp_tool_use", "id": "x",
@@ -439,6 +434,16 @@ async fn each_validation_error_row() {
             "messages",
             json!([{"role": "user", "content": [{"type": "hologram"}]}]),
         ),
+    ];
+    for case in &parse_errors {
+        let reply = post_json(&url(&gw), case).await;
+        assert_refused(&reply, "json_parse_error", case);
+    }
+    let rules = [
+        with("max_tokens", json!(0)),
+        with("messages", json!([])),
+        with("tool_choice", json!({"type": "any"})),
+        tools_named_b,
     ];
     for case in &rules {
         let reply = post_json(&url(&gw), case).await;

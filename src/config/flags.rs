@@ -1041,6 +1041,17 @@ pub static FLAGS: &[Flag] = &[
         },
     ),
     Flag::one(
+        "mcp-call-timeout-secs",
+        "SECS",
+        "60",
+        Group::LimitsAndTimeouts,
+        "Longest wait for one call to an MCP server in the provider backend's tool loop (connecting, listing tools, or running one); a tool that takes longer is an error result the model sees",
+        |c, v| {
+            c.pipeline.mcp_call_timeout = seconds(v, 1)?;
+            Ok(())
+        },
+    ),
+    Flag::one(
         "header-read-timeout-secs",
         "SECS",
         "30",

@@ -16,6 +16,9 @@ use http::HeaderMap;
 /// The client's provider key (spec 2): never read by the gateway, never sent to a worker,
 /// only to the provider of `--backend anthropic`.
 pub const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+/// `X-GW-MCP: enabled` asks the provider backend to run the MCP tool loop (spec 2); never
+/// forwarded.
+pub const X_GW_MCP: HeaderName = HeaderName::from_static("x-gw-mcp");
 
 /// Whether a client request header is forwarded to an HTTP worker.
 pub fn forwarded_to_worker(name: &HeaderName) -> bool {
@@ -46,8 +49,8 @@ pub enum ContentType {
 }
 
 /// Builds the header map for the worker from the client's, consuming it but for its
-/// `x-api-key`, left in `client` for the provider backend (the first value, marked
-/// sensitive). `worker_bearer` is sent only when the client sent no `Authorization` of
+/// `x-api-key` (the first value, marked sensitive) and `X-GW-MCP`, left in `client` for
+/// the provider backend, which alone reads them. `worker_bearer` is sent only when the client sent no `Authorization` of
 /// its own.
 pub fn to_worker(
     client: &mut HeaderMap,
@@ -56,6 +59,7 @@ pub fn to_worker(
 ) -> HeaderMap {
     remove_connection_named(client);
     let provider_key = client.remove(X_API_KEY);
+    let mcp = client.remove(X_GW_MCP);
     let mut out = HeaderMap::with_capacity(8);
     let mut client_content_type = None;
     let mut last_name: Option<HeaderName> = None;
@@ -90,6 +94,9 @@ pub fn to_worker(
     if let Some(mut key) = provider_key {
         key.set_sensitive(true);
         client.insert(X_API_KEY, key);
+    }
+    if let Some(mcp) = mcp {
+        client.insert(X_GW_MCP, mcp);
     }
     out
 }

@@ -54,6 +54,7 @@ pub use headers::ContentType;
 pub use transport::grpc::GrpcClient;
 pub use transport::http::UpstreamClient;
 
+use transport::provider::mcp_loop::LoopClient;
 use transport::Answer;
 
 /// The data path's part of the Limits and timeouts flag group.
@@ -80,6 +81,9 @@ pub struct PipelineSettings {
     /// `--upstream-ca-cert-path`: a PEM bundle of CAs trusted for https workers besides
     /// the platform's roots (read at startup into an [`UpstreamTls`]).
     pub upstream_ca_cert_path: Option<PathBuf>,
+    /// `--mcp-call-timeout-secs`: longest wait for one call to an MCP server (connect,
+    /// tool listing, or a tool) in the provider backend's tool loop.
+    pub mcp_call_timeout: Duration,
 }
 
 impl Default for PipelineSettings {
@@ -93,6 +97,7 @@ impl Default for PipelineSettings {
             max_buffered_request_bytes: 16 * 1024 * 1024,
             stream_stall_timeout: Some(Duration::from_secs(300)),
             upstream_ca_cert_path: None,
+            mcp_call_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -121,6 +126,8 @@ pub struct FleetModes {
 pub struct ThreadClients {
     pub http: UpstreamClient,
     pub grpc: GrpcClient,
+    /// The provider backend's MCP tool loop: MCP servers and the provider's rounds.
+    pub tools: LoopClient,
 }
 
 impl ThreadClients {
@@ -132,6 +139,11 @@ impl ThreadClients {
         ThreadClients {
             http: UpstreamClient::new(settings, tls),
             grpc: GrpcClient::new(settings, tls, metrics.clone()),
+            tools: LoopClient {
+                http: crate::mcp::client(tls),
+                call_timeout: settings.mcp_call_timeout,
+                metrics: metrics.clone(),
+            },
         }
     }
 }

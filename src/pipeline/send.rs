@@ -56,6 +56,7 @@ impl Pipeline {
             http: &clients.http,
             grpc: &clients.grpc,
             backend: self.modes.backend,
+            tools: &clients.tools,
         };
 
         let mut tried: Vec<Uuid> = Vec::new();

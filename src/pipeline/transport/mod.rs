@@ -11,7 +11,6 @@
 pub mod credentials;
 pub mod grpc;
 pub mod http;
-pub mod mcp_loop;
 pub mod provider;
 
 use std::future::Future;
@@ -78,6 +77,8 @@ pub struct Transports<'a> {
     pub grpc: &'a grpc::GrpcClient,
     /// `--backend`: what an HTTP worker is.
     pub backend: Backend,
+    /// The provider backend's MCP tool loop.
+    pub tools: &'a provider::mcp_loop::LoopClient,
 }
 
 impl Transports<'_> {
@@ -98,7 +99,7 @@ impl Transports<'_> {
     pub async fn send(&self, worker: &Worker, attempt: Attempt<'_>) -> Result<Answer, SendError> {
         match worker.connection_mode() {
             ConnectionMode::Http if self.backend.is_provider() => {
-                provider::send(self.http, worker, attempt).await
+                provider::send(self.http, self.tools, worker, attempt).await
             }
             ConnectionMode::Http => self.http.send(worker, attempt).await,
             ConnectionMode::Grpc if matches!(worker.transport, FleetTransport::Grpc { .. }) => {

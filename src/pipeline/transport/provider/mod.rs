@@ -12,12 +12,16 @@
 //! - **answer**: a stream or an error status is relayed as it comes; a successful JSON body
 //!   is read, checked against the Messages response schema and written anew
 //!   ([`message::reserialize`]), or the client gets 502 `parse_error`.
+//!
+//! A request with `X-GW-MCP: enabled` and an `mcp_toolset` goes through the gateway's MCP
+//! tool loop instead ([`mcp_loop`]).
 
+pub mod mcp_loop;
 mod message;
 
 use bytes::{Bytes, BytesMut};
 use http::header::{HeaderName, HeaderValue, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
-use http::{HeaderMap, Method};
+use http::{HeaderMap, Method, Uri};
 use http_body_util::BodyExt;
 
 use super::http::UpstreamClient;
@@ -27,7 +31,9 @@ use crate::http::body::terminal::gateway_error;
 use crate::http::body::RespBody;
 use crate::http::error::GatewayError;
 use crate::http::route::{match_route, RouteMatch};
+use crate::http::upload::{client_fault, LimitedBody};
 use crate::pipeline::headers::X_API_KEY;
+use mcp_loop::{LoopClient, Upstream};
 
 /// The one route of a provider backend.
 pub const MESSAGES_PATH: &str = "/v1/messages";
@@ -80,13 +86,30 @@ pub fn to_provider(allowed: &HeaderMap, client: &HeaderMap) -> HeaderMap {
     out
 }
 
-/// Carries `attempt` to the provider `worker` over `http` and answers as the module says.
+/// Carries `attempt` to the provider `worker` over `http` (or through the MCP tool loop
+/// with `tools`) and answers as the module says.
 pub async fn send(
     http: &UpstreamClient,
+    tools: &LoopClient,
     worker: &Worker,
     mut attempt: Attempt<'_>,
 ) -> Result<Answer, SendError> {
     attempt.headers = to_provider(&attempt.headers, &attempt.head.headers);
+    if mcp_loop::asked(&attempt.head.headers) {
+        let body = read_request(attempt.body).await?;
+        if let Some(plan) = mcp_loop::plan(&body, tools.call_timeout) {
+            let upstream = Upstream {
+                http: tools.http.clone(),
+                uri: messages_uri(worker)?,
+                headers: std::mem::take(&mut attempt.headers),
+                deadline: tokio::time::Instant::from_std(attempt.deadline),
+            };
+            return mcp_loop::run(upstream, plan, tools.metrics.clone())
+                .await
+                .map_err(SendError::Refused);
+        }
+        attempt.body = LimitedBody::whole(body);
+    }
     let answer = http.relay(worker, attempt).await?;
     if !answer.status().is_success() || is_event_stream(answer.headers()) {
         return Ok(answer);
@@ -104,6 +127,24 @@ pub async fn send(
         head,
         RespBody::full(Bytes::from(message)),
     ))
+}
+
+/// `<worker URL>/v1/messages`, where the loop sends each round.
+fn messages_uri(worker: &Worker) -> Result<Uri, SendError> {
+    format!("{}{MESSAGES_PATH}", worker.url.trim_end_matches('/'))
+        .parse()
+        .map_err(|_| SendError::Exchange(GatewayError::UpstreamConnect))
+}
+
+/// The client's whole body (the pipeline has usually held it already).
+async fn read_request(body: LimitedBody) -> Result<Bytes, SendError> {
+    body.collect()
+        .await
+        .map(|collected| collected.to_bytes())
+        .map_err(|err| match client_fault(err.as_ref()) {
+            Some(fault) => SendError::ClientBody(fault),
+            None => SendError::Exchange(GatewayError::ClientBodyBroken),
+        })
 }
 
 fn is_event_stream(headers: &HeaderMap) -> bool {

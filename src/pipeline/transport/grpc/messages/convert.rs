@@ -636,7 +636,10 @@ mod tests {
         cases.push(body);
         for body in cases {
             assert!(
-                matches!(refused(body.clone()), GatewayError::MessagesMalformed { .. }),
+                matches!(
+                    refused(body.clone()),
+                    GatewayError::MessagesMalformed { .. }
+                ),
                 "{body}"
             );
         }

@@ -18,8 +18,8 @@
 //!    after it started is an `error` event.
 //!
 //! A tool that fails, or a server that stops answering (each call has
-//! [`MCP_CALL_TIMEOUT`]), is an `is_error` result the model sees, not a failed request. The
-//! whole loop ends by the request's deadline.
+//! `--mcp-call-timeout-secs`), is an `is_error` result the model sees, not a failed
+//! request. The whole loop ends by the request's deadline.
 
 mod events;
 mod toolset;
@@ -36,27 +36,33 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::Answer;
 use crate::http::body::{FrameSender, RespBody};
 use crate::http::error::GatewayError;
 use crate::mcp::{McpHttp, Session, SessionSettings, Tool, ToolOutcome};
 use crate::metrics::Metrics;
+use crate::pipeline::headers::X_GW_MCP;
+use crate::pipeline::transport::Answer;
 
-/// The header that asks for the gateway's loop.
-pub const MCP_HEADER: &str = "x-gw-mcp";
 /// Most rounds of tool calls in one request (spec 2 "Limits").
 pub const MAX_ROUNDS: usize = 10;
-/// Longest wait for one MCP call (connect, list, or a tool).
-pub const MCP_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 /// Largest provider answer read in one round.
 const MAX_ANSWER_BYTES: usize = 32 * 1024 * 1024;
 /// Frames a stream may have waiting for a slow client before the loop waits.
 const STREAM_FRAMES: usize = 16;
 
+/// What one data-plane thread's loops share: the pool to MCP servers and providers, each
+/// MCP call's timeout, the metrics.
+pub struct LoopClient {
+    pub http: McpHttp,
+    /// `--mcp-call-timeout-secs`.
+    pub call_timeout: Duration,
+    pub metrics: Arc<Metrics>,
+}
+
 /// Whether the client asked for the gateway's loop (`X-GW-MCP: enabled`).
 pub fn asked(headers: &HeaderMap) -> bool {
     headers
-        .get(MCP_HEADER)
+        .get(X_GW_MCP)
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"enabled"))
 }
 
@@ -81,8 +87,8 @@ pub struct Plan {
 }
 
 /// The loop's plan for `body`, or `None` when it has no `mcp_toolset` (then it goes to
-/// the provider as any request).
-pub fn plan(body: &[u8]) -> Option<Plan> {
+/// the provider as any request). Each MCP call may take `call_timeout`.
+pub fn plan(body: &[u8], call_timeout: Duration) -> Option<Plan> {
     let Ok(Value::Object(mut request)) = serde_json::from_slice(body) else {
         return None;
     };
@@ -97,7 +103,10 @@ pub fn plan(body: &[u8]) -> Option<Plan> {
         return None;
     }
     let servers = match request.remove("mcp_servers") {
-        Some(Value::Array(servers)) => servers.iter().filter_map(server_of).collect(),
+        Some(Value::Array(servers)) => servers
+            .iter()
+            .filter_map(|s| server_of(s, call_timeout))
+            .collect(),
         _ => Vec::new(),
     };
     let stream = request.get("stream").and_then(Value::as_bool) == Some(true);
@@ -117,7 +126,7 @@ pub fn plan(body: &[u8]) -> Option<Plan> {
 }
 
 /// An entry of `mcp_servers` as session settings.
-fn server_of(server: &Value) -> Option<(String, SessionSettings)> {
+fn server_of(server: &Value, call_timeout: Duration) -> Option<(String, SessionSettings)> {
     let name = server.get("name")?.as_str()?.to_owned();
     let url = server.get("url")?.as_str()?.to_owned();
     let bearer = server
@@ -129,7 +138,7 @@ fn server_of(server: &Value) -> Option<(String, SessionSettings)> {
         SessionSettings {
             url,
             bearer,
-            call_timeout: MCP_CALL_TIMEOUT,
+            call_timeout,
         },
     ))
 }
@@ -613,9 +622,9 @@ mod tests {
     fn the_header_and_a_toolset_make_a_plan() {
         let mut h = HeaderMap::new();
         assert!(!asked(&h));
-        h.insert(MCP_HEADER, HeaderValue::from_static("Enabled"));
+        h.insert(X_GW_MCP, HeaderValue::from_static("Enabled"));
         assert!(asked(&h));
-        h.insert(MCP_HEADER, HeaderValue::from_static("off"));
+        h.insert(X_GW_MCP, HeaderValue::from_static("off"));
         assert!(!asked(&h));
 
         let body = json!({"model": "m", "max_tokens": 5, "stream": true, "messages": [],
@@ -623,7 +632,8 @@ mod tests {
                 {"type": "mcp_toolset", "mcp_server_name": "s"}],
             "mcp_servers": [{"type": "url", "name": "s", "url": "http://127.0.0.1:1/mcp",
                 "authorization_token": "secret"}]});
-        let plan = plan(body.to_string().as_bytes()).expect("a plan");
+        let minute = Duration::from_secs(60);
+        let plan = plan(body.to_string().as_bytes(), minute).expect("a plan");
         assert!(plan.stream);
         assert_eq!(plan.model, "m");
         assert_eq!(plan.client_tools.len(), 1);
@@ -633,8 +643,8 @@ mod tests {
         assert!(!plan.request.contains_key("mcp_servers"));
 
         let plain = json!({"model": "m", "tools": [{"name": "mine", "input_schema": {}}]});
-        assert!(super::plan(plain.to_string().as_bytes()).is_none());
-        assert!(super::plan(b"not json").is_none());
+        assert!(super::plan(plain.to_string().as_bytes(), minute).is_none());
+        assert!(super::plan(b"not json", minute).is_none());
     }
 
     #[test]
