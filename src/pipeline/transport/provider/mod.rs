@@ -28,6 +28,7 @@ use crate::http::body::RespBody;
 use crate::http::error::GatewayError;
 use crate::http::route::{match_route, RouteMatch};
 use crate::pipeline::headers::X_API_KEY;
+use crate::pipeline::is_sse;
 
 /// The one route of a provider backend.
 pub const MESSAGES_PATH: &str = "/v1/messages";
@@ -88,7 +89,7 @@ pub async fn send(
 ) -> Result<Answer, SendError> {
     attempt.headers = to_provider(&attempt.headers, &attempt.head.headers);
     let answer = http.relay(worker, attempt).await?;
-    if !answer.status().is_success() || is_event_stream(answer.headers()) {
+    if !answer.status().is_success() || is_sse(&answer) {
         return Ok(answer);
     }
     let (mut head, body) = answer.into_parts();
@@ -104,12 +105,6 @@ pub async fn send(
         head,
         RespBody::full(Bytes::from(message)),
     ))
-}
-
-fn is_event_stream(headers: &HeaderMap) -> bool {
-    headers
-        .get(CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"))
 }
 
 /// The whole body of a relayed answer, within the relay's own deadline and stall limits
