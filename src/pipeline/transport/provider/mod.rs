@@ -33,6 +33,7 @@ use crate::http::error::GatewayError;
 use crate::http::route::{match_route, RouteMatch};
 use crate::http::upload::{client_fault, LimitedBody};
 use crate::pipeline::headers::X_API_KEY;
+use crate::pipeline::is_sse;
 use mcp_loop::{LoopClient, Upstream};
 
 /// The one route of a provider backend.
@@ -111,7 +112,7 @@ pub async fn send(
         attempt.body = LimitedBody::whole(body);
     }
     let answer = http.relay(worker, attempt).await?;
-    if !answer.status().is_success() || is_event_stream(answer.headers()) {
+    if !answer.status().is_success() || is_sse(&answer) {
         return Ok(answer);
     }
     let (mut head, body) = answer.into_parts();
@@ -145,12 +146,6 @@ async fn read_request(body: LimitedBody) -> Result<Bytes, SendError> {
             Some(fault) => SendError::ClientBody(fault),
             None => SendError::Exchange(GatewayError::ClientBodyBroken),
         })
-}
-
-fn is_event_stream(headers: &HeaderMap) -> bool {
-    headers
-        .get(CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"))
 }
 
 /// The whole body of a relayed answer, within the relay's own deadline and stall limits
