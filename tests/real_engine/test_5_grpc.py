@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -189,6 +190,29 @@ def test_chat_matches_llama_server(grpc_gateway, llama, prompt):
     assert ours.choices[0].finish_reason == theirs.choices[0].finish_reason
     assert ours.usage.prompt_tokens == theirs.usage.prompt_tokens
     assert ours.usage.completion_tokens == theirs.usage.completion_tokens
+
+
+def messages_client(url: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(api_key="unused", base_url=url, timeout=60, max_retries=0)
+
+
+@pytest.mark.parametrize("prompt", PROMPTS[:3])
+def test_messages_match_llama_servers_own(grpc_gateway, llama, prompt):
+    """/v1/messages built by the gateway's pipeline equals llama-server's own /v1/messages
+    (greedy), whole and streamed through the official SDK's accumulator."""
+    ask = dict(model=harness.MODEL_ALIAS, max_tokens=MAX_TOKENS, temperature=0, messages=chat(prompt))
+    theirs = messages_client(llama.url).messages.create(**ask)
+    ours = messages_client(grpc_gateway.url).messages.create(**ask)
+    assert [b.type for b in ours.content] == ["text"], ours
+    assert ours.content[0].text == theirs.content[0].text
+    assert ours.stop_reason == theirs.stop_reason
+    assert ours.usage.output_tokens == theirs.usage.output_tokens
+    assert ours.usage.cache_read_input_tokens == 0
+    with messages_client(grpc_gateway.url).messages.stream(**ask) as stream:
+        final = stream.get_final_message()
+    assert final.content[0].text == theirs.content[0].text
+    assert final.stop_reason == theirs.stop_reason
+    assert final.usage.output_tokens == theirs.usage.output_tokens
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)
