@@ -15,6 +15,7 @@ pub mod jwt_claims;
 pub mod messages_validate;
 pub mod pieces;
 pub mod prom_text;
+pub mod provider_message;
 pub mod reads;
 pub mod reasoning_parsers;
 pub mod route_match;
@@ -37,6 +38,7 @@ pub fn by_target(name: &str) -> Option<fn(&[u8])> {
         "jwt_claims" => jwt_claims::check,
         "messages_validate" => messages_validate::check,
         "prom_text" => prom_text::check,
+        "provider_message" => provider_message::check,
         "reasoning_parsers" => reasoning_parsers::check,
         "route_match" => route_match::check,
         "sse" => sse::check,

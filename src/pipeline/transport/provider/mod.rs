@@ -17,7 +17,7 @@
 //! tool loop instead ([`mcp_loop`]).
 
 pub mod mcp_loop;
-mod message;
+pub mod message;
 
 use bytes::{Bytes, BytesMut};
 use http::header::{HeaderName, HeaderValue, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
