@@ -298,3 +298,44 @@ async fn count_tokens_is_not_served_by_grpc_engines() {
     let ct = reply.headers["content-type"].to_str().unwrap_or_default();
     assert!(ct.starts_with("text/plain"), "{ct}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn count_tokens_under_pd_goes_to_one_prefill_worker() {
+    let prefill = mock(&["--model", MODEL]);
+    let decode = mock(&["--model", MODEL]);
+    let (p, d) = (prefill.url(), decode.url());
+    let gw = gateway(&[
+        "--health-check-interval-secs",
+        "1",
+        "--pd-disaggregation",
+        "--prefill",
+        &p,
+        "--decode",
+        &d,
+    ]);
+    let url = format!("{}/v1/messages/count_tokens", gw.url());
+    let count = json!({"model": MODEL, "messages": [{"role": "user", "content": "12345678"}]});
+    let served = common::eventually(std::time::Duration::from_secs(20), || async {
+        post_json(&url, &count).await.status == 200
+    })
+    .await;
+    assert!(served, "count_tokens never served by the prefill worker");
+    assert!(!bodies_seen(&prefill, "/v1/messages/count_tokens")
+        .await
+        .is_empty());
+    assert!(
+        bodies_seen(&decode, "/v1/messages/count_tokens")
+            .await
+            .is_empty(),
+        "no decode worker, no bootstrap: the prefill worker answers alone"
+    );
+    let forwarded: Value =
+        serde_json::from_str(&bodies_seen(&prefill, "/v1/messages/count_tokens").await[0]).unwrap();
+    assert!(forwarded.get("bootstrap_room").is_none(), "{forwarded}");
+
+    // Without a prefill worker: 503 no_prefill_servers.
+    let only_decode = gateway(&["--pd-disaggregation", "--decode", &d]);
+    let url = format!("{}/v1/messages/count_tokens", only_decode.url());
+    let reply = post_json(&url, &count).await;
+    assert_gateway_error(&reply, 503, "no_prefill_servers");
+}

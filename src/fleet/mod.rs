@@ -738,6 +738,8 @@ pub struct Snapshot {
     by_id: HashMap<Uuid, Arc<Worker>>,
     by_url: HashMap<String, Arc<Worker>>,
     routable: Vec<Arc<Worker>>,
+    /// Ready prefill workers (prefill/decode disaggregation).
+    routable_prefill: Vec<Arc<Worker>>,
     /// Routable workers per model name (ids, card aliases and `--model-alias` names).
     routable_by_model: HashMap<String, Vec<Arc<Worker>>>,
     /// Routable workers without a model list: they serve any model.
@@ -773,6 +775,11 @@ impl Snapshot {
         let routable: Vec<Arc<Worker>> = workers
             .iter()
             .filter(|w| w.is_ready() && w.worker_type == WorkerType::Regular)
+            .cloned()
+            .collect();
+        let routable_prefill: Vec<Arc<Worker>> = workers
+            .iter()
+            .filter(|w| w.is_ready() && w.worker_type == WorkerType::Prefill)
             .cloned()
             .collect();
         let mut routable_by_model: HashMap<String, Vec<Arc<Worker>>> = HashMap::new();
@@ -817,6 +824,7 @@ impl Snapshot {
             by_url: by_url(&workers),
             workers,
             routable,
+            routable_prefill,
             routable_by_model,
             routable_any_model,
             known_models,
@@ -839,6 +847,11 @@ impl Snapshot {
     /// Regular workers that may receive traffic now.
     pub fn routable(&self) -> &[Arc<Worker>] {
         &self.routable
+    }
+
+    /// Prefill workers that may receive traffic now.
+    pub fn routable_prefill(&self) -> &[Arc<Worker>] {
+        &self.routable_prefill
     }
 
     /// Routable workers that serve `model` (by id or alias); workers without a model list

@@ -26,6 +26,9 @@ pub const ERROR_CODE_HEADER: &str = "x-gw-error-code";
 pub enum GatewayError {
     /// No routable worker for the request.
     NoAvailableWorkers,
+    /// A request for a prefill worker (count_tokens under prefill/decode disaggregation)
+    /// finds none ready.
+    NoPrefillServers,
     /// Under `--enable-igw`: no registered worker serves the requested model (spec 2).
     ModelNotFound,
     /// The request cannot be served as asked (the gateway read it for its own pipeline).
@@ -168,6 +171,7 @@ impl GatewayError {
         #[rustfmt::skip]
         let (status, code, router_error, closes) = match self {
             G::NoAvailableWorkers =>          (S::SERVICE_UNAVAILABLE, "no_available_workers",            NO_WORKERS,     KEEP),
+            G::NoPrefillServers =>            (S::SERVICE_UNAVAILABLE, "no_prefill_servers",              NO_WORKERS,     KEEP),
             G::ModelNotFound =>               (S::NOT_FOUND,           "model_not_found",                 NO_WORKERS,     KEEP),
             G::OverloadShed { .. } =>         (S::SERVICE_UNAVAILABLE, "worker_overload_protection_shed", NO_WORKERS,     KEEP),
             G::NotImplemented { .. } =>       (S::NOT_IMPLEMENTED,     "not_implemented",                 INTERNAL,       KEEP),
@@ -246,6 +250,7 @@ impl fmt::Display for GatewayError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             GatewayError::NoAvailableWorkers => f.write_str("no available workers"),
+            GatewayError::NoPrefillServers => f.write_str("no prefill worker is available"),
             // The model is not repeated: it is the client's string, of any length.
             GatewayError::ModelNotFound => f.write_str("no worker serves the requested model"),
             GatewayError::InvalidRequest { message }

@@ -55,8 +55,10 @@ pub(super) struct Routing {
     /// What to peek from `held`.
     wants: Wants,
     held: Bytes,
-    /// Candidates are the model's workers (`--enable-igw`).
+    /// Candidates are the model's workers (`--enable-igw`, count_tokens).
     pub by_model: bool,
+    /// Candidates are the prefill workers (count_tokens under `--pd-disaggregation`).
+    pub prefill_only: bool,
     declared: Option<u64>,
 }
 
@@ -160,7 +162,11 @@ impl Pipeline {
         req: Request<Incoming>,
         content_type: ContentType,
     ) -> Result<Prepared, GatewayError> {
-        if self.modes.pd_disaggregation && !self.modes.enable_igw {
+        let pd = self.modes.pd_disaggregation && !self.modes.enable_igw;
+        let counting = MessagesRoute::of_path(req.uri().path()) == Some(MessagesRoute::CountTokens);
+        // count_tokens goes to one prefill worker (spec 2); prefill/decode dispatch of
+        // everything else is not served yet.
+        if pd && !counting {
             return Err(GatewayError::NotImplemented {
                 route: "prefill/decode dispatch (--pd-disaggregation)",
             });
@@ -175,7 +181,6 @@ impl Pipeline {
 
         let json = content_type == ContentType::Json;
         let messages_route = MessagesRoute::of_path(req.uri().path()).filter(|_| json);
-        let counting = messages_route == Some(MessagesRoute::CountTokens);
         if counting {
             self.count_tokens_served(req.headers())?;
         }
@@ -191,8 +196,9 @@ impl Pipeline {
             (None, None)
         };
         let inputs = body_path::Inputs {
-            // count_tokens goes to a worker of the body's model (404 when none serves it).
-            needs_model: (self.modes.enable_igw && json) || counting,
+            // count_tokens goes to a worker of the body's model (404 when none serves it);
+            // under prefill/decode to any prefill worker.
+            needs_model: (self.modes.enable_igw && json) || (counting && !pd),
             needs_text: needs == Needs::PromptText && json,
             needs_rid: needs == Needs::Header
                 && json
@@ -236,6 +242,7 @@ impl Pipeline {
             wants,
             held: payload.held_for(wants),
             by_model: inputs.needs_model,
+            prefill_only: counting && pd,
             declared,
         };
         Ok(Prepared {

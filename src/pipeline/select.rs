@@ -13,6 +13,16 @@ use uuid::Uuid;
 use crate::fleet::{Snapshot, Worker};
 use crate::routing::{Policy, RequestFacts, Selection};
 
+/// Which workers a request may go to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Among<'a> {
+    /// Regular workers; of the model, when it narrows the candidates.
+    Regular(Option<&'a str>),
+    /// Prefill workers alone: count_tokens under prefill/decode disaggregation (spec 2: one
+    /// prefill worker, no decode worker).
+    Prefill,
+}
+
 /// Why no worker was picked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NoPick {
@@ -33,14 +43,15 @@ fn usable(worker: &Worker) -> bool {
 /// the same worker beats no retry).
 pub fn pick(
     snapshot: &Snapshot,
-    model: Option<&str>,
+    among: Among<'_>,
     policy: &dyn Policy,
     facts: &RequestFacts<'_>,
     tried: &[Uuid],
 ) -> Result<(Arc<Worker>, Selection), NoPick> {
-    let candidates = match model {
-        Some(model) => snapshot.routable_for_model(model),
-        None => snapshot.routable(),
+    let candidates = match among {
+        Among::Regular(Some(model)) => snapshot.routable_for_model(model),
+        Among::Regular(None) => snapshot.routable(),
+        Among::Prefill => snapshot.routable_prefill(),
     };
     let how = policy.decide(candidates, facts);
     let first = how
@@ -108,7 +119,14 @@ mod tests {
         let policy = RoundRobin::default();
         let facts = RequestFacts::default();
         let pick = |tried: &[Uuid]| {
-            pick(&registry.snapshot(), None, &policy, &facts, tried).map(|(w, _)| w.id)
+            pick(
+                &registry.snapshot(),
+                Among::Regular(None),
+                &policy,
+                &facts,
+                tried,
+            )
+            .map(|(w, _)| w.id)
         };
         open(&workers[0]);
         for _ in 0..6 {
@@ -157,7 +175,16 @@ mod tests {
         };
         let policy = RoundRobin::default();
         let facts = RequestFacts::default();
-        let pick = || pick(&registry.snapshot(), None, &policy, &facts, &[]).map(|(w, _)| w.id);
+        let pick = || {
+            pick(
+                &registry.snapshot(),
+                Among::Regular(None),
+                &policy,
+                &facts,
+                &[],
+            )
+            .map(|(w, _)| w.id)
+        };
         workers[0].set_engine_load(report(9));
         for _ in 0..4 {
             assert_eq!(pick().unwrap(), workers[1].id);

@@ -11,7 +11,7 @@ use http::Response;
 use uuid::Uuid;
 
 use super::prepare::Prepared;
-use super::select::{self, NoPick};
+use super::select::{self, Among, NoPick};
 use super::transport::{self, Answer, Attempt, SendError};
 use super::{Pipeline, Seen, ThreadClients};
 use crate::admission::Ticket;
@@ -52,6 +52,11 @@ impl Pipeline {
         } else {
             None
         };
+        let among = if req.routing.prefill_only {
+            Among::Prefill
+        } else {
+            Among::Regular(model)
+        };
         let transports = transport::Transports {
             http: &clients.http,
             grpc: &clients.grpc,
@@ -66,7 +71,7 @@ impl Pipeline {
         loop {
             let picked = {
                 let snapshot = self.registry.snapshot();
-                select::pick(&snapshot, model, self.policy.as_ref(), &facts, &tried)
+                select::pick(&snapshot, among, self.policy.as_ref(), &facts, &tried)
             };
             let worker = match (picked, last.take()) {
                 (Ok((worker, how)), _) => {
@@ -89,7 +94,7 @@ impl Pipeline {
                 }
                 // Every breaker opened while retrying: the last answer is the better word.
                 (Err(_), Some(failed)) => return last_word(failed, ticket),
-                (Err(NoPick::None), None) => return Err(self.no_worker_for(model)),
+                (Err(NoPick::None), None) => return Err(self.no_worker_for(among)),
             };
             // A worker no transport of this build reaches fails before anything is sent,
             // so even a streamed body is still unread: another worker takes the request at
@@ -197,14 +202,16 @@ impl Pipeline {
         }
     }
 
-    /// Why no worker took the request: under `--enable-igw` a model no registered worker
-    /// serves is unknown (404, spec 2); otherwise its workers are out of rotation (503).
-    fn no_worker_for(&self, model: Option<&str>) -> GatewayError {
-        match model {
-            Some(model) if !self.registry.snapshot().knows_model(model) => {
+    /// Why no worker took the request: a model no registered worker serves is unknown
+    /// (404, spec 2); a request for prefill workers finds none (503 `no_prefill_servers`);
+    /// otherwise the workers are out of rotation (503).
+    fn no_worker_for(&self, among: Among<'_>) -> GatewayError {
+        match among {
+            Among::Regular(Some(model)) if !self.registry.snapshot().knows_model(model) => {
                 GatewayError::ModelNotFound
             }
-            _ => GatewayError::NoAvailableWorkers,
+            Among::Prefill => GatewayError::NoPrefillServers,
+            Among::Regular(_) => GatewayError::NoAvailableWorkers,
         }
     }
 
