@@ -137,24 +137,36 @@ def test_two_calls_in_one_turn_and_a_failing_tool(setup):
     assert failed.content[-1].text.startswith("results: ")
 
 
-def test_the_stream_has_the_mcp_blocks_and_one_end(setup):
+def test_the_stream_relays_the_rounds_with_the_mcp_blocks_and_one_end(setup):
+    before = len(setup.seen())
     with setup.client().beta.messages.stream(
         model=MODEL,
         max_tokens=64,
-        messages=[{"role": "user", "content": 'call echo {"text": "streamed"}'}],
+        messages=[{"role": "user", "content": "call twice"}],
         tools=TOOLSET,
         mcp_servers=setup.servers(),
         betas=["mcp-client-2025-11-20"],
         extra_headers=MCP,
     ) as stream:
-        events = [event.type for event in stream]
+        events = [event for event in stream]
         final = stream.get_final_message()
-    assert events[0] == "message_start"
-    assert events.count("message_delta") == 1 and events[-1] == "message_stop"
-    assert [b.type for b in final.content] == ["mcp_tool_use", "mcp_tool_result", "text"]
-    assert final.content[0].input == {"text": "streamed"}
-    assert final.content[2].text == "results: streamed"
+    kinds = [e.type for e in events]
+    assert kinds[0] == "message_start"
+    assert kinds.count("message_start") == 1
+    assert kinds.count("message_delta") == 1 and kinds[-1] == "message_stop"
+    # The provider's text came as two deltas, relayed as they were (the accumulator's own
+    # "text" events follow each delta).
+    text_deltas = [e for e in events if e.type == "content_block_delta" and e.delta.type == "text_delta"]
+    assert [d.delta.text for d in text_deltas] == ["Two c", "alls.", "result", "s: 5|hi"]
+    assert [b.type for b in final.content] == [
+        "text", "mcp_tool_use", "mcp_tool_result", "mcp_tool_use", "mcp_tool_result", "text"]
+    assert [b.input for b in final.content if b.type == "mcp_tool_use"] == [{"a": 2, "b": 3}, {"text": "hi"}]
+    assert final.content[-1].text == "results: 5|hi"
+    assert final.stop_reason == "end_turn"
     assert final.usage.output_tokens == 6
+    rounds = setup.seen()[before:]
+    assert [r["body"]["stream"] for r in rounds] == [True, True]
+    assert rounds[1]["body"]["messages"][1]["content"][2]["input"] == {"text": "hi"}
 
 
 def test_a_slow_tool_times_out_without_holding_others(setup):

@@ -1,5 +1,5 @@
 """A stand-in for the provider's Messages API that behaves like a model calling tools, for the
-MCP tool-loop tests (the loop's model calls are whole answers, never streams).
+MCP tool-loop tests.
 
 The last user turn decides the answer:
   - text "call <tool> <json input>"   -> a tool_use of <tool> with that input;
@@ -8,7 +8,9 @@ The last user turn decides the answer:
   - text "loop"                       -> a tool_use of echo, and again after every result;
   - text "fail upstream"              -> 529 with Anthropic's overloaded error body;
   - tool_result blocks (not "loop")   -> text "results: <each result's text, joined by |>".
-Every request body is kept; GET /requests returns them.
+A request with "stream": true gets the answer as Anthropic's event stream: every text and
+tool input in two deltas, a ping between blocks. Every request body is kept; GET /requests
+returns them.
 
     python tool_model.py --port 8124
 Prints LISTENING once it accepts connections.
@@ -74,6 +76,40 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def stream(self, message: dict) -> None:
+        def send(name: str, data: dict) -> None:
+            self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+            self.wfile.flush()
+
+        def halves(text: str) -> list[str]:
+            cut = len(text) // 2
+            return [text[:cut], text[cut:]]
+
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.end_headers()
+        start = dict(message, content=[], stop_reason=None,
+                     usage={"input_tokens": message["usage"]["input_tokens"], "output_tokens": 1})
+        send("message_start", {"type": "message_start", "message": start})
+        for index, block in enumerate(message["content"]):
+            if block["type"] == "text":
+                send("content_block_start", {"type": "content_block_start", "index": index,
+                                             "content_block": {"type": "text", "text": ""}})
+                deltas = [{"type": "text_delta", "text": part} for part in halves(block["text"])]
+            else:
+                send("content_block_start", {"type": "content_block_start", "index": index,
+                                             "content_block": dict(block, input={})})
+                deltas = [{"type": "input_json_delta", "partial_json": part}
+                          for part in halves(json.dumps(block["input"]))]
+            send("ping", {"type": "ping"})
+            for delta in deltas:
+                send("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+            send("content_block_stop", {"type": "content_block_stop", "index": index})
+        send("message_delta", {"type": "message_delta",
+                               "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+                               "usage": {"output_tokens": message["usage"]["output_tokens"]}})
+        send("message_stop", {"type": "message_stop"})
+
     def do_GET(self):
         with LOCK:
             self.reply(200, list(SEEN))
@@ -85,7 +121,10 @@ class Handler(BaseHTTPRequestHandler):
             SEEN.append({"path": self.path, "body": body,
                          "headers": {k.lower(): v for k, v in self.headers.items()}})
         status, payload = answer(body)
-        self.reply(status, payload)
+        if status == 200 and body.get("stream"):
+            self.stream(payload)
+        else:
+            self.reply(status, payload)
 
 
 def main() -> None:

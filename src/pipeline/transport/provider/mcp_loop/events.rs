@@ -5,7 +5,7 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 /// One event.
-fn event(name: &str, data: &Value) -> Bytes {
+pub fn event(name: &str, data: &Value) -> Bytes {
     Bytes::from(format!("event: {name}\ndata: {data}\n\n"))
 }
 

@@ -8,20 +8,22 @@
 //!    when none connects: 502 `mcp_connection_failed`;
 //! 2. **rewrite** the request: `mcp_servers` and the toolsets replaced by the enabled MCP
 //!    tools ([`toolset`]), `tool_choice` `auto` when absent;
-//! 3. **loop**: ask the provider (a whole answer each round), run the MCP calls of its
-//!    answer, append the turn and the results, ask again; a round whose answer calls the
-//!    client's own tools, or no tool, is the last;
+//! 3. **loop**: ask the provider, run the MCP calls of its answer, append the turn and the
+//!    results, ask again; a round whose answer calls the client's own tools, or no tool, is
+//!    the last;
 //! 4. **answer**: each call as an `mcp_tool_use` block (`mcptoolu_` id, `server_name`)
 //!    followed by its `mcp_tool_result`, then the final answer's content; usage summed over
-//!    the rounds. A stream starts (`message_start`) before the first model call, sends each
-//!    block as it is known, and ends with one `message_delta` and `message_stop`; a failure
-//!    after it started is an `error` event.
+//!    the rounds. A stream starts (`message_start`) before the first model call, relays
+//!    the provider's streamed blocks of every round as they come ([`relay`]; MCP calls
+//!    held back and sent as `mcp_tool_use`/`mcp_tool_result` once run), and ends with one
+//!    `message_delta` and `message_stop`; a failure after it started is an `error` event.
 //!
 //! A tool that fails, or a server that stops answering (each call has
 //! `--mcp-call-timeout-secs`), is an `is_error` result the model sees, not a failed
 //! request. The whole loop ends by the request's deadline.
 
 mod events;
+mod relay;
 mod toolset;
 
 use std::sync::Arc;
@@ -188,6 +190,7 @@ pub async fn run(
             Err(Failed::Provider(answer)) => Ok(answer.into_response()),
             Err(Failed::Gateway(err)) => Err(err),
             Err(Failed::ClientGone) => Err(GatewayError::ClientBodyBroken),
+            Err(Failed::Stream(message)) => Err(GatewayError::ProviderParse { message }),
         };
     }
     let (tx, body) = RespBody::generated(STREAM_FRAMES);
@@ -327,6 +330,15 @@ enum Failed {
     Gateway(GatewayError),
     /// The client went away (its stream closed).
     ClientGone,
+    /// The provider's stream failed (an `error` event, or events out of protocol).
+    Stream(String),
+}
+
+/// The provider's answer to one round.
+enum Answered {
+    Whole(Value),
+    /// A 2xx event stream, still to be read.
+    Stream(hyper::body::Incoming),
 }
 
 /// A provider's error answer, kept to be relayed.
@@ -375,7 +387,10 @@ impl Loop {
     async fn drive(&mut self, out: &mut Out<'_>) -> Result<Value, Failed> {
         for _ in 0..=MAX_ROUNDS {
             self.metrics.mcp_iteration(&self.model);
-            let answer = self.ask_provider().await?;
+            let answer = match out {
+                Out::Collect(_) => self.ask_provider(false).await?,
+                Out::Stream { tx, index } => self.relay_round(tx, index).await?,
+            };
             self.usage.add(answer.get("usage"));
             let content = answer
                 .get("content")
@@ -463,9 +478,91 @@ impl Loop {
         }
     }
 
+    /// One round streamed: the provider's blocks relayed to the client as they come (MCP
+    /// calls held back), its answer rebuilt for the next turn. A provider that answers a
+    /// whole body instead has its blocks sent as they would have streamed.
+    async fn relay_round(&self, tx: &FrameSender, index: &mut usize) -> Result<Value, Failed> {
+        let mut body = match self.ask(true).await? {
+            Answered::Stream(body) => body,
+            Answered::Whole(answer) => return self.forward_whole(tx, index, answer).await,
+        };
+        let mut round = relay::Round::new();
+        let relayed = async {
+            while let Some(frame) = body.frame().await {
+                let frame = frame.map_err(|_| Failed::Gateway(GatewayError::UpstreamBroken))?;
+                let Ok(chunk) = frame.into_data() else {
+                    continue;
+                };
+                let steps = round
+                    .feed(&chunk, &self.owners, index)
+                    .map_err(Failed::Stream)?;
+                for step in steps {
+                    match step {
+                        relay::Step::Quiet => {}
+                        relay::Step::Send(event) => {
+                            tx.send(event).await.map_err(|_| Failed::ClientGone)?;
+                        }
+                        relay::Step::Failed(message) => return Err(Failed::Stream(message)),
+                    }
+                }
+                if round.ended() {
+                    return Ok(());
+                }
+            }
+            Err(Failed::Gateway(GatewayError::UpstreamBroken))
+        };
+        tokio::time::timeout_at(self.upstream.deadline, relayed)
+            .await
+            .map_err(|_| Failed::Gateway(GatewayError::UpstreamTimeout))??;
+        Ok(round.answer())
+    }
+
+    /// A whole answer to a round asked streamed: its blocks sent as they would have
+    /// streamed, MCP calls held back.
+    async fn forward_whole(
+        &self,
+        tx: &FrameSender,
+        index: &mut usize,
+        answer: Value,
+    ) -> Result<Value, Failed> {
+        let content = answer.get("content").and_then(Value::as_array);
+        for block in content.map(Vec::as_slice).unwrap_or_default() {
+            if self.is_mcp_call(block) {
+                continue;
+            }
+            for event in events::block(*index, block) {
+                tx.send(event).await.map_err(|_| Failed::ClientGone)?;
+            }
+            *index += 1;
+        }
+        Ok(answer)
+    }
+
+    /// Whether `block` is a call of one of the servers' tools.
+    fn is_mcp_call(&self, block: &Value) -> bool {
+        block.get("type").and_then(Value::as_str) == Some("tool_use")
+            && block
+                .get("name")
+                .and_then(Value::as_str)
+                .is_some_and(|n| self.owners.contains_key(n))
+    }
+
     /// One whole answer of the provider (by the request's deadline).
-    async fn ask_provider(&self) -> Result<Value, Failed> {
-        let body = serde_json::to_vec(&self.request).unwrap_or_default();
+    async fn ask_provider(&self, stream: bool) -> Result<Value, Failed> {
+        match self.ask(stream).await? {
+            Answered::Whole(answer) => Ok(answer),
+            Answered::Stream(_) => Err(Failed::Stream(
+                "the provider streamed an answer asked whole".into(),
+            )),
+        }
+    }
+
+    /// Asks the provider for the next turn, streamed or whole; an error status or a whole
+    /// body that is not a Messages answer fails the round.
+    async fn ask(&self, stream: bool) -> Result<Answered, Failed> {
+        let mut request = self.request.clone();
+        request.insert("stream".into(), Value::Bool(stream));
+        let body = serde_json::to_vec(&request).unwrap_or_default();
         let mut req = Request::builder()
             .method(Method::POST)
             .uri(self.upstream.uri.clone());
@@ -485,6 +582,12 @@ impl Loop {
                 .map_err(|_| Failed::Gateway(GatewayError::UpstreamConnect))?;
             let status = resp.status();
             let content_type = resp.headers().get(CONTENT_TYPE).cloned();
+            let streamed = content_type
+                .as_ref()
+                .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+            if status.is_success() && streamed {
+                return Ok(Answered::Stream(resp.into_body()));
+            }
             let mut body = resp.into_body();
             let mut whole = BytesMut::new();
             while let Some(frame) = body.frame().await {
@@ -507,7 +610,9 @@ impl Loop {
                 }));
             }
             match serde_json::from_slice::<Value>(&body) {
-                Ok(answer) if answer.get("content").is_some_and(Value::is_array) => Ok(answer),
+                Ok(answer) if answer.get("content").is_some_and(Value::is_array) => {
+                    Ok(Answered::Whole(answer))
+                }
                 Ok(_) => Err(Failed::Gateway(GatewayError::ProviderParse {
                     message: "the answer has no content array".into(),
                 })),
@@ -533,8 +638,9 @@ impl Loop {
         last
     }
 
-    /// The streamed answer: started before the first model call, each block as it is
-    /// known, one `message_delta` and `message_stop` at the end.
+    /// The streamed answer: started before the first model call, each round's blocks
+    /// relayed and each MCP call's blocks as it is done, one `message_delta` and
+    /// `message_stop` at the end.
     async fn stream(mut self, tx: FrameSender) {
         let id = format!("msg_{}", Uuid::new_v4().simple());
         if tx
@@ -544,29 +650,14 @@ impl Loop {
         {
             return;
         }
-        let mut out = Out::Stream { tx: &tx, index: 0 };
-        let outcome = self.drive(&mut out).await;
-        let Out::Stream { index, .. } = out else {
-            return;
-        };
+        let outcome = self.drive(&mut Out::Stream { tx: &tx, index: 0 }).await;
         let last = match outcome {
             Ok(last) => last,
             Err(Failed::ClientGone) => return,
             Err(Failed::Provider(err)) => return fail(tx, &err.describe()).await,
             Err(Failed::Gateway(err)) => return fail(tx, &err.to_string()).await,
+            Err(Failed::Stream(message)) => return fail(tx, &message).await,
         };
-        let content = last
-            .get("content")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        for (offset, block) in content.iter().enumerate() {
-            for event in events::block(index + offset, block) {
-                if tx.send(event).await.is_err() {
-                    return;
-                }
-            }
-        }
         let null = Value::Null;
         let [delta, stop] = events::end(
             last.get("stop_reason").unwrap_or(&null),
