@@ -200,7 +200,9 @@ def messages_client(url: str) -> anthropic.Anthropic:
 def test_messages_match_llama_servers_own(grpc_gateway, llama, prompt):
     """/v1/messages built by the gateway's pipeline equals llama-server's own /v1/messages
     (greedy), whole and streamed through the official SDK's accumulator."""
-    ask = dict(model=harness.MODEL_ALIAS, max_tokens=MAX_TOKENS, temperature=0, messages=chat(prompt))
+    # This SDK release has no temperature argument: greedy sampling goes as an extra field.
+    ask = dict(model=harness.MODEL_ALIAS, max_tokens=MAX_TOKENS, messages=chat(prompt),
+               extra_body={"temperature": 0})
     theirs = messages_client(llama.url).messages.create(**ask)
     ours = messages_client(grpc_gateway.url).messages.create(**ask)
     assert [b.type for b in ours.content] == ["text"], ours
