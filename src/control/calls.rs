@@ -8,6 +8,8 @@
 //! worker key as a bearer token.
 
 use std::error::Error as StdError;
+
+use crate::http::client::error_chain;
 use std::fmt;
 use std::time::Duration;
 
@@ -270,9 +272,9 @@ fn build_request(
 async fn send(client: &CallPool, request: Request<Full<Bytes>>) -> Result<CallReply, CallError> {
     let response = client.request(request).await.map_err(|e| {
         if e.is_connect() {
-            CallError::Connect(reason(&e))
+            CallError::Connect(error_chain(&e))
         } else {
-            CallError::Transport(reason(&e))
+            CallError::Transport(error_chain(&e))
         }
     })?;
     let (parts, body) = response.into_parts();
@@ -283,7 +285,7 @@ async fn send(client: &CallPool, request: Request<Full<Bytes>>) -> Result<CallRe
             if e.is::<LengthLimitError>() {
                 CallError::TooLarge
             } else {
-                CallError::Transport(reason(&*e))
+                CallError::Transport(error_chain(&*e))
             }
         })?;
     Ok(CallReply {
@@ -291,22 +293,6 @@ async fn send(client: &CallPool, request: Request<Full<Bytes>>) -> Result<CallRe
         headers: parts.headers,
         body: collected.to_bytes(),
     })
-}
-
-/// An error with its causes on one line (`client error (Connect): tcp connect error:
-/// Connection refused`): the outer hyper errors alone do not say what went wrong.
-fn reason(err: &(dyn StdError + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.ends_with(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text.replace(['\n', '\r'], " ")
 }
 
 #[cfg(test)]

@@ -210,6 +210,23 @@ where
     builder.build(options.tls.wrap(tcp))
 }
 
+/// An error with its causes on one line (`client error (Connect): tcp connect error:
+/// Connection refused`): the outer hyper errors alone do not say what went wrong. Every
+/// outbound call reports its failures this way.
+pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text.replace(['\n', '\r'], " ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,8 +15,9 @@ use tokio::time::Instant;
 
 use super::rpc::{self, EventAnswer};
 use super::{McpError, MAX_ANSWER_BYTES, MAX_PAGES, MAX_TOOLS};
-use crate::http::client::{build, ClientOptions};
+use crate::http::client::{build, error_chain, ClientOptions};
 use crate::http::tls::UpstreamTls;
+use crate::secret::Secret;
 
 /// The pool MCP calls go through (`http://` and `https://`, verified as workers are).
 pub type McpHttp = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
@@ -35,8 +36,8 @@ pub fn client(tls: &UpstreamTls) -> McpHttp {
 #[derive(Clone, Debug)]
 pub struct SessionSettings {
     pub url: String,
-    /// Sent as `Authorization: Bearer <token>`; never logged.
-    pub bearer: Option<String>,
+    /// Sent as `Authorization: Bearer <token>`; redacted in `Debug`, never logged.
+    pub bearer: Option<Secret>,
     /// Deadline of each call (connect included).
     pub call_timeout: Duration,
 }
@@ -74,8 +75,8 @@ impl Session {
         let uri = usable_uri(&settings.url)?;
         let bearer = match &settings.bearer {
             Some(token) => {
-                let mut value =
-                    HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+                let mut value = HeaderValue::from_str(&format!("Bearer {}", token.expose()))
+                    .map_err(|_| {
                         McpError::BadUrl("authorization token is not a header value".into())
                     })?;
                 value.set_sensitive(true);
@@ -222,7 +223,7 @@ impl Session {
         self.http
             .request(req)
             .await
-            .map_err(|err| McpError::Unreachable(describe(&err)))
+            .map_err(|err| McpError::Unreachable(error_chain(&err)))
     }
 }
 
@@ -289,18 +290,6 @@ fn tool_of(tool: &Value) -> Result<Tool, McpError> {
             .cloned()
             .unwrap_or_else(|| json!({"type": "object"})),
     })
-}
-
-/// The cause chain of a client error, in one line.
-fn describe(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -163,7 +163,8 @@ impl Pipeline {
         content_type: ContentType,
     ) -> Result<Prepared, GatewayError> {
         let pd = self.modes.pd_disaggregation && !self.modes.enable_igw;
-        let counting = MessagesRoute::of_path(req.uri().path()) == Some(MessagesRoute::CountTokens);
+        let messages_route = MessagesRoute::of_path(req.uri().path());
+        let counting = messages_route == Some(MessagesRoute::CountTokens);
         // count_tokens goes to one prefill worker (spec 2); prefill/decode dispatch of
         // everything else is not served yet.
         if pd && !counting {
@@ -180,7 +181,7 @@ impl Pipeline {
         let deadline = arrived + self.settings.request_timeout;
 
         let json = content_type == ContentType::Json;
-        let messages_route = MessagesRoute::of_path(req.uri().path()).filter(|_| json);
+        let messages_route = messages_route.filter(|_| json);
         if counting {
             self.count_tokens_served(req.headers())?;
         }

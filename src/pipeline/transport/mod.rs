@@ -57,6 +57,21 @@ pub enum SendError {
     Refused(GatewayError),
 }
 
+/// The whole request body of an attempt, for a transport that reads it itself (the gRPC
+/// pipeline, the MCP tool loop); the pipeline has usually held it already.
+pub async fn whole_body(body: LimitedBody) -> Result<bytes::Bytes, SendError> {
+    use http_body_util::BodyExt;
+    body.collect()
+        .await
+        .map(|collected| collected.to_bytes())
+        .map_err(
+            |err| match crate::http::upload::client_fault(err.as_ref()) {
+                Some(fault) => SendError::ClientBody(fault),
+                None => SendError::Exchange(GatewayError::ClientBodyBroken),
+            },
+        )
+}
+
 /// One way of carrying attempts to workers.
 pub trait Transport {
     /// Whether this transport can reach `worker` at all; checked before the body is

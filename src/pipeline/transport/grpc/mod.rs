@@ -30,7 +30,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use ::http::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
 use ::http::{Response, StatusCode};
 use bytes::Bytes;
-use http_body_util::BodyExt;
 use uuid::Uuid;
 
 use super::{Answer, Attempt, SendError};
@@ -45,7 +44,6 @@ use crate::http::body::{terminal, Dialect, FrameSender, RespBody};
 use crate::http::error::GatewayError;
 use crate::http::reply as http_reply;
 use crate::http::tls::UpstreamTls;
-use crate::http::upload::{client_fault, LimitedBody};
 use crate::metrics::{GenerationTiming, Metrics, RouteLabels};
 use crate::pipeline::PipelineSettings;
 
@@ -118,7 +116,7 @@ impl GrpcClient {
                 route: "this route on gRPC workers",
             }));
         }
-        let body = read_body(attempt.body).await?;
+        let body = super::whole_body(attempt.body).await?;
         let Some(route) = route else {
             return answer_locally(path, worker, &language, &body);
         };
@@ -266,17 +264,6 @@ impl GrpcClient {
             generation.collect(stream, first).await
         }
     }
-}
-
-/// The whole request body (the pipeline has usually held it already).
-async fn read_body(body: LimitedBody) -> Result<Bytes, SendError> {
-    body.collect()
-        .await
-        .map(|collected| collected.to_bytes())
-        .map_err(|err| match client_fault(err.as_ref()) {
-            Some(fault) => SendError::ClientBody(fault),
-            None => SendError::Exchange(GatewayError::ClientBodyBroken),
-        })
 }
 
 /// `/v1/tokenize` and `/v1/detokenize`: answered from the worker's tokenizer.

@@ -31,7 +31,7 @@ use crate::http::body::terminal::gateway_error;
 use crate::http::body::RespBody;
 use crate::http::error::GatewayError;
 use crate::http::route::{match_route, RouteMatch};
-use crate::http::upload::{client_fault, LimitedBody};
+use crate::http::upload::LimitedBody;
 use crate::pipeline::headers::X_API_KEY;
 use crate::pipeline::is_sse;
 use mcp_loop::{LoopClient, Upstream};
@@ -97,7 +97,7 @@ pub async fn send(
 ) -> Result<Answer, SendError> {
     attempt.headers = to_provider(&attempt.headers, &attempt.head.headers);
     if mcp_loop::asked(&attempt.head.headers) {
-        let body = read_request(attempt.body).await?;
+        let body = super::whole_body(attempt.body).await?;
         if let Some(plan) = mcp_loop::plan(&body, tools.call_timeout) {
             let upstream = Upstream {
                 http: tools.http.clone(),
@@ -135,17 +135,6 @@ fn messages_uri(worker: &Worker) -> Result<Uri, SendError> {
     format!("{}{MESSAGES_PATH}", worker.url.trim_end_matches('/'))
         .parse()
         .map_err(|_| SendError::Exchange(GatewayError::UpstreamConnect))
-}
-
-/// The client's whole body (the pipeline has usually held it already).
-async fn read_request(body: LimitedBody) -> Result<Bytes, SendError> {
-    body.collect()
-        .await
-        .map(|collected| collected.to_bytes())
-        .map_err(|err| match client_fault(err.as_ref()) {
-            Some(fault) => SendError::ClientBody(fault),
-            None => SendError::Exchange(GatewayError::ClientBodyBroken),
-        })
 }
 
 /// The whole body of a relayed answer, within the relay's own deadline and stall limits

@@ -44,11 +44,14 @@ use crate::mcp::{McpHttp, Session, SessionSettings, Tool, ToolOutcome};
 use crate::metrics::Metrics;
 use crate::pipeline::headers::X_GW_MCP;
 use crate::pipeline::transport::Answer;
+use crate::secret::Secret;
 
 /// Most rounds of tool calls in one request (spec 2 "Limits").
 pub const MAX_ROUNDS: usize = 10;
-/// Largest provider answer read in one round.
+/// Largest provider answer read in one round, whole or streamed.
 const MAX_ANSWER_BYTES: usize = 32 * 1024 * 1024;
+/// Most MCP servers one request may name: each is a connection the gateway opens.
+const MAX_SERVERS: usize = 16;
 /// Frames a stream may have waiting for a slow client before the loop waits.
 const STREAM_FRAMES: usize = 16;
 
@@ -108,6 +111,7 @@ pub fn plan(body: &[u8], call_timeout: Duration) -> Option<Plan> {
         Some(Value::Array(servers)) => servers
             .iter()
             .filter_map(|s| server_of(s, call_timeout))
+            .take(MAX_SERVERS)
             .collect(),
         _ => Vec::new(),
     };
@@ -134,7 +138,7 @@ fn server_of(server: &Value, call_timeout: Duration) -> Option<(String, SessionS
     let bearer = server
         .get("authorization_token")
         .and_then(Value::as_str)
-        .map(str::to_owned);
+        .map(Secret::new);
     Some((
         name,
         SessionSettings {
@@ -488,11 +492,18 @@ impl Loop {
         };
         let mut round = relay::Round::new();
         let relayed = async {
+            let mut read = 0;
             while let Some(frame) = body.frame().await {
                 let frame = frame.map_err(|_| Failed::Gateway(GatewayError::UpstreamBroken))?;
                 let Ok(chunk) = frame.into_data() else {
                     continue;
                 };
+                read += chunk.len();
+                if read > MAX_ANSWER_BYTES {
+                    return Err(Failed::Stream(format!(
+                        "the round's stream is longer than {MAX_ANSWER_BYTES} bytes"
+                    )));
+                }
                 let steps = round
                     .feed(&chunk, &self.owners, index)
                     .map_err(Failed::Stream)?;
@@ -730,7 +741,10 @@ mod tests {
         assert_eq!(plan.client_tools.len(), 1);
         assert_eq!(plan.toolsets.len(), 1);
         assert_eq!(plan.servers[0].0, "s");
-        assert_eq!(plan.servers[0].1.bearer.as_deref(), Some("secret"));
+        assert_eq!(
+            plan.servers[0].1.bearer.as_ref().map(Secret::expose),
+            Some("secret")
+        );
         assert!(!plan.request.contains_key("mcp_servers"));
 
         let plain = json!({"model": "m", "tools": [{"name": "mine", "input_schema": {}}]});
