@@ -16,7 +16,7 @@ import sys
 LAYERS = [
     ["bounded", "logging", "rng", "secret", "sse"],  # leaves
     ["http"],  # the wire: routes, errors, bodies, guards
-    ["chat", "grpc", "parsers", "mcp"],  # language work for token-id engines; gRPC messages and clients; output parsers; the MCP client
+    ["chat", "grpc", "parsers", "mcp", "history"],  # language work for token-id engines; gRPC messages and clients; output parsers; the MCP client; the history store
     ["resilience", "server"],  # breakers and retries; one connection, generic over Handler
     ["runtime"],  # threads and accept loops, generic over ThreadSetup
     ["fleet"],  # what the hot path reads about workers

@@ -16,6 +16,7 @@ pub mod config;
 pub mod control;
 pub mod fleet;
 pub mod grpc;
+pub mod history;
 pub mod http;
 pub mod logging;
 pub mod mcp;
