@@ -16,6 +16,7 @@ use crate::control::jobs::Jobs;
 use crate::control::tokenizers::Tokenizers;
 use crate::control::{lifecycle, load, Control, LoadDemand};
 use crate::fleet::Registry;
+use crate::history::MemoryHistory;
 use crate::http::tls::UpstreamTls;
 use crate::metrics::inflight::InflightAges;
 use crate::metrics::{exporter, Metrics, Sources};
@@ -143,6 +144,7 @@ pub fn run(config: Config) -> Result<(), String> {
         retry: config.resilience.retry_in_force(),
         metrics: metrics.clone(),
         tls: upstream_tls.clone(),
+        history: Arc::new(MemoryHistory::new(10_000, 10_000)),
     });
     let tokenizers = Arc::new(Tokenizers::default());
     let admin = Arc::new(Admin {

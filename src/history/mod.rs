@@ -24,6 +24,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+mod memory;
+
+pub use memory::MemoryHistory;
+
 /// Largest [`ResponseRecord::context`], in bytes: the depth bound of a
 /// `previous_response_id` chain (a turn whose context would pass it is refused).
 pub const MAX_CONTEXT_BYTES: usize = 16 * 1024 * 1024;
@@ -217,6 +221,13 @@ pub trait History: Send + Sync {
         &'a self,
         owner: &'a Owner,
         conversation: &'a str,
+        item: &'a str,
+    ) -> StoreFuture<'a, Option<ItemRecord>>;
+    /// An item of any live conversation of `owner`, by id: what an `item_reference`
+    /// names. Items of responses stored without a conversation are not found here.
+    fn find_item<'a>(
+        &'a self,
+        owner: &'a Owner,
         item: &'a str,
     ) -> StoreFuture<'a, Option<ItemRecord>>;
     /// Soft delete of one item; answers the conversation, `None` when the conversation or

@@ -41,6 +41,7 @@ use hyper::body::Incoming;
 use crate::admission::{Admission, Ticket};
 use crate::fleet::provider::Backend;
 use crate::fleet::{LoadGuard, Registry, Worker};
+use crate::history::History;
 use crate::http::body::{Dialect, RespBody, Terminal};
 use crate::http::error::GatewayError;
 use crate::http::guard::Guard;
@@ -161,6 +162,8 @@ pub struct Pipeline {
     pub metrics: Arc<Metrics>,
     /// What the https pools of every thread trust (`--upstream-ca-cert-path`).
     pub tls: UpstreamTls,
+    /// Stored responses and conversations (`--history-backend`).
+    pub history: Arc<dyn History>,
 }
 
 /// What the router metrics need to know of a request once it is over: the model the body
