@@ -24,7 +24,7 @@ use crate::http::reply;
 use crate::http::route::{allowed_methods, match_route, path_param, Route, RouteGroup, RouteMatch};
 use crate::http::upload::{read_whole, ReadError};
 use crate::metrics::Metrics;
-use crate::pipeline::{ContentType, Pipeline, ThreadClients};
+use crate::pipeline::{self, ContentType, Pipeline, ThreadClients};
 use crate::runtime::ThreadSetup;
 use crate::server::Handler;
 
@@ -53,7 +53,12 @@ pub struct ThreadCtx {
 impl ThreadCtx {
     pub fn new(gateway: Arc<Gateway>) -> ThreadCtx {
         let pipeline = &gateway.pipeline;
-        let clients = ThreadClients::new(&pipeline.settings, &pipeline.tls, &pipeline.metrics);
+        let clients = ThreadClients::new(
+            &pipeline.settings,
+            &pipeline.tls,
+            &pipeline.metrics,
+            &pipeline.history,
+        );
         let calls = CallClient::new(&gateway.pipeline.tls);
         ThreadCtx {
             gateway,
@@ -238,6 +243,15 @@ async fn dispatch(
         | Route::TokenizerGet
         | Route::TokenizerStatus
         | Route::TokenizerDelete => Ok(tokenizers_route(&gateway.admin, route, req).await),
+        Route::ResponseGet
+        | Route::ResponseDelete
+        | Route::ResponseCancel
+        | Route::ResponseInputItems => {
+            let (head, _) = req.into_parts();
+            let owner = pipeline::stored::owner_of(&head);
+            let history = gateway.pipeline.history.as_ref();
+            pipeline::stored::serve(history, &owner, route, head.uri.path()).await
+        }
         Route::AudioTranscriptions => forward(ctx, route, req, ContentType::FromClient).await,
         r if is_forwarded(r) => forward(ctx, r, req, ContentType::Json).await,
         r => Err(GatewayError::NotImplemented {

@@ -107,6 +107,43 @@ pub enum GatewayError {
     /// Every candidate worker is overloaded; the client should come back after
     /// `retry_after_secs` (the load-monitor interval, when reports refresh).
     OverloadShed { retry_after_secs: u64 },
+    /// `previous_response_id` names no stored response of the caller (spec 2: 400).
+    PreviousResponseNotFound { id: String },
+    /// A Responses request names a conversation the caller does not have (spec 2: 404).
+    ConversationNotFound,
+    /// A stored response the caller does not have: `not_found` (get, delete,
+    /// input_items) or `response_not_found` (cancel), as spec 2 names them.
+    ResponseNotFound { code: &'static str },
+    /// `cancel` of a stored response on gRPC: it already ended, or cannot be cancelled.
+    CancelRefused { code: &'static str },
+    /// The history store failed (spec 2's storage codes: which step failed).
+    Storage { step: StorageStep, message: String },
+    /// A Responses `mcp` tool's server could not be connected or listed (spec 2: 424).
+    McpServerUnreachable { label: String },
+    /// An input item the gRPC chat pipeline cannot represent (media in a message or a
+    /// function output).
+    ConvertRequestFailed { message: String },
+}
+
+/// Which use of the history store failed: spec 2 names each its own code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StorageStep {
+    /// Reading the `previous_response_id` a request continues.
+    LoadChain,
+    /// Reading the conversation a request continues.
+    CheckConversation,
+    /// Any other read or write.
+    Other,
+}
+
+impl StorageStep {
+    pub fn code(self) -> &'static str {
+        match self {
+            StorageStep::LoadChain => "load_previous_response_chain_failed",
+            StorageStep::CheckConversation => "check_conversation_failed",
+            StorageStep::Other => "storage_error",
+        }
+    }
 }
 
 /// Why a count_tokens body was refused, which decides its status.
@@ -204,6 +241,13 @@ impl GatewayError {
             G::AdmissionQueueTimeout =>       (S::SERVICE_UNAVAILABLE, "admission_queue_timeout",         BEFORE_ROUTING, KEEP),
             G::MultimodalTooLarge { .. } =>   (S::PAYLOAD_TOO_LARGE,   "multimodal_payload_too_large",    BEFORE_ROUTING, KEEP),
             G::MultimodalBudgetFull =>        (S::TOO_MANY_REQUESTS,   "multimodal_inflight_budget",      BEFORE_ROUTING, KEEP),
+            G::PreviousResponseNotFound { .. } => (S::BAD_REQUEST,     "previous_response_not_found",     VALIDATION,     KEEP),
+            G::ConversationNotFound =>        (S::NOT_FOUND,           "conversation_not_found",          VALIDATION,     KEEP),
+            G::ResponseNotFound { code } =>   (S::NOT_FOUND,           *code,                             VALIDATION,     KEEP),
+            G::CancelRefused { code } =>      (S::BAD_REQUEST,         *code,                             VALIDATION,     KEEP),
+            G::Storage { step, .. } =>        (S::INTERNAL_SERVER_ERROR, step.code(),                     INTERNAL,       KEEP),
+            G::ConvertRequestFailed { .. } => (S::BAD_REQUEST,         "convert_request_failed",          VALIDATION,     KEEP),
+            G::McpServerUnreachable { .. } => (S::FAILED_DEPENDENCY,   "connect_mcp_server_failed",       BACKEND,        KEEP),
         };
         let shape = match self {
             G::MessagesMalformed { .. } => Shape::ParseError,
@@ -321,6 +365,21 @@ impl fmt::Display for GatewayError {
             ),
             GatewayError::WorkerStatus { status } => {
                 write!(f, "the worker answered {}", status.as_u16())
+            }
+            GatewayError::PreviousResponseNotFound { id } => {
+                write!(f, "previous response {id:?} not found")
+            }
+            GatewayError::ConversationNotFound => f.write_str("conversation not found"),
+            GatewayError::ResponseNotFound { .. } => f.write_str("response not found"),
+            GatewayError::CancelRefused { code } => f.write_str(match *code {
+                "response_already_completed" => "the response is already completed",
+                "response_already_failed" => "the response already failed",
+                _ => "this response cannot be cancelled: it is not running in the background",
+            }),
+            GatewayError::Storage { message, .. } => write!(f, "history store: {message}"),
+            GatewayError::ConvertRequestFailed { message } => f.write_str(message),
+            GatewayError::McpServerUnreachable { label } => {
+                write!(f, "the MCP server {label:?} could not be connected")
             }
             GatewayError::AdmissionQueueFull => f.write_str(
                 "too many requests in flight and the admission queue is full; retry later",

@@ -28,6 +28,7 @@ pub mod peek;
 mod prepare;
 pub mod select;
 mod send;
+pub mod stored;
 pub mod transport;
 
 use std::path::PathBuf;
@@ -136,10 +137,11 @@ impl ThreadClients {
         settings: &PipelineSettings,
         tls: &UpstreamTls,
         metrics: &Arc<Metrics>,
+        history: &Arc<dyn History>,
     ) -> ThreadClients {
         ThreadClients {
             http: UpstreamClient::new(settings, tls),
-            grpc: GrpcClient::new(settings, tls, metrics.clone()),
+            grpc: GrpcClient::new(settings, tls, metrics.clone(), history.clone()),
             tools: LoopClient {
                 http: crate::mcp::client(tls),
                 call_timeout: settings.mcp_call_timeout,

@@ -21,6 +21,7 @@ mod messages;
 mod parse;
 mod reply;
 pub mod request;
+mod responses;
 mod scores;
 mod tokenize;
 
@@ -40,6 +41,7 @@ use crate::chat::template::RenderInput;
 use crate::fleet::{Transport, Worker};
 use crate::grpc::engine::{EngineError, Event, Events, Generate};
 use crate::grpc::{self, Engine, Wire};
+use crate::history::History;
 use crate::http::body::{terminal, Dialect, FrameSender, RespBody};
 use crate::http::error::GatewayError;
 use crate::http::reply as http_reply;
@@ -48,7 +50,7 @@ use crate::metrics::{GenerationTiming, Metrics, RouteLabels};
 use crate::pipeline::PipelineSettings;
 
 use choices::{Applied, Choices};
-use decode::Decoding;
+use decode::{Decoding, Delta};
 use parse::Parsing;
 use reply::{Finish, Outcome, Reply, Spelling, Usage};
 use request::{Ask, Input, Invalid, Route};
@@ -64,13 +66,21 @@ const STREAM_FRAMES: usize = 16;
 /// Longest engine message quoted back to a client.
 const MAX_ENGINE_MESSAGE: usize = 512;
 
-/// One data-plane thread's client to gRPC engines.
+/// One data-plane thread's client to gRPC engines (cloned into the tasks that produce
+/// streamed Responses).
+#[derive(Clone)]
 pub struct GrpcClient {
     wire: Wire,
     /// `--stream-stall-timeout-secs`: longest silence of an engine mid-generation.
     stall: Option<Duration>,
     /// Where streamed generations report their timing and tokens.
     metrics: Arc<Metrics>,
+    /// Stored responses and conversations, for `/v1/responses`.
+    history: Arc<dyn History>,
+    /// The pool for the MCP servers of Responses' `mcp` tools.
+    mcp: crate::mcp::McpHttp,
+    /// `--mcp-call-timeout-secs`.
+    mcp_timeout: Duration,
 }
 
 impl GrpcClient {
@@ -79,11 +89,15 @@ impl GrpcClient {
         settings: &PipelineSettings,
         tls: &UpstreamTls,
         metrics: Arc<Metrics>,
+        history: Arc<dyn History>,
     ) -> GrpcClient {
         GrpcClient {
             wire: grpc::client::wire(settings.upstream_pool_idle_timeout, tls),
             stall: settings.stream_stall_timeout,
             metrics,
+            history,
+            mcp: crate::mcp::client(tls),
+            mcp_timeout: settings.mcp_call_timeout,
         }
     }
 
@@ -111,16 +125,84 @@ impl GrpcClient {
         let path = attempt.head.uri.path();
         let route = Route::of_path(path);
         let local = matches!(path, "/v1/tokenize" | "/v1/detokenize");
-        if route.is_none() && !local {
+        let responses = path == "/v1/responses";
+        if route.is_none() && !local && !responses {
             return Err(SendError::Refused(GatewayError::NotImplemented {
                 route: "this route on gRPC workers",
             }));
         }
         let body = super::whole_body(attempt.body).await?;
-        let Some(route) = route else {
-            return answer_locally(path, worker, &language, &body);
+        let target = Target {
+            context_window: worker.context_window,
+            parsers: worker.parsers.clone(),
+            model_id: worker.model_id.clone(),
+            language,
+            service,
+            authority: authority.clone(),
+            tls: *tls,
         };
-        let (ask, prompt) = understand(&language, route, body).await?;
+        if responses {
+            return self
+                .responses(&target, attempt.head, attempt.deadline, body)
+                .await;
+        }
+        let Some(route) = route else {
+            return answer_locally(path, worker, &target.language, &body);
+        };
+        let (ask, prompt) = understand(&target.language, route, body).await?;
+        let Started {
+            mut generation,
+            mut events,
+            first,
+            dispatched,
+        } = self
+            .start(&target, route, &ask, prompt, attempt.deadline)
+            .await?;
+        if ask.stream {
+            let (tx, body) = RespBody::generated(STREAM_FRAMES);
+            let stall = self.stall;
+            let deadline = attempt.deadline;
+            let metrics = self.metrics.clone();
+            let arrived = attempt.arrived;
+            tokio::spawn(async move {
+                let include_usage = ask.include_usage;
+                generation
+                    .stream(tx, events, first, deadline, stall, include_usage)
+                    .await;
+                generation.record(&metrics, arrived, dispatched);
+            });
+            Ok(sse_response(body))
+        } else {
+            let stream = EngineStream {
+                events: &mut events,
+                deadline: attempt.deadline,
+                stall: self.stall,
+            };
+            generation.collect(stream, first).await
+        }
+    }
+
+    /// Checks `ask` against what the engine offers, sends the generation and waits for the
+    /// engine's first message, which settles whether this engine serves it (a refusal
+    /// until then can still go to another worker).
+    async fn start(
+        &self,
+        target: &Target,
+        route: Route,
+        ask: &Ask,
+        prompt: Vec<u32>,
+        deadline: Instant,
+    ) -> Result<Started, SendError> {
+        let Target {
+            context_window,
+            parsers,
+            model_id,
+            language,
+            service,
+            authority,
+            tls,
+        } = target;
+        let (service, tls) = (*service, *tls);
         if ask.json_schema().is_some() && !service.constrains() {
             return Err(SendError::Refused(GatewayError::InvalidRequest {
                 message: format!(
@@ -148,7 +230,7 @@ impl GrpcClient {
         }
         // Checked before dispatch (spec 2): whether prompt plus max_tokens fits is the
         // engine's to say.
-        if let Some(window) = worker.context_window {
+        if let Some(window) = *context_window {
             if prompt.len() > window as usize {
                 return Err(SendError::Refused(GatewayError::ContextLengthExceeded {
                     prompt_tokens: prompt.len(),
@@ -165,9 +247,7 @@ impl GrpcClient {
         };
         let id = format!("{prefix}{}", Uuid::new_v4().simple());
         let prompt_tokens = u32::try_from(prompt.len()).unwrap_or(u32::MAX);
-        let room = worker
-            .context_window
-            .map(|window| window.saturating_sub(prompt_tokens));
+        let room = context_window.map(|window| window.saturating_sub(prompt_tokens));
         let job = Generate {
             request_id: id.clone(),
             input_ids: prompt,
@@ -177,12 +257,12 @@ impl GrpcClient {
         let ending_ids = ask.ending_ids(&language.eos_ids);
         // Chat output goes through the worker's parsers; Harmony's are read from the
         // format's special tokens, so those stay in the text.
-        let parsers = worker.parsers.as_deref().filter(|_| route.is_chat());
+        let parsers = parsers.as_deref().filter(|_| route.is_chat());
         let skip_special_tokens = ask.skip_special_tokens && !parsers.is_some_and(|p| p.harmony);
         let decodings = (0..ask.n)
             .map(|_| {
                 let decoding = Decoding::new(
-                    &language,
+                    language,
                     &ask.stops,
                     ask.visible_stops,
                     skip_special_tokens,
@@ -190,7 +270,7 @@ impl GrpcClient {
                     ask.logprobs.is_some(),
                 )?;
                 let parsing =
-                    parsers.and_then(|p| Parsing::for_request(p, &ask, ask.opened_by_prompt));
+                    parsers.and_then(|p| Parsing::for_request(p, ask, ask.opened_by_prompt));
                 Ok((decoding, parsing))
             })
             .collect::<Result<Vec<_>, StopsError>>()
@@ -199,9 +279,9 @@ impl GrpcClient {
                     message: err.to_string(),
                 })
             })?;
-        let engine = Engine::new(service, self.wire.clone(), authority, *tls);
+        let engine = Engine::new(service, self.wire.clone(), authority, tls);
         let dispatched = Instant::now();
-        let remaining = attempt.deadline.saturating_duration_since(Instant::now());
+        let remaining = deadline.saturating_duration_since(Instant::now());
         let mut events = engine
             .generate(job, remaining)
             .await
@@ -212,7 +292,7 @@ impl GrpcClient {
         };
         let mut stream = EngineStream {
             events: &mut events,
-            deadline: attempt.deadline,
+            deadline,
             stall: self.stall,
         };
         // The first message settles whether this engine serves the request: a refusal
@@ -230,14 +310,14 @@ impl GrpcClient {
             model: ask
                 .model
                 .clone()
-                .or_else(|| worker.model_id.clone())
+                .or_else(|| model_id.clone())
                 .unwrap_or_default(),
             spelling: ask.logprobs.map(|top| Spelling {
                 language: language.clone(),
                 top: top as usize,
             }),
         };
-        let mut generation = Generation {
+        let generation = Generation {
             choices: Choices::new(decodings),
             reply,
             prompt_tokens,
@@ -246,23 +326,118 @@ impl GrpcClient {
             keep: (route == Route::Generate).then(Kept::default),
             speaker: (route == Route::Messages).then(|| messages::Speaker::new(ask.stops.clone())),
         };
-        if ask.stream {
-            let (tx, body) = RespBody::generated(STREAM_FRAMES);
-            let stall = self.stall;
-            let deadline = attempt.deadline;
-            let metrics = self.metrics.clone();
-            let arrived = attempt.arrived;
-            tokio::spawn(async move {
-                let include_usage = ask.include_usage;
-                generation
-                    .stream(tx, events, first, deadline, stall, include_usage)
-                    .await;
-                generation.record(&metrics, arrived, dispatched);
-            });
-            Ok(sse_response(body))
-        } else {
-            generation.collect(stream, first).await
+        Ok(Started {
+            generation,
+            events,
+            first,
+            dispatched,
+        })
+    }
+}
+
+/// The worker a generation goes to, as the transport reaches it: what of the worker the
+/// pipeline reads, owned, so the turns of a streamed Responses request can run in a task
+/// of their own.
+#[derive(Clone)]
+struct Target {
+    context_window: Option<u32>,
+    parsers: Option<Arc<crate::parsers::Choice>>,
+    model_id: Option<String>,
+    language: Arc<Language>,
+    service: grpc::Service,
+    authority: ::http::uri::Authority,
+    tls: bool,
+}
+
+/// A generation whose engine sent its first message.
+struct Started {
+    generation: Generation,
+    events: Events,
+    first: Event,
+    dispatched: Instant,
+}
+
+/// How one turn of a gateway-run API ended (Responses builds its own answer from the
+/// deltas and may run several turns).
+struct TurnEnd {
+    /// `None` when the generation failed partway; `error` says why.
+    finish: Option<Finish>,
+    error: Option<GatewayError>,
+    usage: Usage,
+}
+
+/// The client of a streamed turn went away.
+struct ClientGone;
+
+impl Started {
+    /// Runs the generation to its end: each delta made final goes to `sink`, and the
+    /// frames it returns to `tx` when streaming. A failure partway ends the turn with
+    /// what was made so far (the failure in [`TurnEnd::error`]).
+    async fn drive(
+        self,
+        deadline: Instant,
+        stall: Option<Duration>,
+        sink: &mut (dyn FnMut(&Delta) -> Option<Bytes> + Send),
+        tx: Option<&FrameSender>,
+    ) -> Result<TurnEnd, ClientGone> {
+        let Started {
+            mut generation,
+            mut events,
+            first,
+            ..
+        } = self;
+        let mut stream = EngineStream {
+            events: &mut events,
+            deadline,
+            stall,
+        };
+        let mut event = Some(first);
+        let mut finish = None;
+        let mut error = None;
+        while finish.is_none() {
+            let next = match event.take() {
+                Some(event) => Ok(Some(event)),
+                None => match tx {
+                    Some(tx) => tokio::select! {
+                        next = stream.next() => next,
+                        () = tx.closed() => return Err(ClientGone),
+                    },
+                    None => stream.next().await,
+                },
+            };
+            let applied = match next {
+                Ok(Some(event)) => generation.apply(event),
+                Ok(None) => Err(GatewayError::UpstreamBroken),
+                Err(err) => Err(err),
+            };
+            let index = match applied {
+                Ok(Applied::Going(index)) => index,
+                Ok(Applied::Finished(index, done)) => {
+                    finish = Some(done);
+                    index
+                }
+                Ok(Applied::Ignored) => continue,
+                Err(err) => {
+                    error = Some(err);
+                    break;
+                }
+            };
+            let Some(choice) = generation.choices.get_mut(index) else {
+                continue;
+            };
+            let frames = sink(&choice.delta);
+            choice.delta.clear();
+            if let (Some(tx), Some(frames)) = (tx, frames) {
+                if tx.send(frames).await.is_err() {
+                    return Err(ClientGone);
+                }
+            }
         }
+        Ok(TurnEnd {
+            finish,
+            error,
+            usage: generation.usage(),
+        })
     }
 }
 

@@ -1,0 +1,376 @@
+//! The `mcp` tools of a Responses request: their servers connected, their tools offered
+//! to the model as functions, and the calls the model makes of them run by the gateway.
+//!
+//! Every declared server is connected (and its tools listed) before the first turn, all
+//! at once; one that cannot be reached fails the request with 424
+//! `connect_mcp_server_failed` (spec 2). `allowed_tools` (a list of names, or
+//! `{tool_names}`) narrows what the model sees. A call that fails is no failure of the
+//! response: it is recorded as an `mcp_call` item with status `failed` and a structured
+//! `error`, and the model is told so as the tool's result.
+//!
+//! Server `headers` other than `authorization` are not sent: the MCP client speaks bearer
+//! tokens only.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Map, Value};
+use tokio::task::JoinSet;
+
+use crate::history::MAX_CONTEXT_BYTES;
+use crate::http::error::GatewayError;
+use crate::mcp::{McpHttp, Session, SessionSettings, Tool};
+use crate::metrics::Metrics;
+use crate::secret::Secret;
+
+use super::convert::item_id;
+
+/// Most `mcp` tools (servers) one request may declare.
+const MAX_SERVERS: usize = 16;
+
+/// A declared `mcp` tool, read from the request.
+struct Declared {
+    label: String,
+    settings: SessionSettings,
+    /// `allowed_tools`: `None` allows every tool.
+    allowed: Option<Vec<String>>,
+}
+
+/// A connected server.
+struct Server {
+    label: String,
+    session: Session,
+    tools: Vec<Tool>,
+}
+
+/// The connected servers of one request, and which offers each tool name.
+pub struct McpTools {
+    servers: Vec<Server>,
+    owners: HashMap<String, usize>,
+    metrics: Arc<Metrics>,
+    model: String,
+}
+
+/// One call the model made of an MCP tool.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeldCall {
+    pub call_id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+/// The request's `mcp` tools, connected; `None` when it declares none.
+pub async fn connect(
+    http: &McpHttp,
+    request: &Map<String, Value>,
+    call_timeout: Duration,
+    metrics: Arc<Metrics>,
+) -> Result<Option<McpTools>, GatewayError> {
+    let declared = declared(request, call_timeout)?;
+    if declared.is_empty() {
+        return Ok(None);
+    }
+    let mut tasks = JoinSet::new();
+    for (index, server) in declared.iter().enumerate() {
+        let http = http.clone();
+        let settings = server.settings.clone();
+        let deadline = Instant::now() + call_timeout * 2;
+        tasks.spawn(async move {
+            let open = async {
+                let mut session = Session::connect(http, &settings).await?;
+                let tools = session.list_tools().await?;
+                Ok::<_, crate::mcp::McpError>((session, tools))
+            };
+            let outcome = tokio::time::timeout_at(deadline.into(), open)
+                .await
+                .unwrap_or(Err(crate::mcp::McpError::Timeout));
+            (index, outcome)
+        });
+    }
+    let mut opened: Vec<Option<(Session, Vec<Tool>)>> = declared.iter().map(|_| None).collect();
+    while let Some(joined) = tasks.join_next().await {
+        let Ok((index, outcome)) = joined else {
+            continue;
+        };
+        match outcome {
+            Ok(open) => opened[index] = Some(open),
+            Err(err) => {
+                let label = declared[index].label.clone();
+                tracing::warn!(server = %label, error = %err, "MCP server did not connect");
+                return Err(GatewayError::McpServerUnreachable { label });
+            }
+        }
+    }
+    let mut servers = Vec::with_capacity(declared.len());
+    let mut owners = HashMap::new();
+    for (server, open) in declared.into_iter().zip(opened) {
+        let Some((session, mut tools)) = open else {
+            return Err(GatewayError::McpServerUnreachable {
+                label: server.label,
+            });
+        };
+        if let Some(allowed) = &server.allowed {
+            tools.retain(|tool| allowed.contains(&tool.name));
+        }
+        for tool in &tools {
+            owners.entry(tool.name.clone()).or_insert(servers.len());
+        }
+        servers.push(Server {
+            label: server.label,
+            session,
+            tools,
+        });
+    }
+    let model = request
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    Ok(Some(McpTools {
+        servers,
+        owners,
+        metrics,
+        model,
+    }))
+}
+
+/// The request's `mcp` tools as the client declared them.
+fn declared(
+    request: &Map<String, Value>,
+    call_timeout: Duration,
+) -> Result<Vec<Declared>, GatewayError> {
+    let Some(Value::Array(tools)) = request.get("tools") else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for tool in tools.iter().filter(|t| t["type"] == "mcp") {
+        let label = tool["server_label"].as_str().unwrap_or_default().to_owned();
+        let Some(url) = tool["server_url"].as_str() else {
+            return Err(GatewayError::InvalidRequest {
+                message: format!(
+                    "mcp tool {label:?}: connectors are not served by this gateway; give a \
+                     server_url"
+                ),
+            });
+        };
+        if out.len() == MAX_SERVERS {
+            return Err(GatewayError::InvalidRequest {
+                message: format!("at most {MAX_SERVERS} mcp tools per request"),
+            });
+        }
+        let bearer = tool["authorization"]
+            .as_str()
+            .or_else(|| {
+                tool["headers"]
+                    .as_object()
+                    .and_then(|h| {
+                        h.iter()
+                            .find(|(k, _)| k.eq_ignore_ascii_case("authorization"))
+                    })
+                    .and_then(|(_, v)| v.as_str())
+                    .map(|v| v.strip_prefix("Bearer ").unwrap_or(v))
+            })
+            .map(|token| Secret::new(token.to_owned()));
+        let allowed = match &tool["allowed_tools"] {
+            Value::Array(names) => Some(names_of(names)),
+            Value::Object(filter) => match filter.get("tool_names") {
+                Some(Value::Array(names)) => Some(names_of(names)),
+                _ => None,
+            },
+            _ => None,
+        };
+        out.push(Declared {
+            label,
+            settings: SessionSettings {
+                url: url.to_owned(),
+                bearer,
+                call_timeout,
+            },
+            allowed,
+        });
+    }
+    Ok(out)
+}
+
+fn names_of(names: &[Value]) -> Vec<String> {
+    names
+        .iter()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect()
+}
+
+impl McpTools {
+    /// The names of every tool offered.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.owners.keys().map(String::as_str)
+    }
+
+    /// The tools as the chat's functions.
+    pub fn functions(&self) -> Vec<Value> {
+        let mut out = Vec::new();
+        for (index, server) in self.servers.iter().enumerate() {
+            for tool in &server.tools {
+                if self.owners.get(&tool.name) == Some(&index) {
+                    out.push(json!({"type": "function", "function": {
+                        "name": tool.name,
+                        "description": tool.description.clone().unwrap_or_default(),
+                        "parameters": tool.input_schema,
+                    }}));
+                }
+            }
+        }
+        out
+    }
+
+    /// One `mcp_list_tools` item per server, in declaration order.
+    pub fn listings(&self) -> Vec<Value> {
+        self.servers
+            .iter()
+            .map(|server| {
+                let tools: Vec<Value> = server
+                    .tools
+                    .iter()
+                    .map(|tool| {
+                        json!({"name": tool.name, "description": tool.description,
+                               "input_schema": tool.input_schema, "annotations": null})
+                    })
+                    .collect();
+                json!({"id": item_id("mcpl"), "type": "mcp_list_tools",
+                       "server_label": server.label, "tools": tools})
+            })
+            .collect()
+    }
+
+    /// Runs one call: the `mcp_call` item, and the output the model is shown.
+    pub async fn call(&mut self, call: &HeldCall) -> (Value, String) {
+        let started = Instant::now();
+        let index = self.owners.get(&call.name).copied();
+        let arguments: Value = match serde_json::from_str(&call.arguments) {
+            Ok(value @ Value::Object(_)) => value,
+            _ if call.arguments.trim().is_empty() => json!({}),
+            _ => Value::Null,
+        };
+        let (label, outcome) = match index.and_then(|i| self.servers.get_mut(i)) {
+            Some(server) if !arguments.is_null() => (
+                server.label.clone(),
+                server
+                    .session
+                    .call_tool(&call.name, &arguments)
+                    .await
+                    .map_err(|err| err.to_string()),
+            ),
+            Some(server) => (
+                server.label.clone(),
+                Err("the arguments are not a JSON object".to_owned()),
+            ),
+            None => (String::new(), Err("no server offers this tool".to_owned())),
+        };
+        let (output, error) = match outcome {
+            Ok(outcome) if !outcome.is_error => (text_of(&outcome.content), None),
+            Ok(outcome) => {
+                let text = text_of(&outcome.content);
+                (
+                    text.clone(),
+                    Some(json!({"type": "mcp_tool_execution_error",
+                                "content": outcome.content})),
+                )
+            }
+            Err(message) => (
+                message.clone(),
+                Some(json!({"type": "mcp_tool_execution_error",
+                            "content": [{"type": "text", "text": message}]})),
+            ),
+        };
+        self.metrics.mcp_tool_call(
+            &self.model,
+            &call.name,
+            error.is_none(),
+            started.elapsed().as_secs_f64(),
+        );
+        let failed = error.is_some();
+        let item = json!({
+            "id": item_id("mcp"),
+            "type": "mcp_call",
+            "status": if failed { "failed" } else { "completed" },
+            "server_label": label,
+            "name": call.name,
+            "arguments": call.arguments,
+            "output": if failed { Value::Null } else { Value::String(output.clone()) },
+            "error": error.unwrap_or(Value::Null),
+        });
+        let shown = if failed {
+            format!("error: {output}")
+        } else {
+            output
+        };
+        (item, bounded(shown))
+    }
+}
+
+/// The text of a tool's content blocks, concatenated; other blocks as their JSON.
+fn text_of(content: &Value) -> String {
+    match content {
+        Value::Array(blocks) => blocks
+            .iter()
+            .map(|block| match block.get("text").and_then(Value::as_str) {
+                Some(text) => text.to_owned(),
+                None => block.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// A tool's output as shown to the model, cut to a size the context can keep.
+fn bounded(mut text: String) -> String {
+    let limit = MAX_CONTEXT_BYTES / 64;
+    if text.len() > limit {
+        let mut end = limit;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn declared_tools_read_labels_tokens_and_filters() {
+        let request = json!({"tools": [
+            {"type": "function", "name": "f"},
+            {"type": "mcp", "server_label": "a", "server_url": "http://127.0.0.1:1/mcp",
+             "authorization": "tok", "allowed_tools": ["x"]},
+            {"type": "mcp", "server_label": "b", "server_url": "http://127.0.0.1:1/mcp",
+             "headers": {"Authorization": "Bearer t2"},
+             "allowed_tools": {"tool_names": ["y"], "read_only": true}}]});
+        let read = declared(request.as_object().unwrap(), Duration::from_secs(1)).unwrap();
+        assert_eq!(read.len(), 2);
+        assert_eq!(read[0].allowed.as_deref(), Some(&["x".to_owned()][..]));
+        assert_eq!(
+            read[1]
+                .settings
+                .bearer
+                .as_ref()
+                .map(|s| s.expose().to_owned()),
+            Some("t2".to_owned())
+        );
+        let connector = json!({"tools": [{"type": "mcp", "server_label": "c",
+                                          "connector_id": "connector_gmail"}]});
+        assert!(declared(connector.as_object().unwrap(), Duration::from_secs(1)).is_err());
+    }
+
+    #[test]
+    fn outputs_are_text_and_bounded() {
+        let content = json!([{"type": "text", "text": "a"}, {"type": "image", "data": "x"}]);
+        assert_eq!(text_of(&content), "a\n{\"type\":\"image\",\"data\":\"x\"}");
+        assert!(bounded("é".repeat(MAX_CONTEXT_BYTES)).len() <= MAX_CONTEXT_BYTES / 64);
+    }
+}

@@ -1,0 +1,598 @@
+//! `/v1/responses` on gRPC engines: the gateway runs the Responses API itself.
+//!
+//! The request continues what the history store keeps (a `previous_response_id`'s
+//! context, or a conversation's items), is turned into a chat ([`convert`]) and generated
+//! by the same pipeline as `/v1/chat/completions`; the output comes back as Responses
+//! items, whole or as spec 2's event stream ([`speak`]). With `store` (the default) the
+//! response, its input items and the context the next turn needs are written to the store
+//! before the client sees the response (or its terminal event), so a follow-up with
+//! `previous_response_id` always finds it. A conversation gets the turn's input and output
+//! items appended likewise.
+//!
+//! A chain costs one store read per turn, whatever its length: each stored response
+//! carries its whole context (bounded by [`MAX_CONTEXT_BYTES`]).
+
+mod convert;
+mod mcp;
+mod speak;
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::StatusCode;
+use serde_json::{json, Map, Value};
+use uuid::Uuid;
+
+use super::reply::{Finish, Usage};
+use super::request::Route;
+use super::{
+    sse_response, understand, unix_now, ClientGone, GrpcClient, Started, Target, TurnEnd,
+    STREAM_FRAMES,
+};
+use crate::history::{
+    ItemRecord, ItemsQuery, Order, Owner, ResponseRecord, MAX_CONTEXT_BYTES, MAX_CONVERSATION_ITEMS,
+};
+use crate::http::body::{FrameSender, RespBody};
+use crate::http::error::{GatewayError, StorageStep};
+use crate::http::reply as http_reply;
+use crate::pipeline::stored::owner_of;
+use crate::pipeline::transport::{Answer, SendError};
+
+use mcp::McpTools;
+use speak::{Ending, Writer};
+
+/// One Responses request being served.
+struct Turn {
+    owner: Owner,
+    id: String,
+    created_at: u64,
+    request: Map<String, Value>,
+    /// The items before this request (from the chain or the conversation).
+    context: Vec<Value>,
+    /// This request's input items, with ids.
+    input: Vec<Value>,
+    /// The chat so far: the context, the input, and the turns the gateway ran.
+    messages: Vec<Value>,
+    conversation: Option<String>,
+    store: bool,
+    mcp: Option<McpTools>,
+}
+
+/// Why a response ended as it did: its status, the open item's ending, `error` and
+/// `incomplete_details`.
+struct Settled {
+    status: &'static str,
+    ending: Ending,
+    error: Value,
+    incomplete: Value,
+}
+
+impl Settled {
+    fn completed() -> Settled {
+        Settled {
+            status: "completed",
+            ending: Ending::Done,
+            error: Value::Null,
+            incomplete: Value::Null,
+        }
+    }
+
+    fn failed(code: &str, message: String) -> Settled {
+        Settled {
+            status: "failed",
+            ending: Ending::Failed,
+            error: json!({"code": code, "message": message}),
+            incomplete: Value::Null,
+        }
+    }
+
+    /// How a model turn that ended so settles the response, if it is the last.
+    fn of(end: &TurnEnd) -> Settled {
+        match (&end.finish, &end.error) {
+            (_, Some(err)) => Settled::failed(failure_code(err), err.to_string()),
+            (Some(Finish::Length), None) => Settled {
+                status: "incomplete",
+                ending: Ending::Cut,
+                error: Value::Null,
+                incomplete: json!({"reason": "max_output_tokens"}),
+            },
+            _ => Settled::completed(),
+        }
+    }
+}
+
+/// The gateway's own cap on tool calls it runs for one response (spec 2).
+const MAX_TOOL_CALLS: usize = 10;
+
+impl GrpcClient {
+    /// Serves a `/v1/responses` body on the worker of `target`.
+    pub(super) async fn responses(
+        &self,
+        target: &Target,
+        head: &http::request::Parts,
+        deadline: Instant,
+        body: Bytes,
+    ) -> Result<Answer, SendError> {
+        let refused = SendError::Refused;
+        let request: Map<String, Value> = serde_json::from_slice(&body).map_err(|err| {
+            refused(GatewayError::InvalidRequest {
+                message: format!("invalid request body: {err}"),
+            })
+        })?;
+        let owner = owner_of(head);
+        let (context, conversation) = self.context(&owner, &request).await.map_err(refused)?;
+        let input =
+            convert::input_items(request.get("input").unwrap_or(&Value::Null)).map_err(refused)?;
+        let instructions = request.get("instructions").and_then(Value::as_str);
+        let messages = convert::messages(instructions, &context, &input).map_err(refused)?;
+        let store = request
+            .get("store")
+            .and_then(Value::as_bool)
+            .unwrap_or(true);
+        let mcp = mcp::connect(&self.mcp, &request, self.mcp_timeout, self.metrics.clone())
+            .await
+            .map_err(refused)?;
+        let mut turn = Turn {
+            owner,
+            id: format!("resp_{}", Uuid::new_v4().simple()),
+            created_at: unix_now(),
+            request,
+            context,
+            input,
+            messages,
+            conversation,
+            store,
+            mcp,
+        };
+        if store && turn.context_bytes() > MAX_CONTEXT_BYTES {
+            return Err(refused(GatewayError::InvalidRequest {
+                message: format!(
+                    "the conversation is longer than the gateway keeps ({MAX_CONTEXT_BYTES} \
+                     bytes of items); start a new one"
+                ),
+            }));
+        }
+        let started = self.turn(target, &turn, deadline).await?;
+        let streaming = turn.request.get("stream").and_then(Value::as_bool) == Some(true);
+        let mut writer = Writer::new(streaming, turn.namespaces(), turn.gateway_tools());
+        if !streaming {
+            let object = self
+                .run(target, &mut turn, started, &mut writer, None, deadline)
+                .await
+                .map_err(|_| SendError::Exchange(GatewayError::UpstreamBroken))?
+                .map_err(refused)?;
+            let body = serde_json::to_vec(&object).unwrap_or_default();
+            return Ok(http_reply::json(StatusCode::OK, Bytes::from(body)));
+        }
+        let (tx, body) = RespBody::generated(STREAM_FRAMES);
+        let client = self.clone();
+        let target = target.clone();
+        tokio::spawn(async move {
+            client
+                .stream(&target, turn, started, writer, tx, deadline)
+                .await;
+        });
+        Ok(sse_response(body))
+    }
+
+    /// One model turn sent: the chat so far rendered, and the engine's first message in.
+    async fn turn(
+        &self,
+        target: &Target,
+        turn: &Turn,
+        deadline: Instant,
+    ) -> Result<Started, SendError> {
+        let extra = turn
+            .mcp
+            .as_ref()
+            .map(McpTools::functions)
+            .unwrap_or_default();
+        let chat = convert::chat_body(&turn.request, turn.messages.clone(), extra);
+        let chat = Bytes::from(serde_json::to_vec(&chat).unwrap_or_default());
+        let (ask, prompt) = understand(&target.language, Route::Chat, chat).await?;
+        self.start(target, Route::Chat, &ask, prompt, deadline)
+            .await
+    }
+
+    /// Runs the response to its end: the model's turns, the MCP calls between them
+    /// (within `max_tool_calls` and the gateway's cap), then the response settled and,
+    /// when asked, stored. `Err(ClientGone)` when a streaming client went away;
+    /// `Ok(Err(_))` when the response could not be stored.
+    async fn run(
+        &self,
+        target: &Target,
+        turn: &mut Turn,
+        mut started: Started,
+        writer: &mut Writer,
+        tx: Option<&FrameSender>,
+        deadline: Instant,
+    ) -> Result<Result<Value, GatewayError>, ClientGone> {
+        if let Some(mcp) = &turn.mcp {
+            for listing in mcp.listings() {
+                writer.listing(listing);
+            }
+            send_frames(writer, tx).await?;
+        }
+        let asked = turn
+            .request
+            .get("max_tool_calls")
+            .and_then(Value::as_u64)
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+        let limit = asked.map_or(MAX_TOOL_CALLS, |n| n.min(MAX_TOOL_CALLS));
+        let by_request = asked.is_some_and(|n| n <= MAX_TOOL_CALLS);
+        let mut usage = Usage::default();
+        let mut executed = 0usize;
+        let settled = loop {
+            let from = writer.len();
+            let end = {
+                let mut sink = |delta: &super::Delta| {
+                    writer.delta(delta);
+                    writer.take_frames()
+                };
+                started.drive(deadline, self.stall, &mut sink, tx).await?
+            };
+            usage = summed(usage, end.usage);
+            let held = writer.take_held();
+            let settled = Settled::of(&end);
+            // A turn cut by length or failed never dispatches tools (spec 2).
+            if end.error.is_some() || end.finish == Some(Finish::Length) || held.is_empty() {
+                break settled;
+            }
+            writer.finish(Ending::Done);
+            let Some(mcp) = turn.mcp.as_mut() else {
+                break settled;
+            };
+            let fits = held.len().min(limit.saturating_sub(executed));
+            let mut calls = Vec::with_capacity(fits);
+            let mut outputs = Vec::with_capacity(fits);
+            for call in &held[..fits] {
+                let (item, shown) = mcp.call(call).await;
+                writer.mcp_call(item);
+                send_frames(writer, tx).await?;
+                executed += 1;
+                calls.push(json!({"id": call.call_id, "type": "function",
+                                  "function": {"name": call.name, "arguments": call.arguments}}));
+                outputs.push(json!({"role": "tool", "tool_call_id": call.call_id,
+                                    "content": shown}));
+            }
+            if fits < held.len() {
+                break if by_request {
+                    Settled::completed()
+                } else {
+                    Settled::failed(
+                        "max_tool_calls_exceeded",
+                        format!("the model called more than {MAX_TOOL_CALLS} tools"),
+                    )
+                };
+            }
+            // Function calls in the same turn go back to the client.
+            if writer
+                .since(from)
+                .iter()
+                .any(|item| item["type"] == "function_call")
+            {
+                break settled;
+            }
+            let said: String = writer
+                .since(from)
+                .iter()
+                .filter(|item| item["type"] == "message")
+                .filter_map(|item| item["content"][0]["text"].as_str())
+                .collect();
+            turn.messages
+                .push(json!({"role": "assistant", "content": said, "tool_calls": calls}));
+            turn.messages.extend(outputs);
+            writer.next_turn();
+            started = match self.turn(target, turn, deadline).await {
+                Ok(started) => started,
+                Err(SendError::Refused(err) | SendError::Exchange(err)) => {
+                    break Settled::failed(failure_code(&err), err.to_string())
+                }
+                Err(_) => {
+                    break Settled::failed("server_error", "Upstream generation failed".into())
+                }
+            };
+        };
+        Ok(self.conclude(turn, writer, settled, usage).await)
+    }
+    /// The items the request continues: a stored response's context, or a
+    /// conversation's items; and the conversation's id.
+    async fn context(
+        &self,
+        owner: &Owner,
+        request: &Map<String, Value>,
+    ) -> Result<(Vec<Value>, Option<String>), GatewayError> {
+        if let Some(previous) = request.get("previous_response_id").and_then(Value::as_str) {
+            let record = self
+                .history
+                .get_response(owner, previous)
+                .await
+                .map_err(|err| storage(StorageStep::LoadChain, &err))?
+                .ok_or_else(|| GatewayError::PreviousResponseNotFound {
+                    id: previous.to_owned(),
+                })?;
+            let context: Vec<Value> = serde_json::from_str(&record.context).map_err(|err| {
+                storage(StorageStep::LoadChain, &format!("stored context: {err}"))
+            })?;
+            // A response that was part of a conversation keeps adding to it.
+            return Ok((context, record.conversation));
+        }
+        let conversation = match request.get("conversation") {
+            Some(Value::String(id)) => id.clone(),
+            Some(Value::Object(conv)) => match conv.get("id").and_then(Value::as_str) {
+                Some(id) => id.to_owned(),
+                None => return Ok((Vec::new(), None)),
+            },
+            _ => return Ok((Vec::new(), None)),
+        };
+        let query = ItemsQuery {
+            limit: MAX_CONVERSATION_ITEMS,
+            order: Order::Asc,
+            after: None,
+        };
+        let items = self
+            .history
+            .list_items(owner, &conversation, &query)
+            .await
+            .map_err(|err| storage(StorageStep::CheckConversation, &err))?
+            .ok_or(GatewayError::ConversationNotFound)?;
+        let context = items
+            .iter()
+            .map(|record| serde_json::from_str(&record.item))
+            .collect::<Result<Vec<Value>, _>>()
+            .map_err(|err| {
+                storage(
+                    StorageStep::CheckConversation,
+                    &format!("stored item: {err}"),
+                )
+            })?;
+        Ok((context, Some(conversation)))
+    }
+
+    /// A streamed response: `response.created`, `response.in_progress`, the items' events
+    /// as the model writes them (and as MCP calls run), then — once stored — the terminal
+    /// event.
+    async fn stream(
+        self,
+        target: &Target,
+        mut turn: Turn,
+        started: Started,
+        mut writer: Writer,
+        tx: FrameSender,
+        deadline: Instant,
+    ) {
+        let opening = turn.object("in_progress", &[], None, Value::Null, Value::Null);
+        writer.event("response.created", json!({"response": opening}));
+        writer.event("response.in_progress", json!({"response": opening}));
+        let Ok(outcome) = self
+            .run(target, &mut turn, started, &mut writer, Some(&tx), deadline)
+            .await
+        else {
+            return;
+        };
+        match outcome {
+            Ok(object) => {
+                let kind = match object["status"].as_str() {
+                    Some("incomplete") => "response.incomplete",
+                    Some("failed") => "response.failed",
+                    _ => "response.completed",
+                };
+                writer.event(kind, json!({"response": object}));
+            }
+            Err(err) => {
+                // The items are closed; what could not be stored ends the stream as an
+                // error event rather than a completion the store does not back.
+                writer.event(
+                    "error",
+                    json!({"code": err.code(), "message": err.to_string(), "param": null}),
+                );
+            }
+        }
+        if send_frames(&mut writer, Some(&tx)).await.is_ok() {
+            tx.finish().await;
+        }
+    }
+
+    /// The response's end: the open item closed, the object built, and — when asked —
+    /// stored with its context (and appended to its conversation) before anyone sees it.
+    async fn conclude(
+        &self,
+        turn: &Turn,
+        writer: &mut Writer,
+        settled: Settled,
+        usage: Usage,
+    ) -> Result<Value, GatewayError> {
+        writer.finish(settled.ending);
+        let output = writer.take_items();
+        let object = turn.object(
+            settled.status,
+            &output,
+            Some(usage),
+            settled.error,
+            settled.incomplete,
+        );
+        if turn.store {
+            self.keep(turn, &object, &output).await?;
+        }
+        if let Some(conversation) = &turn.conversation {
+            let items = turn
+                .input
+                .iter()
+                .chain(&output)
+                .map(|item| ItemRecord {
+                    id: item["id"].as_str().unwrap_or_default().to_owned(),
+                    created_at: turn.created_at as i64,
+                    item: item.to_string(),
+                })
+                .collect();
+            match self
+                .history
+                .append_items(&turn.owner, conversation, items)
+                .await
+            {
+                Ok(Ok(())) => {}
+                Ok(Err(refused)) => {
+                    return Err(GatewayError::Storage {
+                        step: StorageStep::Other,
+                        message: format!("the conversation did not take the items: {refused:?}"),
+                    })
+                }
+                Err(err) => return Err(storage(StorageStep::Other, &err)),
+            }
+        }
+        Ok(object)
+    }
+
+    /// Stores the response with its input items and the context the next turn needs.
+    async fn keep(
+        &self,
+        turn: &Turn,
+        object: &Value,
+        output: &[Value],
+    ) -> Result<(), GatewayError> {
+        let context: Vec<&Value> = turn
+            .context
+            .iter()
+            .chain(&turn.input)
+            .chain(output)
+            .collect();
+        let record = ResponseRecord {
+            id: turn.id.clone(),
+            owner: turn.owner.clone(),
+            created_at: turn.created_at as i64,
+            status: object["status"].as_str().unwrap_or("completed").to_owned(),
+            conversation: turn.conversation.clone(),
+            object: object.to_string(),
+            input_items: Value::Array(turn.input.clone()).to_string(),
+            context: serde_json::to_string(&context).unwrap_or_default(),
+        };
+        self.history
+            .put_response(record)
+            .await
+            .map_err(|err| storage(StorageStep::Other, &err))
+    }
+}
+
+impl Turn {
+    /// Bytes of the items the stored context would hold before this turn's output.
+    fn context_bytes(&self) -> usize {
+        self.context
+            .iter()
+            .chain(&self.input)
+            .map(|item| item.to_string().len() + 1)
+            .sum()
+    }
+
+    /// Names of the tools the gateway runs itself (the MCP servers').
+    fn gateway_tools(&self) -> HashSet<String> {
+        self.mcp
+            .as_ref()
+            .map(|mcp| mcp.names().map(str::to_owned).collect())
+            .unwrap_or_default()
+    }
+
+    /// Names of the request's `namespace` tools.
+    fn namespaces(&self) -> HashSet<String> {
+        let Some(Value::Array(tools)) = self.request.get("tools") else {
+            return HashSet::new();
+        };
+        tools
+            .iter()
+            .filter(|tool| tool["type"] == "namespace")
+            .filter_map(|tool| tool["name"].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    /// The response object (spec 2's fields, OpenAI's shape).
+    fn object(
+        &self,
+        status: &str,
+        output: &[Value],
+        usage: Option<Usage>,
+        error: Value,
+        incomplete: Value,
+    ) -> Value {
+        let field = |name: &str| self.request.get(name).cloned().unwrap_or(Value::Null);
+        let or = |name: &str, default: Value| {
+            self.request
+                .get(name)
+                .filter(|v| !v.is_null())
+                .cloned()
+                .unwrap_or(default)
+        };
+        let usage = usage.map_or(Value::Null, |usage| {
+            json!({
+                "input_tokens": usage.prompt_tokens,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": usage.completion_tokens,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": usage.total_tokens,
+            })
+        });
+        let tools_set = matches!(self.request.get("tools"), Some(Value::Array(t)) if !t.is_empty());
+        json!({
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": status,
+            "background": false,
+            "error": error,
+            "incomplete_details": incomplete,
+            "instructions": field("instructions"),
+            "max_output_tokens": field("max_output_tokens"),
+            "max_tool_calls": field("max_tool_calls"),
+            "model": field("model"),
+            "output": output,
+            "parallel_tool_calls": or("parallel_tool_calls", Value::Bool(true)),
+            "previous_response_id": field("previous_response_id"),
+            "conversation": self.conversation.as_ref().map_or(Value::Null, |id| json!({"id": id})),
+            "reasoning": or("reasoning", json!({"effort": null, "summary": null})),
+            "store": self.store,
+            "temperature": or("temperature", json!(1.0)),
+            "text": or("text", json!({"format": {"type": "text"}})),
+            "tool_choice": or("tool_choice", Value::String(if tools_set { "auto" } else { "none" }.into())),
+            "tools": or("tools", json!([])),
+            "top_p": or("top_p", json!(1.0)),
+            "truncation": "disabled",
+            "usage": usage,
+            "user": field("user"),
+            "metadata": or("metadata", json!({})),
+        })
+    }
+}
+
+/// Usage over the turns of one response: a turn that reports none leaves the totals.
+fn summed(total: Usage, turn: Usage) -> Usage {
+    Usage::new(
+        total.prompt_tokens.saturating_add(turn.prompt_tokens),
+        total
+            .completion_tokens
+            .saturating_add(turn.completion_tokens),
+    )
+}
+
+/// Sends the events the writer holds, when streaming.
+async fn send_frames(writer: &mut Writer, tx: Option<&FrameSender>) -> Result<(), ClientGone> {
+    match (tx, writer.take_frames()) {
+        (Some(tx), Some(frames)) => tx.send(frames).await.map_err(|_| ClientGone),
+        _ => Ok(()),
+    }
+}
+
+/// The `error.code` of a failed response: the engine's failure as the gateway names it,
+/// `server_error` for a broken or silent worker (spec 2).
+fn failure_code(err: &GatewayError) -> &'static str {
+    match err {
+        GatewayError::UpstreamStalled { .. } | GatewayError::UpstreamBroken => "stream_error",
+        GatewayError::EngineFailed { .. } => "server_error",
+        other => other.code(),
+    }
+}
+
+fn storage(step: StorageStep, err: &dyn std::fmt::Display) -> GatewayError {
+    GatewayError::Storage {
+        step,
+        message: err.to_string(),
+    }
+}
