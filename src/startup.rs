@@ -16,7 +16,6 @@ use crate::control::jobs::Jobs;
 use crate::control::tokenizers::Tokenizers;
 use crate::control::{lifecycle, load, Control, LoadDemand};
 use crate::fleet::Registry;
-use crate::history::MemoryHistory;
 use crate::http::tls::UpstreamTls;
 use crate::metrics::inflight::InflightAges;
 use crate::metrics::{exporter, Metrics, Sources};
@@ -128,6 +127,10 @@ pub fn run(config: Config) -> Result<(), String> {
     control_rt.spawn(metrics.runtime.clone().canary(None));
     control_rt.spawn(InflightAges::sampler(metrics.inflight_ages.clone()));
 
+    // Before the data plane listens: a store that cannot be reached stops the gateway here.
+    let history = crate::history::open(&config.history)
+        .map_err(|e| format!("history store ({}): {e}", config.history.backend.as_str()))?;
+    tracing::info!(backend = history.backend(), "history store ready");
     let pipeline = Arc::new(Pipeline {
         settings: config.pipeline.clone(),
         modes: FleetModes {
@@ -144,7 +147,7 @@ pub fn run(config: Config) -> Result<(), String> {
         retry: config.resilience.retry_in_force(),
         metrics: metrics.clone(),
         tls: upstream_tls.clone(),
-        history: Arc::new(MemoryHistory::new(10_000, 10_000)),
+        history,
     });
     let tokenizers = Arc::new(Tokenizers::default());
     let admin = Arc::new(Admin {
