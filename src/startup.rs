@@ -98,6 +98,10 @@ pub fn run(config: Config) -> Result<(), String> {
     let (driver, reason) = choose_io_driver(config.runtime.io_engine)?;
     let upstream_tls = UpstreamTls::load(config.pipeline.upstream_ca_cert_path.as_deref())?;
     let tls = Tls::from_settings(&config.server.tls).map_err(|e| format!("TLS listener: {e}"))?;
+    // Before anything listens: a store that cannot be reached stops the gateway here.
+    let history = crate::history::open(&config.history)
+        .map_err(|e| format!("history store ({}): {e}", config.history.backend.as_str()))?;
+    tracing::info!(backend = history.backend(), "history store ready");
     let routing_settings = &config.routing;
     let policy = routing::build_with_params(routing_settings.policy, &routing_settings.params);
     let registry = Arc::new(Registry::with_aliases(config.fleet.model_aliases.clone()));
@@ -127,10 +131,6 @@ pub fn run(config: Config) -> Result<(), String> {
     control_rt.spawn(metrics.runtime.clone().canary(None));
     control_rt.spawn(InflightAges::sampler(metrics.inflight_ages.clone()));
 
-    // Before the data plane listens: a store that cannot be reached stops the gateway here.
-    let history = crate::history::open(&config.history)
-        .map_err(|e| format!("history store ({}): {e}", config.history.backend.as_str()))?;
-    tracing::info!(backend = history.backend(), "history store ready");
     let pipeline = Arc::new(Pipeline {
         settings: config.pipeline.clone(),
         modes: FleetModes {
