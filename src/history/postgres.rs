@@ -34,7 +34,7 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_postgres::config::Host;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, Config, NoTls, Row};
+use tokio_postgres::{Client, Config, NoTls, Row, Statement};
 
 use super::thread::StoreThread;
 use super::{
@@ -43,14 +43,14 @@ use super::{
 };
 use crate::secret::Secret;
 
-/// Runs `$body` (an async block's contents, `$c` its `&mut Client`) on a connection leased
+/// Runs `$body` (an async block's contents, `$c` its `&mut Conn`) on a connection leased
 /// from `$pool`; the connection goes back to the pool once the body completed, whatever its
 /// answer, and closes if the body never completes (the call's timeout dropped it).
 macro_rules! leased {
     ($pool:expr, $c:ident => $body:expr) => {{
         let pool: &Pool = &$pool;
         let mut lease = pool.take().await?;
-        let $c = &mut lease.client;
+        let $c = &mut lease.conn;
         let result: Result<_, tokio_postgres::Error> = async { $body }.await;
         pool.give_back(lease);
         result.map_err(|err| pool.failed(&err))
@@ -162,15 +162,21 @@ fn target(config: &Config) -> String {
 struct Pool {
     config: Config,
     target: String,
-    idle: Mutex<Vec<Client>>,
+    idle: Mutex<Vec<Conn>>,
     permits: Arc<Semaphore>,
 }
 
 /// A connection taken from the pool; [`Pool::give_back`] returns it once a call completed.
 /// Dropped instead (the call timed out or failed mid-way), it closes.
 struct Lease {
-    client: Client,
+    conn: Conn,
     _permit: OwnedSemaphorePermit,
+}
+
+/// A pooled connection and its prepared statements.
+struct Conn {
+    client: Client,
+    st: Statements,
 }
 
 impl Pool {
@@ -186,26 +192,32 @@ impl Pool {
                 .idle
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
-            idle.retain(|client| !client.is_closed());
+            idle.retain(|conn| !conn.client.is_closed());
             idle.pop()
         };
-        let client = match reused {
-            Some(client) => client,
-            None => self.connect().await?,
+        let conn = match reused {
+            Some(conn) => conn,
+            None => {
+                let client = self.connect().await?;
+                let st = Statements::prepare(&client)
+                    .await
+                    .map_err(|err| self.failed(&err))?;
+                Conn { client, st }
+            }
         };
         Ok(Lease {
-            client,
+            conn,
             _permit: permit,
         })
     }
 
     fn give_back(&self, lease: Lease) {
-        if !lease.client.is_closed() {
+        if !lease.conn.client.is_closed() {
             let mut idle = self
                 .idle
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
-            idle.push(lease.client);
+            idle.push(lease.conn);
         }
     }
 
@@ -229,8 +241,11 @@ impl Pool {
         StoreError::Unavailable(format!("postgres {}: {}", self.target, chain(err)))
     }
 
+    /// Migrates on a connection of its own (the pool's connections prepare statements
+    /// against the migrated tables).
     async fn migrate(&self) -> Result<(), StoreError> {
-        leased!(self, client => {
+        let mut client = self.connect().await?;
+        let migrated: Result<(), tokio_postgres::Error> = async {
             let tx = client.transaction().await?;
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
                 .await?;
@@ -259,7 +274,9 @@ impl Pool {
                 tracing::info!(version, name, "history schema migrated");
             }
             tx.commit().await
-        })
+        }
+        .await;
+        migrated.map_err(|err| self.failed(&err))
     }
 }
 
@@ -309,8 +326,152 @@ fn limit(query: &ItemsQuery) -> i64 {
     i64::try_from(query.limit.min(MAX_CONVERSATION_ITEMS)).unwrap_or(0)
 }
 
-const SELECT_CONVERSATION: &str = "SELECT id, created_at, metadata FROM tg_conversations \
-     WHERE owner = $1 AND id = $2 AND NOT deleted";
+/// A live conversation of an owner (a macro, so `concat!` can extend it).
+macro_rules! select_conversation {
+    () => {
+        "SELECT id, created_at, metadata FROM tg_conversations \
+         WHERE owner = $1 AND id = $2 AND NOT deleted"
+    };
+}
+
+/// Every statement the store runs, prepared once per connection: a call is then one round
+/// trip (an unprepared query is first parsed and described, a round trip of its own).
+struct Statements {
+    put_response: Statement,
+    get_response: Statement,
+    delete_response: Statement,
+    create_conversation: Statement,
+    get_conversation: Statement,
+    lock_conversation: Statement,
+    set_metadata: Statement,
+    delete_conversation: Statement,
+    reserve_seq: Statement,
+    taken_ids: Statement,
+    count_items: Statement,
+    insert_items: Statement,
+    item_seq: Statement,
+    page_asc: Statement,
+    page_desc: Statement,
+    get_item: Statement,
+    find_item: Statement,
+    delete_item: Statement,
+}
+
+impl Statements {
+    /// Prepares them all at once (pipelined on the connection).
+    async fn prepare(client: &Client) -> Result<Statements, tokio_postgres::Error> {
+        let (
+            put_response,
+            get_response,
+            delete_response,
+            create_conversation,
+            get_conversation,
+            lock_conversation,
+            set_metadata,
+            delete_conversation,
+            reserve_seq,
+            taken_ids,
+            count_items,
+            insert_items,
+            item_seq,
+            page_asc,
+            page_desc,
+            get_item,
+            find_item,
+            delete_item,
+        ) = tokio::try_join!(
+            client.prepare(
+                "INSERT INTO tg_responses \
+                 (owner, id, created_at, status, conversation, object, input_items, context) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+                 ON CONFLICT (owner, id) DO UPDATE SET created_at = $3, status = $4, \
+                 conversation = $5, object = $6, input_items = $7, context = $8"
+            ),
+            client.prepare(
+                "SELECT id, created_at, status, conversation, object, input_items, context \
+                 FROM tg_responses WHERE owner = $1 AND id = $2"
+            ),
+            client.prepare("DELETE FROM tg_responses WHERE owner = $1 AND id = $2"),
+            client.prepare(
+                "INSERT INTO tg_conversations (owner, id, created_at, metadata) \
+                 VALUES ($1, $2, $3, $4) ON CONFLICT (owner, id) DO NOTHING"
+            ),
+            client.prepare(concat!(select_conversation!())),
+            client.prepare(concat!(select_conversation!(), " FOR UPDATE")),
+            client
+                .prepare("UPDATE tg_conversations SET metadata = $3 WHERE owner = $1 AND id = $2"),
+            client.prepare(
+                "UPDATE tg_conversations SET deleted = TRUE \
+                 WHERE owner = $1 AND id = $2 AND NOT deleted"
+            ),
+            client.prepare(
+                "UPDATE tg_conversations SET next_seq = next_seq + $3 \
+                 WHERE owner = $1 AND id = $2 AND NOT deleted RETURNING next_seq - $3"
+            ),
+            client.prepare(
+                "SELECT id FROM tg_items WHERE owner = $1 AND conversation = $2 AND id = ANY($3)"
+            ),
+            client.prepare(
+                "SELECT COUNT(*) FROM tg_items WHERE owner = $1 AND conversation = $2 \
+                 AND NOT deleted"
+            ),
+            client.prepare(
+                "INSERT INTO tg_items (owner, conversation, seq, id, created_at, item) \
+                 SELECT $1, $2, $3 + n - 1, id, created_at, item \
+                 FROM UNNEST($4::TEXT[], $5::BIGINT[], $6::TEXT[]) \
+                 WITH ORDINALITY AS batch (id, created_at, item, n)"
+            ),
+            client.prepare(
+                "SELECT seq FROM tg_items WHERE owner = $1 AND conversation = $2 AND id = $3 \
+                 AND NOT deleted"
+            ),
+            client.prepare(
+                "SELECT id, created_at, item FROM tg_items WHERE owner = $1 \
+                 AND conversation = $2 AND NOT deleted AND seq > $3 ORDER BY seq ASC LIMIT $4"
+            ),
+            client.prepare(
+                "SELECT id, created_at, item FROM tg_items WHERE owner = $1 \
+                 AND conversation = $2 AND NOT deleted AND seq < $3 ORDER BY seq DESC LIMIT $4"
+            ),
+            client.prepare(
+                "SELECT i.id, i.created_at, i.item FROM tg_items i \
+                 JOIN tg_conversations c ON c.owner = i.owner AND c.id = i.conversation \
+                 WHERE i.owner = $1 AND i.conversation = $2 AND i.id = $3 \
+                 AND NOT i.deleted AND NOT c.deleted"
+            ),
+            client.prepare(
+                "SELECT i.id, i.created_at, i.item FROM tg_items i \
+                 JOIN tg_conversations c ON c.owner = i.owner AND c.id = i.conversation \
+                 WHERE i.owner = $1 AND i.id = $2 AND NOT i.deleted AND NOT c.deleted \
+                 ORDER BY i.added DESC LIMIT 1"
+            ),
+            client.prepare(
+                "UPDATE tg_items SET deleted = TRUE WHERE owner = $1 \
+                 AND conversation = $2 AND id = $3 AND NOT deleted"
+            ),
+        )?;
+        Ok(Statements {
+            put_response,
+            get_response,
+            delete_response,
+            create_conversation,
+            get_conversation,
+            lock_conversation,
+            set_metadata,
+            delete_conversation,
+            reserve_seq,
+            taken_ids,
+            count_items,
+            insert_items,
+            item_seq,
+            page_asc,
+            page_desc,
+            get_item,
+            find_item,
+            delete_item,
+        })
+    }
+}
 
 impl Pool {
     async fn get_conversation(
@@ -318,8 +479,7 @@ impl Pool {
         owner: &Owner,
         id: &str,
     ) -> Result<Option<ConversationRecord>, StoreError> {
-        let row =
-            leased!(self, c => c.query_opt(SELECT_CONVERSATION, &[&owner.as_str(), &id]).await)?;
+        let row = leased!(self, c => c.client.query_opt(&c.st.get_conversation, &[&owner.as_str(), &id]).await)?;
         row.map(|row| conversation_from(owner, &row))
             .transpose()
             .map_err(corrupt)
@@ -332,10 +492,10 @@ impl Pool {
         patch: &str,
     ) -> Result<Result<ConversationRecord, PatchRefused>, StoreError> {
         let outcome = leased!(self, c => {
-            let tx = c.transaction().await?;
+            let tx = c.client.transaction().await?;
             let Some(row) = tx
                 .query_opt(
-                    &format!("{SELECT_CONVERSATION} FOR UPDATE"),
+                    &c.st.lock_conversation,
                     &[&owner.as_str(), &id],
                 )
                 .await?
@@ -351,7 +511,7 @@ impl Pool {
                 Err(refused) => return Ok(Ok(Err(refused))),
             };
             tx.execute(
-                "UPDATE tg_conversations SET metadata = $3 WHERE owner = $1 AND id = $2",
+                &c.st.set_metadata,
                 &[&owner.as_str(), &id, &merged],
             )
             .await?;
@@ -381,14 +541,13 @@ impl Pool {
         let created: Vec<i64> = items.iter().map(|item| item.created_at).collect();
         let bodies: Vec<&str> = items.iter().map(|item| item.item.as_str()).collect();
         leased!(self, c => {
-            let tx = c.transaction().await?;
+            let tx = c.client.transaction().await?;
             let owner = owner.as_str();
             // Locks the conversation row until commit and allocates the batch's order
             // numbers: appends to one conversation are serialised across replicas.
             let Some(row) = tx
                 .query_opt(
-                    "UPDATE tg_conversations SET next_seq = next_seq + $3 \
-                     WHERE owner = $1 AND id = $2 AND NOT deleted RETURNING next_seq - $3",
+                    &c.st.reserve_seq,
                     &[&owner, &conversation, &count],
                 )
                 .await?
@@ -398,8 +557,7 @@ impl Pool {
             let first_seq: i64 = row.try_get(0)?;
             let taken = tx
                 .query(
-                    "SELECT id FROM tg_items WHERE owner = $1 AND conversation = $2 \
-                     AND id = ANY($3)",
+                    &c.st.taken_ids,
                     &[&owner, &conversation, &ids],
                 )
                 .await?;
@@ -412,8 +570,7 @@ impl Pool {
             }
             let row = tx
                 .query_one(
-                    "SELECT COUNT(*) FROM tg_items WHERE owner = $1 AND conversation = $2 \
-                     AND NOT deleted",
+                    &c.st.count_items,
                     &[&owner, &conversation],
                 )
                 .await?;
@@ -431,10 +588,7 @@ impl Pool {
                 &bodies,
             ];
             tx.execute(
-                "INSERT INTO tg_items (owner, conversation, seq, id, created_at, item) \
-                 SELECT $1, $2, $3 + n - 1, id, created_at, item \
-                 FROM UNNEST($4::TEXT[], $5::BIGINT[], $6::TEXT[]) \
-                 WITH ORDINALITY AS batch (id, created_at, item, n)",
+                &c.st.insert_items,
                 &params,
             )
             .await?;
@@ -451,8 +605,7 @@ impl Pool {
     ) -> Result<Option<Vec<ItemRecord>>, StoreError> {
         let rows = leased!(self, c => {
             let owner = owner.as_str();
-            let live = c
-                .query_opt(SELECT_CONVERSATION, &[&owner, &conversation])
+            let live = c.client.query_opt(&c.st.get_conversation, &[&owner, &conversation])
                 .await?;
             if live.is_none() {
                 return Ok(None);
@@ -460,10 +613,8 @@ impl Pool {
             let after = match &query.after {
                 None => None,
                 Some(after) => {
-                    let row = c
-                        .query_opt(
-                            "SELECT seq FROM tg_items WHERE owner = $1 \
-                             AND conversation = $2 AND id = $3 AND NOT deleted",
+                    let row = c.client.query_opt(
+                            &c.st.item_seq,
                             &[&owner, &conversation, after],
                         )
                         .await?;
@@ -475,22 +626,17 @@ impl Pool {
             };
             let sql = match query.order {
                 Order::Asc => {
-                    "SELECT id, created_at, item FROM tg_items WHERE owner = $1 \
-                     AND conversation = $2 AND NOT deleted AND seq > $3 \
-                     ORDER BY seq ASC LIMIT $4"
+                    &c.st.page_asc
                 }
                 Order::Desc => {
-                    "SELECT id, created_at, item FROM tg_items WHERE owner = $1 \
-                     AND conversation = $2 AND NOT deleted AND seq < $3 \
-                     ORDER BY seq DESC LIMIT $4"
+                    &c.st.page_desc
                 }
             };
             let bound = after.unwrap_or(match query.order {
                 Order::Asc => -1,
                 Order::Desc => i64::MAX,
             });
-            let rows = c
-                .query(sql, &[&owner, &conversation, &bound, &limit(query)])
+            let rows = c.client.query(sql, &[&owner, &conversation, &bound, &limit(query)])
                 .await?;
             Ok(Some(rows))
         })?;
@@ -511,11 +657,8 @@ impl Pool {
         item: &str,
     ) -> Result<Option<ItemRecord>, StoreError> {
         let row = leased!(self, c => {
-            c.query_opt(
-                "SELECT i.id, i.created_at, i.item FROM tg_items i \
-                 JOIN tg_conversations c ON c.owner = i.owner AND c.id = i.conversation \
-                 WHERE i.owner = $1 AND i.conversation = $2 AND i.id = $3 \
-                 AND NOT i.deleted AND NOT c.deleted",
+            c.client.query_opt(
+                &c.st.get_item,
                 &[&owner.as_str(), &conversation, &item],
             )
             .await
@@ -525,11 +668,8 @@ impl Pool {
 
     async fn find_item(&self, owner: &Owner, item: &str) -> Result<Option<ItemRecord>, StoreError> {
         let row = leased!(self, c => {
-            c.query_opt(
-                "SELECT i.id, i.created_at, i.item FROM tg_items i \
-                 JOIN tg_conversations c ON c.owner = i.owner AND c.id = i.conversation \
-                 WHERE i.owner = $1 AND i.id = $2 AND NOT i.deleted AND NOT c.deleted \
-                 ORDER BY i.added DESC LIMIT 1",
+            c.client.query_opt(
+                &c.st.find_item,
                 &[&owner.as_str(), &item],
             )
             .await
@@ -544,11 +684,11 @@ impl Pool {
         item: &str,
     ) -> Result<Option<ConversationRecord>, StoreError> {
         let row = leased!(self, c => {
-            let tx = c.transaction().await?;
+            let tx = c.client.transaction().await?;
             let owner = owner.as_str();
             let Some(row) = tx
                 .query_opt(
-                    &format!("{SELECT_CONVERSATION} FOR UPDATE"),
+                    &c.st.lock_conversation,
                     &[&owner, &conversation],
                 )
                 .await?
@@ -557,8 +697,7 @@ impl Pool {
             };
             let deleted = tx
                 .execute(
-                    "UPDATE tg_items SET deleted = TRUE WHERE owner = $1 \
-                     AND conversation = $2 AND id = $3 AND NOT deleted",
+                    &c.st.delete_item,
                     &[&owner, &conversation, &item],
                 )
                 .await?;
@@ -591,12 +730,8 @@ impl History for PostgresHistory {
                 &r.context,
             ];
             leased!(pool, c => {
-                c.execute(
-                    "INSERT INTO tg_responses \
-                     (owner, id, created_at, status, conversation, object, input_items, context) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
-                     ON CONFLICT (owner, id) DO UPDATE SET created_at = $3, status = $4, \
-                     conversation = $5, object = $6, input_items = $7, context = $8",
+                c.client.execute(
+                    &c.st.put_response,
                     &params,
                 )
                 .await
@@ -613,9 +748,8 @@ impl History for PostgresHistory {
         let (pool, owner, id) = (self.pool.clone(), owner.clone(), id.to_owned());
         self.thread.run(async move {
             let row = leased!(pool, c => {
-                c.query_opt(
-                    "SELECT id, created_at, status, conversation, object, input_items, \
-                     context FROM tg_responses WHERE owner = $1 AND id = $2",
+                c.client.query_opt(
+                    &c.st.get_response,
                     &[&owner.as_str(), &id],
                 )
                 .await
@@ -630,8 +764,8 @@ impl History for PostgresHistory {
         let (pool, owner, id) = (self.pool.clone(), owner.clone(), id.to_owned());
         self.thread.run(async move {
             let deleted = leased!(pool, c => {
-                c.execute(
-                    "DELETE FROM tg_responses WHERE owner = $1 AND id = $2",
+                c.client.execute(
+                    &c.st.delete_response,
                     &[&owner.as_str(), &id],
                 )
                 .await
@@ -645,9 +779,8 @@ impl History for PostgresHistory {
         self.thread.run(async move {
             let r = &record;
             let inserted = leased!(pool, c => {
-                c.execute(
-                    "INSERT INTO tg_conversations (owner, id, created_at, metadata) \
-                     VALUES ($1, $2, $3, $4) ON CONFLICT (owner, id) DO NOTHING",
+                c.client.execute(
+                    &c.st.create_conversation,
                     &[&r.owner.as_str(), &r.id, &r.created_at, &r.metadata],
                 )
                 .await
@@ -688,9 +821,8 @@ impl History for PostgresHistory {
         let (pool, owner, id) = (self.pool.clone(), owner.clone(), id.to_owned());
         self.thread.run(async move {
             let deleted = leased!(pool, c => {
-                c.execute(
-                    "UPDATE tg_conversations SET deleted = TRUE \
-                     WHERE owner = $1 AND id = $2 AND NOT deleted",
+                c.client.execute(
+                    &c.st.delete_conversation,
                     &[&owner.as_str(), &id],
                 )
                 .await
