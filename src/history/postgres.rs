@@ -396,7 +396,7 @@ impl Statements {
                 "INSERT INTO tg_conversations (owner, id, created_at, metadata) \
                  VALUES ($1, $2, $3, $4) ON CONFLICT (owner, id) DO NOTHING"
             ),
-            client.prepare(concat!(select_conversation!())),
+            client.prepare(select_conversation!()),
             client.prepare(concat!(select_conversation!(), " FOR UPDATE")),
             client
                 .prepare("UPDATE tg_conversations SET metadata = $3 WHERE owner = $1 AND id = $2"),
