@@ -16,7 +16,6 @@ use crate::control::jobs::Jobs;
 use crate::control::tokenizers::Tokenizers;
 use crate::control::{lifecycle, load, Control, LoadDemand};
 use crate::fleet::Registry;
-use crate::history::MemoryHistory;
 use crate::http::tls::UpstreamTls;
 use crate::metrics::inflight::InflightAges;
 use crate::metrics::{exporter, Metrics, Sources};
@@ -99,6 +98,10 @@ pub fn run(config: Config) -> Result<(), String> {
     let (driver, reason) = choose_io_driver(config.runtime.io_engine)?;
     let upstream_tls = UpstreamTls::load(config.pipeline.upstream_ca_cert_path.as_deref())?;
     let tls = Tls::from_settings(&config.server.tls).map_err(|e| format!("TLS listener: {e}"))?;
+    // Before anything listens: a store that cannot be reached stops the gateway here.
+    let history = crate::history::open(&config.history)
+        .map_err(|e| format!("history store ({}): {e}", config.history.backend.as_str()))?;
+    tracing::info!(backend = history.backend(), "history store ready");
     let routing_settings = &config.routing;
     let policy = routing::build_with_params(routing_settings.policy, &routing_settings.params);
     let registry = Arc::new(Registry::with_aliases(config.fleet.model_aliases.clone()));
@@ -144,7 +147,7 @@ pub fn run(config: Config) -> Result<(), String> {
         retry: config.resilience.retry_in_force(),
         metrics: metrics.clone(),
         tls: upstream_tls.clone(),
-        history: Arc::new(MemoryHistory::new(10_000, 10_000)),
+        history,
     });
     let tokenizers = Arc::new(Tokenizers::default());
     let admin = Arc::new(Admin {

@@ -23,6 +23,7 @@ const GROUPS: &[&str] = &[
     "Logging:",
     "Authentication:",
     "Metrics:",
+    "History store:",
 ];
 
 /// (group, flag) of every flag of this issue, in help order.
@@ -45,6 +46,11 @@ const FLAGS: &[(&str, &str)] = &[
     ("Authentication:", "--api-key"),
     ("Metrics:", "--prometheus-host"),
     ("Metrics:", "--prometheus-port"),
+    ("History store:", "--history-backend"),
+    ("History store:", "--postgres-db-url"),
+    ("History store:", "--redis-url"),
+    ("History store:", "--history-pool-size"),
+    ("History store:", "--history-timeout-secs"),
 ];
 
 #[test]
@@ -191,4 +197,40 @@ async fn uring_engine_starts_and_serves() {
         return;
     }
     engine_serves_health("uring", "io_uring").await;
+}
+
+/// A durable history store that cannot be reached stops startup (exit 1) before anything
+/// listens, with one message naming the server but never the URL's password.
+#[test]
+fn an_unreachable_history_store_stops_startup_without_its_password() {
+    let cases = [
+        (
+            "postgres",
+            "--postgres-db-url",
+            "postgres://tg:pw-never-shown@127.0.0.1:1/hist",
+        ),
+        (
+            "redis",
+            "--redis-url",
+            "redis://:pw-never-shown@127.0.0.1:1/0",
+        ),
+    ];
+    for (backend, flag, url) in cases {
+        let out = run(&[
+            "--history-backend",
+            backend,
+            flag,
+            url,
+            "--history-timeout-secs",
+            "2",
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(1), "{backend}: {stderr}");
+        assert!(stderr.contains("history store"), "{backend}: {stderr}");
+        assert!(stderr.contains("127.0.0.1:1"), "{backend}: {stderr}");
+        assert!(!stderr.contains("pw-never-shown"), "{backend}: {stderr}");
+    }
+    // Without its URL, the backend is refused on the command line (exit 2).
+    let stderr = assert_rejected(&["--history-backend", "postgres"], "--history-backend");
+    assert!(stderr.contains("--postgres-db-url"), "{stderr}");
 }

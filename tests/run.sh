@@ -27,6 +27,21 @@ cargo clippy --all-targets -- -D warnings
 step "unit tests"
 cargo test --lib --bins
 
+# The history store's tests (tests/history_store.rs) and bench start real Postgres and Redis
+# servers on 127.0.0.1: Debian's packages, installed here when missing (their system services
+# are not used).
+missing_pkgs=()
+compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || missing_pkgs+=(postgresql)
+command -v redis-server >/dev/null || missing_pkgs+=(redis-server)
+if [ ${#missing_pkgs[@]} -gt 0 ]; then
+    step "apt-get install ${missing_pkgs[*]} (history store tests)"
+    as_root=""
+    [ "$(id -u)" = "0" ] || as_root="sudo"
+    $as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    $as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        "${missing_pkgs[@]}"
+fi
+
 if [ "$(cat /proc/sys/kernel/io_uring_disabled 2>/dev/null || echo 0)" = "0" ]; then
     engines="uring epoll"
 else

@@ -11,7 +11,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{Config, IoEngine, LogLevel, PolicyName, PrefillWorker};
+use super::{Config, HistoryBackend, IoEngine, LogLevel, PolicyName, PrefillWorker};
 use crate::auth::keys::{ControlPlaneKey, TenantKey};
 use crate::auth::Role;
 use crate::fleet::provider::Backend;
@@ -31,6 +31,7 @@ pub enum Group {
     Logging,
     Authentication,
     Metrics,
+    History,
 }
 
 impl Group {
@@ -45,6 +46,7 @@ impl Group {
         Group::Logging,
         Group::Authentication,
         Group::Metrics,
+        Group::History,
     ];
 
     pub fn title(self) -> &'static str {
@@ -59,6 +61,7 @@ impl Group {
             Group::Logging => "Logging",
             Group::Authentication => "Authentication",
             Group::Metrics => "Metrics",
+            Group::History => "History store",
         }
     }
 }
@@ -1282,6 +1285,89 @@ pub static FLAGS: &[Flag] = &[
             Ok(())
         },
     ),
+    // History store
+    Flag::one(
+        "history-backend",
+        "BACKEND",
+        "memory",
+        Group::History,
+        "Where stored responses and conversations live: memory (this process, bounded), none (nothing kept), postgres (--postgres-db-url), redis (--redis-url); postgres and redis are shared by every replica using them",
+        |c, v| {
+            c.history.backend = choice(v, HistoryBackend::ALL, HistoryBackend::as_str)?;
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "postgres-db-url",
+        "URL",
+        "none",
+        Group::History,
+        "Database of --history-backend postgres: postgres://user:password@host:port/dbname; the gateway creates and migrates its tables",
+        |c, v| {
+            crate::history::postgres::check_url(v).map_err(|e| Invalid::new(v, e))?;
+            c.history.postgres_url = Some(Secret::new(v));
+            Ok(())
+        },
+    )
+    .secret(),
+    Flag::one(
+        "redis-url",
+        "URL",
+        "none",
+        Group::History,
+        "Server of --history-backend redis: redis://[user:password@]host:port[/db]",
+        |c, v| {
+            crate::history::redis::check_url(v).map_err(|e| Invalid::new(v, e))?;
+            c.history.redis_url = Some(Secret::new(v));
+            Ok(())
+        },
+    )
+    .secret(),
+    Flag::one(
+        "history-pool-size",
+        "N",
+        "8",
+        Group::History,
+        "Connections a postgres or redis history store keeps open at most",
+        |c, v| {
+            c.history.pool_size = usize::try_from(integer(v, 1, 1024)?)
+                .map_err(|_| Invalid::new(v, "expected an integer 1-1024"))?;
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "history-timeout-secs",
+        "SECS",
+        "5",
+        Group::History,
+        "Longest a history store call may take (pool wait, connect, query) before it fails with a storage error",
+        |c, v| {
+            c.history.timeout = seconds(v, 1)?;
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "history-memory-max-responses",
+        "N",
+        "10000",
+        Group::History,
+        "Stored responses the memory history store keeps at most",
+        |c, v| {
+            c.history.memory_max_responses = count(v)?;
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "history-memory-max-conversations",
+        "N",
+        "10000",
+        Group::History,
+        "Conversations the memory history store keeps at most",
+        |c, v| {
+            c.history.memory_max_conversations = count(v)?;
+            Ok(())
+        },
+    ),
 ];
 
 /// The row for `--name`, if any.
@@ -1388,6 +1474,12 @@ pub fn header_name(v: &str) -> Result<String, Invalid> {
     } else {
         Err(Invalid::new(v, "expected an HTTP header name"))
     }
+}
+
+/// A count of records a memory bound allows: 1 to 100 million.
+fn count(v: &str) -> Result<usize, Invalid> {
+    usize::try_from(integer(v, 1, 100_000_000)?)
+        .map_err(|_| Invalid::new(v, "expected an integer 1-100000000"))
 }
 
 /// A decimal number in `min..=max`.

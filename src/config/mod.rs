@@ -24,6 +24,7 @@ pub use crate::chat::encode_cache::CacheSettings as TokenizerCacheSettings;
 pub use crate::control::{ControlSettings, PrefillWorker};
 pub use crate::fleet::overload::OverloadDefaults;
 pub use crate::fleet::{FleetSettings, WorkerDefaults};
+pub use crate::history::{HistoryBackend, HistorySettings};
 pub use crate::logging::{LogLevel, LogSettings};
 pub use crate::metrics::MetricsSettings;
 pub use crate::pipeline::PipelineSettings;
@@ -74,6 +75,8 @@ pub struct Config {
     pub pipeline: PipelineSettings,
     /// Bounds of the tokenizer caches (gRPC workers' prompts).
     pub tokenizer_cache: TokenizerCacheSettings,
+    /// The history store: backend, its server, pool and timeout, the memory bounds.
+    pub history: HistorySettings,
 }
 
 impl Config {
@@ -356,6 +359,16 @@ fn check_combinations(config: &Config) -> Result<(), ConfigError> {
                 "two tenant entries share one key; every key must identify one caller",
             ));
         }
+    }
+    let history = &config.history;
+    match history.backend {
+        HistoryBackend::Postgres if history.postgres_url.is_none() => {
+            return Err(requires("--history-backend postgres", "--postgres-db-url"));
+        }
+        HistoryBackend::Redis if history.redis_url.is_none() => {
+            return Err(requires("--history-backend redis", "--redis-url"));
+        }
+        _ => {}
     }
     let mut ids = std::collections::HashSet::new();
     for key in &config.auth.control_plane_api_keys {

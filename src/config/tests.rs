@@ -1083,3 +1083,83 @@ fn backend_flag() {
     assert!(help.contains("--backend <KIND>"), "{help}");
     assert!(help.contains("/v1/messages"), "{help}");
 }
+
+#[test]
+fn history_flags() {
+    let c = run(&[]);
+    assert_eq!(c.history.backend, HistoryBackend::Memory);
+    assert_eq!(c.history.pool_size, 8);
+    assert_eq!(c.history.timeout, Duration::from_secs(5));
+    assert_eq!(c.history.memory_max_responses, 10_000);
+    assert_eq!(c.history.memory_max_conversations, 10_000);
+    let c = run(&[
+        "--history-backend",
+        "postgres",
+        "--postgres-db-url",
+        "postgres://tg:pg-secret@db:5433/hist",
+        "--history-pool-size",
+        "3",
+        "--history-timeout-secs=2",
+        "--history-memory-max-responses",
+        "5",
+        "--history-memory-max-conversations",
+        "6",
+    ]);
+    assert_eq!(c.history.backend, HistoryBackend::Postgres);
+    assert_eq!(
+        c.history.postgres_url.as_ref().map(Secret::expose),
+        Some("postgres://tg:pg-secret@db:5433/hist")
+    );
+    assert_eq!(c.history.pool_size, 3);
+    assert_eq!(c.history.timeout, Duration::from_secs(2));
+    assert_eq!(c.history.memory_max_responses, 5);
+    assert_eq!(c.history.memory_max_conversations, 6);
+    assert!(!format!("{c:?}").contains("pg-secret"));
+    let c = run(&[
+        "--history-backend",
+        "redis",
+        "--redis-url",
+        "redis://:r-secret@127.0.0.1:6390/1",
+    ]);
+    assert_eq!(c.history.backend, HistoryBackend::Redis);
+    assert_eq!(
+        run(&["--history-backend", "none"]).history.backend,
+        HistoryBackend::None
+    );
+
+    // A durable backend without its server is refused at startup.
+    let e = error(&["--history-backend", "postgres"]);
+    assert!(e.contains("--postgres-db-url"), "{e}");
+    let e = error(&["--history-backend", "redis"]);
+    assert!(e.contains("--redis-url"), "{e}");
+    // Bad values name the flag and never echo a URL (it may carry a password).
+    let e = error(&["--history-backend", "sqlite"]);
+    assert!(
+        e.contains("--history-backend") && e.contains("postgres"),
+        "{e}"
+    );
+    let e = error(&["--postgres-db-url", "mysql://u:pg-secret@db/x"]);
+    assert!(
+        e.contains("--postgres-db-url") && !e.contains("pg-secret"),
+        "{e}"
+    );
+    let e = error(&["--redis-url", "rediss://:r-secret@h"]);
+    assert!(e.contains("--redis-url") && !e.contains("r-secret"), "{e}");
+    assert!(error(&["--history-pool-size", "0"]).contains("--history-pool-size"));
+    assert!(error(&["--history-timeout-secs", "0"]).contains("--history-timeout-secs"));
+    assert!(error(&["--history-memory-max-responses", "0"]).contains("max-responses"));
+
+    let help = help_text();
+    assert!(help.contains("\nHistory store:\n"), "{help}");
+    for flag in [
+        "--history-backend <BACKEND>",
+        "--postgres-db-url <URL>",
+        "--redis-url <URL>",
+        "--history-pool-size <N>",
+        "--history-timeout-secs <SECS>",
+        "--history-memory-max-responses <N>",
+        "--history-memory-max-conversations <N>",
+    ] {
+        assert!(help.contains(flag), "{flag} missing from help");
+    }
+}

@@ -19,10 +19,18 @@
 //! Every call finishes within the store's timeout; a failure is a [`StoreError`], never a
 //! hang and never a write reported as done that did not happen.
 
+pub mod none;
+pub mod postgres;
+pub mod redis;
+mod thread;
+
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
+
+use crate::secret::Secret;
 
 mod memory;
 
@@ -238,6 +246,112 @@ pub trait History: Send + Sync {
         conversation: &'a str,
         item: &'a str,
     ) -> StoreFuture<'a, Option<ConversationRecord>>;
+}
+
+/// Which store `--history-backend` picks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum HistoryBackend {
+    /// This process only, bounded by `--history-memory-max-*`.
+    #[default]
+    Memory,
+    /// Nothing kept: responses are not retrievable, conversations cannot be created.
+    None,
+    /// A Postgres server (`--postgres-db-url`), shared by every replica using it.
+    Postgres,
+    /// A Redis server (`--redis-url`), shared by every replica using it.
+    Redis,
+}
+
+impl HistoryBackend {
+    pub const ALL: &'static [HistoryBackend] = &[
+        HistoryBackend::Memory,
+        HistoryBackend::None,
+        HistoryBackend::Postgres,
+        HistoryBackend::Redis,
+    ];
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            HistoryBackend::Memory => "memory",
+            HistoryBackend::None => "none",
+            HistoryBackend::Postgres => "postgres",
+            HistoryBackend::Redis => "redis",
+        }
+    }
+}
+
+/// The history store's flag group.
+#[derive(Clone, Debug)]
+pub struct HistorySettings {
+    /// `--history-backend`.
+    pub backend: HistoryBackend,
+    /// `--postgres-db-url`: needed by the `postgres` backend. A secret: it may carry the
+    /// password.
+    pub postgres_url: Option<Secret>,
+    /// `--redis-url`: needed by the `redis` backend. A secret: it may carry the password.
+    pub redis_url: Option<Secret>,
+    /// `--history-pool-size`: connections a durable backend keeps open at most.
+    pub pool_size: usize,
+    /// `--history-timeout-secs`: the longest a store call (pool wait, connect and query
+    /// included) may take before it fails with [`StoreError::Timeout`].
+    pub timeout: Duration,
+    /// `--history-memory-max-responses`: responses the `memory` backend keeps at most.
+    pub memory_max_responses: usize,
+    /// `--history-memory-max-conversations`: conversations the `memory` backend keeps at
+    /// most.
+    pub memory_max_conversations: usize,
+}
+
+impl Default for HistorySettings {
+    fn default() -> HistorySettings {
+        HistorySettings {
+            backend: HistoryBackend::Memory,
+            postgres_url: None,
+            redis_url: None,
+            pool_size: 8,
+            timeout: Duration::from_secs(5),
+            memory_max_responses: 10_000,
+            memory_max_conversations: 10_000,
+        }
+    }
+}
+
+/// The store `settings` pick, ready to use: a durable backend is connected (and, for
+/// Postgres, its schema migrated) before this returns, so a gateway that cannot keep what
+/// it promises fails at startup instead of on the first stored response.
+///
+/// Blocks the calling thread for at most a few store timeouts; call it at startup, not
+/// from a runtime's task.
+pub fn open(settings: &HistorySettings) -> Result<Arc<dyn History>, StoreError> {
+    let missing = |flag: &str| {
+        StoreError::Unavailable(format!(
+            "--history-backend {} needs {flag}",
+            settings.backend.as_str()
+        ))
+    };
+    match settings.backend {
+        HistoryBackend::Memory => Ok(Arc::new(MemoryHistory::new(
+            settings.memory_max_responses,
+            settings.memory_max_conversations,
+        ))),
+        HistoryBackend::None => Ok(Arc::new(none::NoHistory)),
+        HistoryBackend::Postgres => {
+            let url = settings
+                .postgres_url
+                .as_ref()
+                .ok_or_else(|| missing("--postgres-db-url"))?;
+            let store = postgres::PostgresHistory::open(url, settings.pool_size, settings.timeout)?;
+            Ok(Arc::new(store))
+        }
+        HistoryBackend::Redis => {
+            let url = settings
+                .redis_url
+                .as_ref()
+                .ok_or_else(|| missing("--redis-url"))?;
+            let store = redis::RedisHistory::open(url, settings.pool_size, settings.timeout)?;
+            Ok(Arc::new(store))
+        }
+    }
 }
 
 /// The metadata `current` with `patch` merged in: a string value sets its key, a null
