@@ -408,3 +408,153 @@ fn now() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::history::{ItemsQuery, MemoryHistory, ResponseRecord, StoreFuture};
+
+    /// A store whose every call fails as a timed-out one does.
+    struct Failing;
+
+    fn fail<'a, T: Send + 'a>() -> StoreFuture<'a, T> {
+        Box::pin(std::future::ready(Err(StoreError::Timeout)))
+    }
+
+    impl History for Failing {
+        fn backend(&self) -> &'static str {
+            "failing"
+        }
+        fn put_response(&self, _: ResponseRecord) -> StoreFuture<'_, ()> {
+            fail()
+        }
+        fn get_response<'a>(
+            &'a self,
+            _: &'a Owner,
+            _: &'a str,
+        ) -> StoreFuture<'a, Option<ResponseRecord>> {
+            fail()
+        }
+        fn delete_response<'a>(&'a self, _: &'a Owner, _: &'a str) -> StoreFuture<'a, bool> {
+            fail()
+        }
+        fn create_conversation(&self, _: ConversationRecord) -> StoreFuture<'_, ()> {
+            fail()
+        }
+        fn get_conversation<'a>(
+            &'a self,
+            _: &'a Owner,
+            _: &'a str,
+        ) -> StoreFuture<'a, Option<ConversationRecord>> {
+            fail()
+        }
+        fn patch_metadata<'a>(
+            &'a self,
+            _: &'a Owner,
+            _: &'a str,
+            _: &'a str,
+        ) -> StoreFuture<'a, Result<ConversationRecord, PatchRefused>> {
+            fail()
+        }
+        fn delete_conversation<'a>(&'a self, _: &'a Owner, _: &'a str) -> StoreFuture<'a, bool> {
+            fail()
+        }
+        fn append_items<'a>(
+            &'a self,
+            _: &'a Owner,
+            _: &'a str,
+            _: Vec<ItemRecord>,
+        ) -> StoreFuture<'a, Result<(), AppendRefused>> {
+            fail()
+        }
+        fn list_items<'a>(
+            &'a self,
+            _: &'a Owner,
+            _: &'a str,
+            _: &'a ItemsQuery,
+        ) -> StoreFuture<'a, Option<Vec<ItemRecord>>> {
+            fail()
+        }
+        fn get_item<'a>(
+            &'a self,
+            _: &'a Owner,
+            _: &'a str,
+            _: &'a str,
+        ) -> StoreFuture<'a, Option<ItemRecord>> {
+            fail()
+        }
+        fn find_item<'a>(
+            &'a self,
+            _: &'a Owner,
+            _: &'a str,
+        ) -> StoreFuture<'a, Option<ItemRecord>> {
+            fail()
+        }
+        fn delete_item<'a>(
+            &'a self,
+            _: &'a Owner,
+            _: &'a str,
+            _: &'a str,
+        ) -> StoreFuture<'a, Option<ConversationRecord>> {
+            fail()
+        }
+    }
+
+    fn storage_error(answer: Answer) {
+        let Err(err) = answer else {
+            panic!("a failing store is an error");
+        };
+        assert!(matches!(err, GatewayError::StorageError { .. }), "{err:?}");
+        assert_eq!(err.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(err.code(), "storage_error");
+    }
+
+    #[tokio::test]
+    async fn a_failing_store_is_500_storage_error() {
+        let owner = Owner::shared();
+        let store = Failing;
+        storage_error(create(&store, &owner, b"{}").await);
+        storage_error(get(&store, &owner, "conv_1").await);
+        storage_error(update(&store, &owner, "conv_1", br#"{"metadata":{}}"#).await);
+        storage_error(delete(&store, &owner, "conv_1").await);
+        let items = br#"{"items":[{"role":"user","content":"x"}]}"#;
+        storage_error(add_items(&store, &owner, "conv_1", items).await);
+        assert!(matches!(
+            item_missing(&store, &owner, "conv_1").await,
+            GatewayError::StorageError { .. }
+        ));
+    }
+
+    #[tokio::test]
+    async fn initial_items_are_stored_and_unknown_references_refused() {
+        let store = MemoryHistory::new(10, 10);
+        let owner = Owner::shared();
+        let body = json!({"items": [{"type": "item_reference", "id": "msg_nowhere"}]});
+        let Err(err) = create(&store, &owner, body.to_string().as_bytes()).await else {
+            panic!("an unknown reference is an error");
+        };
+        assert_eq!(err.code(), "not_found");
+        let body = json!({"items": [{"id": "msg_1", "role": "user", "content": "x"}]});
+        let Ok(resp) = create(&store, &owner, body.to_string().as_bytes()).await else {
+            panic!("a conversation with one item");
+        };
+        assert_eq!(resp.status(), StatusCode::OK);
+        let found = store.find_item(&owner, "msg_1").await.unwrap().unwrap();
+        let item: Value = serde_json::from_str(&found.item).unwrap();
+        assert_eq!(item["content"][0]["type"], "input_text");
+        assert_eq!(item["created_at"], found.created_at);
+        // Another owner does not see it.
+        let other = Owner::tenant("t".into());
+        assert_eq!(store.find_item(&other, "msg_1").await.unwrap(), None);
+    }
+
+    #[test]
+    fn only_the_eight_routes_are_served_here() {
+        assert!(serves(Route::ConversationsCreate));
+        assert!(serves(Route::ConversationItemDelete));
+        assert!(!serves(Route::ResponsesCreate));
+        assert!(!serves(Route::Health));
+    }
+}
