@@ -23,7 +23,7 @@ LAYERS = [
     ["admission", "auth", "routing"],  # decisions on one request
     ["metrics"],  # families and scrape-time collectors
     ["control", "pipeline"],  # background tasks; the data path
-    ["admin"],  # administration handlers
+    ["admin", "conversations"],  # administration handlers; the Conversations API
     ["app", "config"],  # the request side of the wiring; the flags, composing settings
     ["startup"],  # builds everything from the Config
 ]

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use crate::admin::{self, Admin, CallerKey};
 use crate::auth::gate::{Authenticator, Denied};
 use crate::control::calls::CallClient;
+use crate::conversations;
 use crate::fleet::Registry;
 use crate::http::body::RespBody;
 use crate::http::error::{
@@ -253,6 +254,9 @@ async fn dispatch(
             pipeline::stored::serve(history, &owner, route, head.uri.path()).await
         }
         Route::AudioTranscriptions => forward(ctx, route, req, ContentType::FromClient).await,
+        r if conversations::serves(r) => {
+            conversations::serve(gateway.pipeline.history.as_ref(), r, req).await
+        }
         r if is_forwarded(r) => forward(ctx, r, req, ContentType::Json).await,
         r => Err(GatewayError::NotImplemented {
             route: r.template(),

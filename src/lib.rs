@@ -14,6 +14,7 @@ pub mod bounded;
 pub mod chat;
 pub mod config;
 pub mod control;
+pub mod conversations;
 pub mod fleet;
 pub mod grpc;
 pub mod history;

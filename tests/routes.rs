@@ -396,7 +396,7 @@ async fn routes_not_built_yet_answer_501() {
     let gw = gateway(&["--worker-urls", &upstream.url()]);
     let cases = [
         ("GET", "/v1/responses/resp_1"),
-        ("POST", "/v1/conversations"),
+        ("GET", "/v1/responses/resp_1/input_items"),
     ];
     for h2 in [false, true] {
         let c = client(h2);

@@ -4,6 +4,7 @@
 
 pub mod cache_tree;
 pub mod chat_template;
+pub mod conversation_body;
 pub mod detokenize_stops;
 pub mod dp_pin;
 pub mod flags;
@@ -28,6 +29,7 @@ pub fn by_target(name: &str) -> Option<fn(&[u8])> {
     Some(match name {
         "cache_tree" => cache_tree::check,
         "chat_template" => chat_template::check,
+        "conversation_body" => conversation_body::check,
         "detokenize_stops" => detokenize_stops::check,
         "dp_pin" => dp_pin::check,
         "flags" => flags::check,

@@ -109,7 +109,9 @@ pub enum GatewayError {
     OverloadShed { retry_after_secs: u64 },
     /// `previous_response_id` names no stored response of the caller (spec 2: 400).
     PreviousResponseNotFound { id: String },
-    /// A Responses request names a conversation the caller does not have (spec 2: 404).
+    /// No such conversation (or another tenant's, or deleted): 404
+    /// `conversation_not_found`, for the conversation routes and for a Responses request
+    /// that names one.
     ConversationNotFound,
     /// A stored response the caller does not have: `not_found` (get, delete,
     /// input_items) or `response_not_found` (cancel), as spec 2 names them.
@@ -123,6 +125,21 @@ pub enum GatewayError {
     /// An input item the gRPC chat pipeline cannot represent (media in a message or a
     /// function output).
     ConvertRequestFailed { message: String },
+
+    // The Conversations API (`/v1/conversations`, spec 2): bodies `{"error": <message>}`,
+    // but for the structured `item_already_in_conversation`.
+    /// A conversation request body that is not JSON (or not an object): 400
+    /// `json_parse_error`.
+    ConversationMalformed { message: String },
+    /// A conversation request that breaks a rule (malformed id, too many items, unknown
+    /// item type, metadata past its bounds, a bad list query): 400, code `400`.
+    ConversationInvalid { message: String },
+    /// The conversation is there, the item (or an `item_reference`'s item) is not.
+    ConversationItemNotFound { message: String },
+    /// An item whose id the conversation already holds (or twice in one request).
+    ItemAlreadyInConversation,
+    /// The history store failed or did not answer in time.
+    StorageError { message: String },
 }
 
 /// Which use of the history store failed: spec 2 names each its own code.
@@ -170,6 +187,11 @@ pub enum Shape {
     RuleBroken,
     /// The message as `text/plain`.
     PlainText,
+    /// `{error: <message>}`: the Conversations API's errors (spec 2).
+    BareMessage,
+    /// `{error:{message,type:"invalid_request_error",param,code}}` with `code` the error's
+    /// code: the Conversations API's `item_already_in_conversation`.
+    Structured { param: &'static str },
 }
 
 /// What the gateway does with one error: a row of the error table.
@@ -242,17 +264,29 @@ impl GatewayError {
             G::MultimodalTooLarge { .. } =>   (S::PAYLOAD_TOO_LARGE,   "multimodal_payload_too_large",    BEFORE_ROUTING, KEEP),
             G::MultimodalBudgetFull =>        (S::TOO_MANY_REQUESTS,   "multimodal_inflight_budget",      BEFORE_ROUTING, KEEP),
             G::PreviousResponseNotFound { .. } => (S::BAD_REQUEST,     "previous_response_not_found",     VALIDATION,     KEEP),
-            G::ConversationNotFound =>        (S::NOT_FOUND,           "conversation_not_found",          VALIDATION,     KEEP),
             G::ResponseNotFound { code } =>   (S::NOT_FOUND,           *code,                             VALIDATION,     KEEP),
             G::CancelRefused { code } =>      (S::BAD_REQUEST,         *code,                             VALIDATION,     KEEP),
             G::Storage { step, .. } =>        (S::INTERNAL_SERVER_ERROR, step.code(),                     INTERNAL,       KEEP),
             G::ConvertRequestFailed { .. } => (S::BAD_REQUEST,         "convert_request_failed",          VALIDATION,     KEEP),
             G::McpServerUnreachable { .. } => (S::FAILED_DEPENDENCY,   "connect_mcp_server_failed",       BACKEND,        KEEP),
+            // Conversations never reach routing.
+            G::ConversationMalformed { .. } => (S::BAD_REQUEST,        "json_parse_error",                BEFORE_ROUTING, KEEP),
+            G::ConversationInvalid { .. } =>  (S::BAD_REQUEST,         "400",                             BEFORE_ROUTING, KEEP),
+            G::ConversationNotFound =>        (S::NOT_FOUND,           "conversation_not_found",          BEFORE_ROUTING, KEEP),
+            G::ConversationItemNotFound { .. } => (S::NOT_FOUND,       "not_found",                       BEFORE_ROUTING, KEEP),
+            G::ItemAlreadyInConversation =>   (S::BAD_REQUEST,         "item_already_in_conversation",    BEFORE_ROUTING, KEEP),
+            G::StorageError { .. } =>         (S::INTERNAL_SERVER_ERROR, "storage_error",                 BEFORE_ROUTING, KEEP),
         };
         let shape = match self {
             G::MessagesMalformed { .. } => Shape::ParseError,
             G::MessagesInvalid { .. } => Shape::RuleBroken,
             G::CountTokensBody { .. } | G::NotServedByBackend { .. } => Shape::PlainText,
+            G::ItemAlreadyInConversation => Shape::Structured { param: "items" },
+            G::ConversationMalformed { .. }
+            | G::ConversationInvalid { .. }
+            | G::ConversationNotFound
+            | G::ConversationItemNotFound { .. }
+            | G::StorageError { .. } => Shape::BareMessage,
             _ => Shape::Envelope,
         };
         ErrorSpec {
@@ -300,7 +334,13 @@ impl fmt::Display for GatewayError {
             GatewayError::InvalidRequest { message }
             | GatewayError::MessagesMalformed { message }
             | GatewayError::MessagesInvalid { message }
-            | GatewayError::CountTokensBody { message, .. } => f.write_str(message),
+            | GatewayError::CountTokensBody { message, .. }
+            | GatewayError::ConversationMalformed { message }
+            | GatewayError::ConversationInvalid { message }
+            | GatewayError::ConversationItemNotFound { message }
+            | GatewayError::StorageError { message } => f.write_str(message),
+            GatewayError::ConversationNotFound => f.write_str("Conversation not found"),
+            GatewayError::ItemAlreadyInConversation => f.write_str("Item already in conversation"),
             GatewayError::NotServedByBackend { route, backend } => {
                 write!(f, "{route} is not served by {backend} backends")
             }
@@ -369,7 +409,6 @@ impl fmt::Display for GatewayError {
             GatewayError::PreviousResponseNotFound { id } => {
                 write!(f, "previous response {id:?} not found")
             }
-            GatewayError::ConversationNotFound => f.write_str("conversation not found"),
             GatewayError::ResponseNotFound { .. } => f.write_str("response not found"),
             GatewayError::CancelRefused { code } => f.write_str(match *code {
                 "response_already_completed" => "the response is already completed",
@@ -443,6 +482,27 @@ struct ValidationInner<'a, C: Serialize> {
     code: C,
 }
 
+/// `{error: <message>}`: the Conversations API's errors.
+#[derive(Serialize)]
+struct BareMessage<'a> {
+    error: &'a str,
+}
+
+/// `{error:{message,type,param,code}}`: the Conversations API's structured error.
+#[derive(Serialize)]
+struct Structured<'a> {
+    error: StructuredInner<'a>,
+}
+
+#[derive(Serialize)]
+struct StructuredInner<'a> {
+    message: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    param: &'static str,
+    code: &'static str,
+}
+
 /// The `type` of spec 2's validation answers.
 const INVALID_REQUEST_ERROR: &str = "invalid_request_error";
 
@@ -505,6 +565,22 @@ pub fn error_response(err: &GatewayError) -> Response<RespBody> {
         Shape::ParseError => validation(Some(spec.code)),
         Shape::RuleBroken => validation(None),
         Shape::PlainText => reply::plain(spec.status, err.to_string()),
+        Shape::BareMessage => {
+            let message = err.to_string();
+            json_body(spec.status, &BareMessage { error: &message })
+        }
+        Shape::Structured { param } => {
+            let message = err.to_string();
+            let body = Structured {
+                error: StructuredInner {
+                    message: &message,
+                    kind: INVALID_REQUEST_ERROR,
+                    param,
+                    code: spec.code,
+                },
+            };
+            json_body(spec.status, &body)
+        }
     };
     resp.extensions_mut().insert(ErrorCode(spec.code));
     let headers = resp.headers_mut();
@@ -815,6 +891,43 @@ mod tests {
         assert_eq!(
             GatewayError::from_read(ReadError::TooSlow, 7),
             GatewayError::ClientBodyTimeout
+        );
+    }
+
+    #[test]
+    fn conversation_errors_have_their_two_shapes() {
+        let body = |resp: Response<RespBody>| {
+            let bytes = resp.into_body().into_full().unwrap();
+            serde_json::from_slice::<serde_json::Value>(&bytes).unwrap()
+        };
+        let missing = error_response(&GatewayError::ConversationNotFound);
+        assert_eq!(missing.status(), 404);
+        assert_eq!(
+            missing.headers()[ERROR_CODE_HEADER],
+            "conversation_not_found"
+        );
+        assert_eq!(
+            body(missing),
+            serde_json::json!({"error": "Conversation not found"})
+        );
+        let invalid = error_response(&GatewayError::ConversationInvalid {
+            message: "bad id".into(),
+        });
+        assert_eq!(invalid.status(), 400);
+        assert_eq!(invalid.headers()[ERROR_CODE_HEADER], "400");
+        assert_eq!(body(invalid), serde_json::json!({"error": "bad id"}));
+        let store = error_response(&GatewayError::StorageError {
+            message: "down".into(),
+        });
+        assert_eq!(store.status(), 500);
+        assert_eq!(store.headers()[ERROR_CODE_HEADER], "storage_error");
+        let taken = error_response(&GatewayError::ItemAlreadyInConversation);
+        assert_eq!(taken.status(), 400);
+        assert_eq!(
+            body(taken),
+            serde_json::json!({"error": {"message": "Item already in conversation",
+                "type": "invalid_request_error", "param": "items",
+                "code": "item_already_in_conversation"}})
         );
     }
 
