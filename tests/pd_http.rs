@@ -380,12 +380,19 @@ async fn readiness_needs_a_ready_prefill_and_a_ready_decode_worker() {
 
     let added = post_json(
         &format!("{}/workers", gw.url()),
-        &json!({"url": d.url(), "worker_type": "decode"}),
+        &json!({"url": d.url(), "worker_type": "decode", "api_key": "decode-key"}),
     )
     .await;
     assert!(added.status < 300, "{}", added.text());
     wait_ready(&gw).await;
     assert_eq!(post_json(&chat, &body).await.status, 200);
+    // Spec 1's HTTP PD router: the client's headers, and no worker key of the gateway's.
+    let legs = mock_requests(&d).await;
+    let leg = legs
+        .iter()
+        .find(|r| r["path"] == "/v1/chat/completions")
+        .unwrap();
+    assert!(leg["headers"].get("authorization").is_none(), "{leg}");
 
     // The prefill worker leaves: not ready again, and requests find no prefill server.
     let id = listed_workers(&gw)

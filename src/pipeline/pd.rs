@@ -94,6 +94,7 @@ impl Pipeline {
 
         let mut tried: [Vec<Uuid>; 2] = [Vec::new(), Vec::new()];
         let mut attempt: u32 = 0;
+        let mut resent = false;
         let mut last: Option<Failed> = None;
         loop {
             let (prefill, decode) = match (self.pick_pair(pd, &facts, &tried), last.take()) {
@@ -171,6 +172,14 @@ impl Pipeline {
                 }
                 Err(PairFailure::Decode(err)) => (Role::Decode, self.no_answer(&decode, err)?),
             };
+            // A pooled connection the worker closed as the request went out: one immediate
+            // resend, before any retry (as for single workers).
+            if matches!(&failed, Failed::Exchange(GatewayError::UpstreamBroken)) && !resent {
+                resent = true;
+                self.metrics.send_retry();
+                last = Some(failed);
+                continue;
+            }
             let failed_worker = if role == Role::Prefill {
                 &prefill
             } else {
