@@ -109,9 +109,11 @@ async fn generate(
     kv_params: Option<Value>,
 ) -> HttpResult {
     let completion = plan(state, api, json, knobs);
-    state
-        .stats
-        .record_tokens(completion.prompt_tokens, completion.completion_tokens);
+    state.stats.record_tokens(
+        completion.prompt_tokens,
+        completion.cached_tokens,
+        completion.completion_tokens,
+    );
 
     if prompt::wants_stream(json) {
         let pacing = Pacing {
