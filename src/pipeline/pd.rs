@@ -22,7 +22,7 @@ use super::transport::pd::{self, Pair, PairAttempt, PairFailure, PrefillFailure}
 use super::transport::{Answer, SendError};
 use super::{Pipeline, Seen, ThreadClients};
 use crate::admission::Ticket;
-use crate::fleet::{LoadGuard, Worker};
+use crate::fleet::{ConnectionMode, LoadGuard, Worker};
 use crate::http::body::RespBody;
 use crate::http::error::GatewayError;
 use crate::resilience::RetryConfig;
@@ -114,6 +114,13 @@ impl Pipeline {
                 (Err(NoPair::Prefill), None) => return Err(GatewayError::NoPrefillServers),
                 (Err(NoPair::Decode), None) => return Err(GatewayError::NoAvailableWorkers),
             };
+            // Pairs are carried over HTTP; sequential PD on gRPC engines is not built yet.
+            let http = |w: &Worker| w.connection_mode() == ConnectionMode::Http;
+            if !http(&prefill) || !http(&decode) {
+                return Err(GatewayError::NotImplemented {
+                    route: "prefill/decode dispatch on gRPC engines",
+                });
+            }
             seen.worker = Some(decode.clone());
             let loads = [prefill.track(), decode.track()];
             let started = Instant::now();
