@@ -19,7 +19,8 @@ use crate::fleet::Registry;
 use crate::http::tls::UpstreamTls;
 use crate::metrics::inflight::InflightAges;
 use crate::metrics::{exporter, Metrics, Sources};
-use crate::pipeline::{FleetModes, Pipeline};
+use crate::pipeline::transport::pd::body::Rooms;
+use crate::pipeline::{FleetModes, PdDispatch, Pipeline};
 use crate::routing::{self, Policy};
 use crate::runtime::{choose_io_driver, DataPlane};
 use crate::server::health;
@@ -92,6 +93,25 @@ async fn maintain_policy(policy: Arc<dyn Policy>, every: std::time::Duration) {
 
 /// Runs the gateway until a shutdown signal has been handled and connections drained.
 ///
+/// Prefill/decode dispatch when the fleet is disaggregated (and not under `--enable-igw`):
+/// `--prefill-policy` and `--decode-policy` where given, else the main policy (shared, so
+/// one prefix tree serves both roles and is maintained once).
+fn pd_dispatch(config: &Config, policy: &Arc<dyn Policy>) -> Option<PdDispatch> {
+    if !config.fleet.pd_disaggregation || config.fleet.enable_igw {
+        return None;
+    }
+    let routing = &config.routing;
+    let role = |name: Option<routing::PolicyName>| match name {
+        Some(name) if name != routing.policy => routing::build_with_params(name, &routing.params),
+        _ => policy.clone(),
+    };
+    Some(PdDispatch {
+        prefill: role(routing.prefill_policy),
+        decode: role(routing.decode_policy),
+        rooms: Rooms::starting_at(crate::rng::next_u64()),
+    })
+}
+
 /// This is the one place that sees the whole [`Config`]: it builds each module's state from
 /// that module's settings and hands every owner only the handles it uses.
 pub fn run(config: Config) -> Result<(), String> {
@@ -105,6 +125,14 @@ pub fn run(config: Config) -> Result<(), String> {
     let routing_settings = &config.routing;
     let policy = routing::build_with_params(routing_settings.policy, &routing_settings.params);
     let registry = Arc::new(Registry::with_aliases(config.fleet.model_aliases.clone()));
+    let pd = pd_dispatch(&config, &policy);
+    // The role policies of prefill/decode dispatch that are not the main one need their
+    // own upkeep.
+    let role_policies: Vec<Arc<dyn Policy>> = pd
+        .iter()
+        .flat_map(|d| [d.prefill.clone(), d.decode.clone()])
+        .filter(|p| !Arc::ptr_eq(p, &policy))
+        .collect();
     let threads = config.runtime.worker_threads;
     crate::chat::encode_cache::configure(&config.tokenizer_cache, threads);
     let control_rt = tokio::runtime::Builder::new_current_thread()
@@ -143,6 +171,7 @@ pub fn run(config: Config) -> Result<(), String> {
         },
         registry: registry.clone(),
         policy: policy.clone(),
+        pd,
         admission,
         retry: config.resilience.retry_in_force(),
         metrics: metrics.clone(),
@@ -203,6 +232,12 @@ pub fn run(config: Config) -> Result<(), String> {
     }
     lifecycle::register_startup(&control)?;
     control_rt.spawn(lifecycle::run_jobs(control.clone(), job_queue));
+    for role in role_policies {
+        control_rt.spawn(maintain_policy(
+            role,
+            routing_settings.params.eviction_interval,
+        ));
+    }
     control_rt.spawn(maintain_policy(
         policy,
         routing_settings.params.eviction_interval,

@@ -1370,7 +1370,8 @@ async fn prefill_and_decode_workers_register_at_startup() {
         "{seen:?}"
     );
 
-    // Dispatch to a prefill/decode pair is not in this build: a clear 501, nothing sent.
+    // These two do not pair (sglang/http/default against vllm/http/default): no decode
+    // worker for the prefill one, 503 no_available_workers, nothing sent.
     let reply = send(
         &client(false),
         "POST",
@@ -1382,8 +1383,8 @@ async fn prefill_and_decode_workers_register_at_startup() {
         Bytes::from_static(br#"{"model":"m-pd","messages":[{"role":"user","content":"hi"}]}"#),
     )
     .await;
-    assert_eq!(reply.status, 501, "{}", reply.text());
-    assert_eq!(header(&reply, "x-gw-error-code"), "not_implemented");
+    assert_eq!(reply.status, 503, "{}", reply.text());
+    assert_eq!(header(&reply, "x-gw-error-code"), "no_available_workers");
     for m in [&prefill, &decode] {
         assert!(
             !mock_requests(m)

@@ -14,6 +14,7 @@ pub mod h1_response;
 pub mod json_peek;
 pub mod jwt_claims;
 pub mod messages_validate;
+pub mod pd_body;
 pub mod pieces;
 pub mod prom_text;
 pub mod provider_message;
@@ -39,6 +40,7 @@ pub fn by_target(name: &str) -> Option<fn(&[u8])> {
         "json_peek" => json_peek::check,
         "jwt_claims" => jwt_claims::check,
         "messages_validate" => messages_validate::check,
+        "pd_body" => pd_body::check,
         "prom_text" => prom_text::check,
         "provider_message" => provider_message::check,
         "reasoning_parsers" => reasoning_parsers::check,

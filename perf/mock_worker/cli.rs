@@ -9,6 +9,7 @@ use std::ffi::OsString;
 use crate::shared::{parsed_value, string_value};
 use std::str::FromStr;
 
+pub use crate::pd::PdRole;
 pub use crate::provider::Provider;
 
 /// Which engine the mock pretends to be, as seen by the gateway's
@@ -121,6 +122,10 @@ pub struct Flags {
     pub provider: Option<Provider>,
     /// `--tls-cert-path` / `--tls-key-path`: serve HTTPS (HTTP/2 or HTTP/1.1 by ALPN).
     pub tls: Option<(String, String)>,
+    /// `--pd-role`: play a prefill or decode worker of disaggregated serving.
+    pub pd_role: Option<PdRole>,
+    /// `--pd-omit-kv-params`: a vLLM-style prefill answers without `kv_transfer_params`.
+    pub pd_omit_kv: bool,
 }
 
 /// Result of parsing: either run with these flags or print help.
@@ -159,6 +164,12 @@ Engine identity:
   --owned-by STR              owned_by in /v1/models (default per runtime)
   --metrics-style sglang|vllm /metrics naming (default per runtime)
   --dp-size N                 dp_size in /server_info (default 1)
+  --pd-role prefill|decode    play a worker of prefill/decode disaggregation:
+                              inference bodies must carry what that leg needs
+                              (bootstrap fields; vLLM: kv_transfer_params),
+                              else 400
+  --pd-omit-kv-params         vLLM-style prefill: answer without
+                              kv_transfer_params
 
 Generation:
   --ttft-ms N                 delay before the first token (default 0)
@@ -205,6 +216,8 @@ impl Default for Flags {
             verbose: false,
             provider: None,
             tls: None,
+            pd_role: None,
+            pd_omit_kv: false,
         }
     }
 }
@@ -262,6 +275,8 @@ where
             }
             Long("unhealthy") => flags.unhealthy = true,
             Long("verbose") => flags.verbose = true,
+            Long("pd-role") => flags.pd_role = Some(parsed_value(&mut parser, "--pd-role")?),
+            Long("pd-omit-kv-params") => flags.pd_omit_kv = true,
             Long("provider") => flags.provider = Some(parsed_value(&mut parser, "--provider")?),
             Long("tls-cert-path") => tls_cert = Some(string_value(&mut parser)?),
             Long("tls-key-path") => tls_key = Some(string_value(&mut parser)?),

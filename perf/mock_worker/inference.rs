@@ -71,8 +71,17 @@ pub async fn handle(state: &AppState, endpoint: Endpoint, body: &Bytes) -> HttpR
         return Ok(respond::text(StatusCode::OK, "application/json", body));
     }
 
+    let kv_params = match (state.pd_role, endpoint) {
+        (Some(role), Endpoint::Generate(_)) => {
+            match crate::pd::check(state.runtime, role, state.port, state.pd_omit_kv, &json) {
+                Ok(params) => params,
+                Err(message) => return Ok(respond::bad_request(&format!("pd check: {message}"))),
+            }
+        }
+        _ => None,
+    };
     match endpoint {
-        Endpoint::Generate(api) => generate(state, api, &json, &knobs, inflight).await,
+        Endpoint::Generate(api) => generate(state, api, &json, &knobs, inflight, kv_params).await,
         Endpoint::Utility(task) => {
             let output = task.run(&json, body.len(), &model_of(state, &json));
             // One "forward pass" worth of latency, then the faults.
@@ -97,11 +106,14 @@ async fn generate(
     json: &Value,
     knobs: &Knobs,
     inflight: Inflight,
+    kv_params: Option<Value>,
 ) -> HttpResult {
     let completion = plan(state, api, json, knobs);
-    state
-        .stats
-        .record_tokens(completion.prompt_tokens, completion.completion_tokens);
+    state.stats.record_tokens(
+        completion.prompt_tokens,
+        completion.cached_tokens,
+        completion.completion_tokens,
+    );
 
     if prompt::wants_stream(json) {
         let pacing = Pacing {
@@ -125,7 +137,11 @@ async fn generate(
     }
     // Answer ready: the request leaves the running set.
     drop(inflight);
-    Ok(ok_json(&completion.response()))
+    let mut response = completion.response();
+    if let Some(params) = kv_params {
+        response["kv_transfer_params"] = params;
+    }
+    Ok(ok_json(&response))
 }
 
 /// Fixes the numbers of one generation and feeds the prefix cache.

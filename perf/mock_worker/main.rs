@@ -18,6 +18,7 @@ mod engine;
 mod formats;
 mod inference;
 mod metrics;
+mod pd;
 mod prompt;
 mod provider;
 mod reqlog;

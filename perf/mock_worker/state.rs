@@ -32,6 +32,9 @@ pub struct AppState {
     pub provider: Option<crate::provider::Provider>,
     /// `--api-key` as given, for a provider's own key check.
     pub api_key: Option<String>,
+    /// `--pd-role`, and whether a vLLM-style prefill leaves out `kv_transfer_params`.
+    pub pd_role: Option<crate::pd::PdRole>,
+    pub pd_omit_kv: bool,
     cache: Mutex<PrefixCache>,
     /// Expected `Authorization` header value, when `--api-key` is set.
     expected_auth: Option<String>,
@@ -66,6 +69,8 @@ impl AppState {
                 .then(|| RequestLog::new(flags.request_log_capacity)),
             provider: flags.provider,
             api_key: flags.api_key.clone(),
+            pd_role: flags.pd_role,
+            pd_omit_kv: flags.pd_omit_kv,
             cache: Mutex::new(PrefixCache::new(cache::DEFAULT_CAPACITY)),
             expected_auth: flags.api_key.as_ref().map(|key| format!("Bearer {key}")),
             next_id: AtomicU64::new(1),

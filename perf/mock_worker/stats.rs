@@ -16,6 +16,8 @@ pub struct Stats {
     cancelled: AtomicU64,
     prompt_tokens_total: AtomicU64,
     generation_tokens_total: AtomicU64,
+    /// Prompt tokens the simulated prefix cache already held.
+    cached_tokens_total: AtomicU64,
 }
 
 impl Stats {
@@ -27,8 +29,9 @@ impl Stats {
         self.cancelled.fetch_add(1, Relaxed);
     }
 
-    pub fn record_tokens(&self, prompt: u64, generated: u64) {
+    pub fn record_tokens(&self, prompt: u64, cached: u64, generated: u64) {
         self.prompt_tokens_total.fetch_add(prompt, Relaxed);
+        self.cached_tokens_total.fetch_add(cached, Relaxed);
         self.generation_tokens_total.fetch_add(generated, Relaxed);
     }
 
@@ -55,6 +58,7 @@ impl Stats {
         self.cancelled.store(0, Relaxed);
         self.prompt_tokens_total.store(0, Relaxed);
         self.generation_tokens_total.store(0, Relaxed);
+        self.cached_tokens_total.store(0, Relaxed);
     }
 
     pub fn to_json(&self) -> Value {
@@ -64,6 +68,7 @@ impl Stats {
             "cancelled": self.cancelled.load(Relaxed),
             "prompt_tokens_total": self.prompt_tokens_total(),
             "generation_tokens_total": self.generation_tokens_total(),
+            "cached_tokens_total": self.cached_tokens_total.load(Relaxed),
         })
     }
 }

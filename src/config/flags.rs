@@ -414,8 +414,8 @@ pub static FLAGS: &[Flag] = &[
     Flag::switch(
         "pd-disaggregation",
         Group::Workers,
-        "Prefill/decode disaggregated fleet (--prefill, --decode); PD dispatch itself is \
-         not in this build: inference routes answer 501",
+        "Prefill/decode disaggregated fleet (--prefill, --decode): each inference request \
+         goes to a prefill and a decode worker (docs/pd.md)",
         |c| c.fleet.pd_disaggregation = true,
     ),
     Flag::many(

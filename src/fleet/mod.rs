@@ -679,6 +679,27 @@ impl Worker {
         ))
     }
 
+    /// Whether this prefill worker may hand its KV cache to `decode`: both set a
+    /// `pairing_protocol` label and the values match, or, when either does not, both run
+    /// the same runtime over the same transport with the same KV connector (the parts of
+    /// [`Worker::pd_pairing`], compared without building the key).
+    pub fn pairs_with(&self, decode: &Worker) -> bool {
+        fn explicit(w: &Worker) -> Option<&str> {
+            w.labels
+                .get("pairing_protocol")
+                .map(String::as_str)
+                .filter(|v| !v.is_empty())
+        }
+        match (explicit(self), explicit(decode)) {
+            (Some(a), Some(b)) => a == b,
+            _ => {
+                self.runtime == decode.runtime
+                    && self.connection_mode() == decode.connection_mode()
+                    && self.spec.kv_connector == decode.spec.kv_connector
+            }
+        }
+    }
+
     /// Whether the worker serves `model` (workers without a model list serve any).
     pub fn serves(&self, model: &str) -> bool {
         self.model_names.is_empty() || self.model_names.iter().any(|m| m == model)
@@ -740,6 +761,8 @@ pub struct Snapshot {
     routable: Vec<Arc<Worker>>,
     /// Ready prefill workers (prefill/decode disaggregation).
     routable_prefill: Vec<Arc<Worker>>,
+    /// Ready decode workers (prefill/decode disaggregation).
+    routable_decode: Vec<Arc<Worker>>,
     /// Routable workers per model name (ids, card aliases and `--model-alias` names).
     routable_by_model: HashMap<String, Vec<Arc<Worker>>>,
     /// Routable workers without a model list: they serve any model.
@@ -780,6 +803,11 @@ impl Snapshot {
         let routable_prefill: Vec<Arc<Worker>> = workers
             .iter()
             .filter(|w| w.is_ready() && w.worker_type == WorkerType::Prefill)
+            .cloned()
+            .collect();
+        let routable_decode: Vec<Arc<Worker>> = workers
+            .iter()
+            .filter(|w| w.is_ready() && w.worker_type == WorkerType::Decode)
             .cloned()
             .collect();
         let mut routable_by_model: HashMap<String, Vec<Arc<Worker>>> = HashMap::new();
@@ -825,6 +853,7 @@ impl Snapshot {
             workers,
             routable,
             routable_prefill,
+            routable_decode,
             routable_by_model,
             routable_any_model,
             known_models,
@@ -852,6 +881,11 @@ impl Snapshot {
     /// Prefill workers that may receive traffic now.
     pub fn routable_prefill(&self) -> &[Arc<Worker>] {
         &self.routable_prefill
+    }
+
+    /// Decode workers that may receive traffic now.
+    pub fn routable_decode(&self) -> &[Arc<Worker>] {
+        &self.routable_decode
     }
 
     /// Routable workers that serve `model` (by id or alias); workers without a model list
@@ -890,8 +924,17 @@ impl Snapshot {
         }
     }
 
+    /// Workers that can take traffic now: the ready regular workers, plus the ready prefill
+    /// and decode workers once at least one of each is ready (a prefill worker without a
+    /// decode worker, or the other way round, serves nothing).
     pub fn ready_count(&self) -> usize {
-        self.routable.len()
+        let pairs = !self.routable_prefill.is_empty() && !self.routable_decode.is_empty();
+        let pd = if pairs {
+            self.routable_prefill.len() + self.routable_decode.len()
+        } else {
+            0
+        };
+        self.routable.len() + pd
     }
 
     /// Every model name served by a registered worker, in registration order, without
@@ -1310,5 +1353,75 @@ mod tests {
         assert_eq!(h.success_threshold, 1, "a threshold is at least one probe");
         let h = HealthConfig::resolve(&config, &HealthOverrides::default(), RuntimeType::External);
         assert!(h.disabled, "external providers are never probed");
+    }
+    fn pd_worker(
+        url: &str,
+        kind: WorkerType,
+        runtime: RuntimeType,
+        key: Option<&str>,
+    ) -> Arc<Worker> {
+        let mut s = spec(url);
+        s.worker_type = kind;
+        s.runtime_type = runtime;
+        if let Some(key) = key {
+            s.labels.insert("pairing_protocol".into(), key.into());
+        }
+        let w = Arc::new(Worker::new(
+            Uuid::new_v4(),
+            s,
+            Discovered::default(),
+            &WorkerDefaults::default(),
+        ));
+        w.set_status(Status::Ready);
+        w
+    }
+
+    #[test]
+    fn pairing_follows_explicit_keys_else_runtime_transport_and_connector() {
+        use RuntimeType::{Sglang, Vllm};
+        use WorkerType::{Decode, Prefill};
+        let p = pd_worker("http://127.0.0.1:1", Prefill, Sglang, None);
+        let d = pd_worker("http://127.0.0.1:2", Decode, Sglang, None);
+        let v = pd_worker("http://127.0.0.1:3", Decode, Vllm, None);
+        assert!(p.pairs_with(&d));
+        assert!(!p.pairs_with(&v), "runtimes differ");
+        let pa = pd_worker("http://127.0.0.1:4", Prefill, Sglang, Some("a"));
+        let da = pd_worker("http://127.0.0.1:5", Decode, Vllm, Some("a"));
+        let db = pd_worker("http://127.0.0.1:6", Decode, Sglang, Some("b"));
+        assert!(pa.pairs_with(&da), "explicit keys win over runtimes");
+        assert!(!pa.pairs_with(&db));
+        assert!(pa.pairs_with(&d), "one key alone: the derived parts decide");
+    }
+
+    #[test]
+    fn a_pd_fleet_is_ready_with_one_prefill_and_one_decode() {
+        let reg = Registry::new();
+        let p = pd_worker(
+            "http://127.0.0.1:1",
+            WorkerType::Prefill,
+            RuntimeType::Sglang,
+            None,
+        );
+        reg.insert(p.clone());
+        assert_eq!(
+            reg.snapshot().ready_count(),
+            0,
+            "prefill alone serves nothing"
+        );
+        let d = pd_worker(
+            "http://127.0.0.1:2",
+            WorkerType::Decode,
+            RuntimeType::Sglang,
+            None,
+        );
+        reg.insert(d.clone());
+        assert_eq!(reg.snapshot().ready_count(), 2);
+        assert_eq!(reg.snapshot().routable_decode().len(), 1);
+        reg.set_status(&p, Status::NotReady);
+        assert_eq!(
+            reg.snapshot().ready_count(),
+            0,
+            "decode alone serves nothing"
+        );
     }
 }

@@ -14,6 +14,7 @@ pub mod inflight;
 pub mod labels;
 mod local;
 mod mcp;
+mod pd;
 pub mod policy;
 pub mod runtime;
 pub mod summary;
@@ -129,6 +130,8 @@ pub struct Metrics {
     key_source: Counters<1>,
     // MCP tool calls run by the gateway.
     mcp: mcp::McpMetrics,
+    // Prefill/decode dispatch.
+    pd: pd::PdMetrics,
     /// The runtime canary's figures.
     pub runtime: runtime::RuntimeMetrics,
 }
@@ -228,6 +231,7 @@ impl Metrics {
             router_ttft: histograms(buckets.clone()),
             router_tpot: histograms(buckets.clone()),
             router_generation: histograms(buckets.clone()),
+            pd: pd::PdMetrics::new(buckets.clone()),
             mcp: mcp::McpMetrics::new(buckets),
             router_tokens: Family::default(),
             upstream_responses: Family::default(),
@@ -397,6 +401,7 @@ impl Metrics {
             m.key_source.clone(),
         );
         m.mcp.register(&mut registry);
+        m.pd.register(&mut registry);
         m.runtime.register(&mut registry);
         registry.register_collector(Box::new(inflight::AgeCollector(m.inflight_ages.clone())));
         registry.register_collector(Box::new(fleet::FleetCollector::new(sources.fleet)));

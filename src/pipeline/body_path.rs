@@ -26,6 +26,9 @@ pub enum BufferReason {
     /// The regular workers are gRPC engines: the gateway's own chat pipeline reads the
     /// whole request (spec 3's router family name, `grpc`).
     Grpc,
+    /// Prefill/decode dispatch (spec 3's router family name, `pd`): the pair's bodies are
+    /// made from the whole request (bootstrap fields, vLLM's two legs).
+    Pd,
     /// Several models behind the gateway: the body names the model.
     ModelSelection,
     /// The routing policy needs the prompt text.
@@ -77,6 +80,7 @@ impl BodyPath {
     pub fn reason(self) -> &'static str {
         match self {
             BodyPath::Buffered(BufferReason::Grpc) => "grpc",
+            BodyPath::Buffered(BufferReason::Pd) => "pd",
             BodyPath::Buffered(BufferReason::ModelSelection) => "model_selection",
             BodyPath::Buffered(BufferReason::PolicyNeedsText) => "policy_needs_text",
             BodyPath::Buffered(BufferReason::RoutingKeyOverride) => "routing_key_override",
@@ -91,7 +95,7 @@ impl BodyPath {
     }
 
     /// How many decisions there are (the metric's label pairs).
-    pub const COUNT: usize = 11;
+    pub const COUNT: usize = 12;
 
     /// A dense index in `0..COUNT`, for pre-resolved metric handles.
     pub fn index(self) -> usize {
@@ -107,6 +111,7 @@ impl BodyPath {
             BodyPath::Buffered(BufferReason::WorkerMutatesBody) => 8,
             BodyPath::Streamed(StreamReason::BudgetFull) => 9,
             BodyPath::Buffered(BufferReason::Grpc) => 10,
+            BodyPath::Buffered(BufferReason::Pd) => 11,
         }
     }
 
@@ -131,6 +136,8 @@ pub struct Inputs {
     /// Every regular worker is a gRPC engine and the route carries JSON: the gateway
     /// parses, renders and tokenizes the request itself.
     pub grpc: bool,
+    /// Prefill/decode dispatch: the pair's bodies are made from the whole request.
+    pub pd: bool,
     pub retries: bool,
     /// The client's `Content-Length`, if it sent one.
     pub declared_len: Option<u64>,
@@ -140,7 +147,7 @@ pub struct Inputs {
 impl Inputs {
     /// Whether correctness needs the whole body (see the module docs).
     fn must_hold_whole(&self) -> bool {
-        self.needs_model || self.mutates_body || self.needs_media || self.grpc
+        self.needs_model || self.mutates_body || self.needs_media || self.grpc || self.pd
     }
 
     /// The most a buffered body may hold before it streams on instead; `None` when it
@@ -164,6 +171,9 @@ pub fn decide(inputs: Inputs) -> BodyPath {
     }
     if inputs.grpc {
         return BodyPath::Buffered(BufferReason::Grpc);
+    }
+    if inputs.pd {
+        return BodyPath::Buffered(BufferReason::Pd);
     }
     if inputs.needs_model {
         return BodyPath::Buffered(BufferReason::ModelSelection);
@@ -202,6 +212,7 @@ mod tests {
             mutates_body: false,
             needs_media: false,
             grpc: false,
+            pd: false,
             retries: true,
             declared_len: Some(100),
             max_buffered: 1000,
@@ -345,5 +356,21 @@ mod tests {
             assert!(decide(needed).is_buffered());
             assert_eq!(needed.hold_limit(), None);
         }
+    }
+
+    #[test]
+    fn prefill_decode_holds_the_whole_body() {
+        let pd = Inputs {
+            pd: true,
+            retries: false,
+            declared_len: Some(u64::MAX),
+            ..inputs()
+        };
+        assert_eq!(labels(decide(pd)), ("buffered", "pd"));
+        assert_eq!(pd.hold_limit(), None);
+        assert_eq!(
+            BodyPath::Buffered(BufferReason::Pd).index(),
+            BodyPath::COUNT - 1
+        );
     }
 }

@@ -24,6 +24,7 @@
 pub mod body_path;
 pub mod headers;
 pub mod messages;
+mod pd;
 pub mod peek;
 mod prepare;
 pub mod select;
@@ -53,6 +54,7 @@ use crate::resilience::RetryConfig;
 use crate::routing::Policy;
 
 pub use headers::ContentType;
+pub use pd::PdDispatch;
 pub use transport::grpc::GrpcClient;
 pub use transport::http::UpstreamClient;
 
@@ -112,7 +114,7 @@ pub struct FleetModes {
     pub enable_igw: bool,
     /// `--dp-aware`: a request to a rank target carries its rank in the body.
     pub dp_aware: bool,
-    /// `--pd-disaggregation`: prefill/decode dispatch (not served yet).
+    /// `--pd-disaggregation`: prefill/decode dispatch.
     pub pd_disaggregation: bool,
     /// `--backend`: under a provider backend only `/v1/messages` is served.
     pub backend: Backend,
@@ -159,6 +161,8 @@ pub struct Pipeline {
     pub registry: Arc<Registry>,
     pub policy: Arc<dyn Policy>,
     pub admission: Arc<Admission>,
+    /// Prefill/decode dispatch (`--pd-disaggregation` without `--enable-igw`).
+    pub pd: Option<PdDispatch>,
     /// Retry settings in force (none under `--disable-retries`).
     pub retry: RetryConfig,
     pub metrics: Arc<Metrics>,

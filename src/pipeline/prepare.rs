@@ -59,6 +59,8 @@ pub(super) struct Routing {
     pub by_model: bool,
     /// Candidates are the prefill workers (count_tokens under `--pd-disaggregation`).
     pub prefill_only: bool,
+    /// Prefill/decode dispatch: the request goes to a prefill and a decode worker.
+    pub pairs: bool,
     declared: Option<u64>,
 }
 
@@ -165,13 +167,8 @@ impl Pipeline {
         let pd = self.modes.pd_disaggregation && !self.modes.enable_igw;
         let messages_route = MessagesRoute::of_path(req.uri().path());
         let counting = messages_route == Some(MessagesRoute::CountTokens);
-        // count_tokens goes to one prefill worker (spec 2); prefill/decode dispatch of
-        // everything else is not served yet.
-        if pd && !counting {
-            return Err(GatewayError::NotImplemented {
-                route: "prefill/decode dispatch (--pd-disaggregation)",
-            });
-        }
+        // count_tokens goes to one prefill worker (spec 2); everything else to a pair.
+        let pairs = pd && !counting;
         let limit = self.settings.max_payload_size;
         let declared = declared_length(&req);
         if declared.is_some_and(|len| len > limit) {
@@ -186,7 +183,10 @@ impl Pipeline {
             self.count_tokens_served(req.headers())?;
         }
         let renames_model = messages_route.is_some() && !self.registry.aliases().is_empty();
-        let needs = self.policy.needs();
+        let needs = match &self.pd {
+            Some(pd) if pairs => pd.needs(),
+            _ => self.policy.needs(),
+        };
         // Header values are shared buffers: taken before the header map is handed on.
         let (routing_key, target_worker) = if needs == Needs::Header {
             (
@@ -208,6 +208,7 @@ impl Pipeline {
             mutates_body: (self.modes.dp_aware || renames_model) && json,
             needs_media: json && self.admission.media.is_some(),
             grpc: json && self.registry.snapshot().all_grpc(),
+            pd: pairs,
             retries: self.retry.enabled(),
             declared_len: declared,
             max_buffered: self.settings.max_buffered_request_bytes,
@@ -244,6 +245,7 @@ impl Pipeline {
             held: payload.held_for(wants),
             by_model: inputs.needs_model,
             prefill_only: counting && pd,
+            pairs,
             declared,
         };
         Ok(Prepared {

@@ -19,7 +19,7 @@ pub enum Among<'a> {
     /// Regular workers; of the model, when it narrows the candidates.
     Regular(Option<&'a str>),
     /// Prefill workers alone: count_tokens under prefill/decode disaggregation (spec 2: one
-    /// prefill worker, no decode worker).
+    /// prefill worker, no decode worker), and the prefill half of a pair.
     Prefill,
 }
 
@@ -53,6 +53,17 @@ pub fn pick(
         Among::Regular(None) => snapshot.routable(),
         Among::Prefill => snapshot.routable_prefill(),
     };
+    pick_from(candidates, policy, facts, tried)
+}
+
+/// [`pick`] among given candidates (all routable): the decode workers a prefill worker
+/// pairs with.
+pub fn pick_from(
+    candidates: &[Arc<Worker>],
+    policy: &dyn Policy,
+    facts: &RequestFacts<'_>,
+    tried: &[Uuid],
+) -> Result<(Arc<Worker>, Selection), NoPick> {
     let how = policy.decide(candidates, facts);
     let first = how
         .index

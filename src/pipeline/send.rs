@@ -21,7 +21,7 @@ use crate::http::error::GatewayError;
 use crate::resilience::{Outcome, RetryConfig};
 
 /// How one attempt ended, when it did not produce the response to relay.
-enum Failed {
+pub(super) enum Failed {
     /// A retryable status; the answer is kept in case it is the last word (boxed: a
     /// relay body is large, and this is the rare path).
     Status(Box<(Answer, LoadGuard)>),
@@ -39,6 +39,9 @@ impl Pipeline {
         ticket: Ticket,
         seen: &mut Seen,
     ) -> Result<Response<RespBody>, GatewayError> {
+        if req.routing.pairs {
+            return self.send_pairs(clients, endpoint, req, ticket, seen).await;
+        }
         let peeked = req.routing.peek();
         let facts = req.routing.facts(&peeked);
         if let Some(source) = req.routing.key_source(&peeked) {
@@ -216,7 +219,7 @@ impl Pipeline {
     }
 
     /// Accounts for an exchange that produced no answer.
-    fn failed_exchange(&self, worker: &Worker, err: &GatewayError) {
+    pub(super) fn failed_exchange(&self, worker: &Worker, err: &GatewayError) {
         self.metrics
             .upstream_response(err.status().as_u16(), err.code());
         let kind = if *err == GatewayError::UpstreamTimeout {
@@ -229,7 +232,7 @@ impl Pipeline {
     }
 
     /// Feeds the worker's breaker and counts the outcome and any state change.
-    fn record_outcome(&self, worker: &Worker, outcome: Outcome) {
+    pub(super) fn record_outcome(&self, worker: &Worker, outcome: Outcome) {
         if outcome != Outcome::Neutral && worker.breaker.config().enabled {
             self.metrics
                 .breaker_outcome(worker, outcome == Outcome::Failure);
@@ -248,7 +251,10 @@ impl Pipeline {
 }
 
 /// The client's answer when no further attempt follows.
-fn last_word(failed: Failed, ticket: Ticket) -> Result<Response<RespBody>, GatewayError> {
+pub(super) fn last_word(
+    failed: Failed,
+    ticket: Ticket,
+) -> Result<Response<RespBody>, GatewayError> {
     match failed {
         Failed::Status(kept) => {
             let (answer, load) = *kept;

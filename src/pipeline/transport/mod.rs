@@ -11,6 +11,7 @@
 pub mod credentials;
 pub mod grpc;
 pub mod http;
+pub mod pd;
 pub mod provider;
 
 use std::future::Future;

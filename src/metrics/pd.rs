@@ -1,0 +1,120 @@
+//! `gw_pd_*` (spec 3): prefill/decode dispatch over HTTP (the KV-transfer window and PD
+//! admission families belong to sequential PD on gRPC engines, not built yet). Created with the other families so a
+//! scrape lists them before the first pair; labelled by model (capped like every model
+//! label) and the prefill worker's runtime.
+
+use std::sync::Arc;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+use super::{histograms, Counters, Histograms};
+use crate::fleet::Worker;
+
+/// The prefill/decode families.
+pub struct PdMetrics {
+    ttft: Histograms<3>,
+    prefill_duration: Histograms<3>,
+    connector_mode: Counters<1>,
+    bootstrap_failures: Counter,
+    kv_transfer_failures: Counter,
+}
+
+impl PdMetrics {
+    pub(super) fn new(buckets: Arc<[f64]>) -> PdMetrics {
+        PdMetrics {
+            ttft: histograms(buckets.clone()),
+            prefill_duration: histograms(buckets),
+            connector_mode: Family::default(),
+            bootstrap_failures: Counter::default(),
+            kv_transfer_failures: Counter::default(),
+        }
+    }
+
+    pub(super) fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "gw_pd_ttft_seconds",
+            "End-to-end TTFT from start of prefill",
+            self.ttft.clone(),
+        );
+        registry.register(
+            "gw_pd_prefill_duration_seconds",
+            "Prefill leg",
+            self.prefill_duration.clone(),
+        );
+        registry.register(
+            "gw_pd_kv_connector_mode",
+            "Connector mode chosen",
+            self.connector_mode.clone(),
+        );
+        registry.register(
+            "gw_pd_bootstrap_failures",
+            "HTTP PD bodies that could not take bootstrap fields (not a JSON object)",
+            self.bootstrap_failures.clone(),
+        );
+        registry.register(
+            "gw_pd_kv_transfer_failures",
+            "Prefill returned no kv_transfer_params; decode recomputes",
+            self.kv_transfer_failures.clone(),
+        );
+    }
+}
+
+impl super::Metrics {
+    /// A pair whose prefill leg succeeded after `prefill_secs`, and whose decode answered
+    /// `ttft_secs` after the prefill started.
+    pub fn pd_pair(
+        &self,
+        model: Option<&str>,
+        prefill: &Worker,
+        mode: &'static str,
+        prefill_secs: f64,
+        ttft_secs: f64,
+    ) {
+        let labels = [
+            ("backend_type", "pd".into()),
+            ("model", self.model(model)),
+            ("runtime", prefill.runtime.as_str().into()),
+        ];
+        self.pd
+            .prefill_duration
+            .get_or_create(&labels)
+            .observe(prefill_secs);
+        self.pd.ttft.get_or_create(&labels).observe(ttft_secs);
+        self.pd
+            .connector_mode
+            .get_or_create(&[("mode", mode.into())])
+            .inc();
+    }
+
+    /// A body that could not take the bootstrap fields.
+    pub fn pd_bootstrap_failure(&self) {
+        self.pd.bootstrap_failures.inc();
+    }
+
+    /// A KV-transfer prefill that returned no `kv_transfer_params`.
+    pub fn pd_kv_transfer_failure(&self) {
+        self.pd.kv_transfer_failures.inc();
+    }
+
+    /// A retry of a pair: counted for both roles (spec 3), its backoff observed once.
+    pub fn pd_retry(
+        &self,
+        prefill: &Worker,
+        decode: &Worker,
+        endpoint: &'static str,
+        attempt: u32,
+        backoff: f64,
+    ) {
+        self.retry_backoff.observe(attempt, backoff);
+        for worker in [prefill, decode] {
+            self.retries
+                .get_or_create(&[
+                    ("worker_type", worker.worker_type.as_str().into()),
+                    ("endpoint", endpoint.into()),
+                ])
+                .inc();
+        }
+    }
+}
