@@ -26,6 +26,7 @@ pub mod headers;
 pub mod messages;
 pub mod peek;
 mod prepare;
+pub mod responses;
 pub mod select;
 mod send;
 pub mod transport;
