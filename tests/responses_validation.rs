@@ -4,12 +4,15 @@
 //! gets 400 `invalid_request_error` with code 400; nothing refused reaches the worker. A
 //! valid request, unknown fields included, reaches the worker as the client wrote it (only
 //! a `--model-alias` name replaced). Retries are off in every gateway here: the body is
-//! held for the check all the same (nothing else would make the gateway read it).
+//! held for the check all the same (nothing else would make the gateway read it). A fleet
+//! of gRPC engines refuses the same bodies before any generation.
 
 mod common;
+mod support;
 
 use common::{gateway, mock, mock_requests, post_json, scrape, send, wait_ready, Proc};
 use serde_json::{json, Value};
+use support::echo::{gateway_for, temp_dir};
 
 const MODEL: &str = "mock-model";
 const PATH: &str = "/v1/responses";
@@ -357,4 +360,54 @@ async fn broken_rules_are_400() {
     let reply = post_json(&url, &edges).await;
     assert_eq!(reply.status, 200, "{}", reply.text());
     assert_eq!(bodies_seen(&m).await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_engines_get_nothing_refused_either() {
+    let dir = temp_dir("responses-validation", "grpc");
+    common::tokenizer::write_tokenizer(&dir);
+    let engine = common::grpc_engine(&["--service", "sglang", "--model", MODEL]);
+    let gw = gateway_for(&engine, &dir).await;
+    let both = {
+        let mut b = with("conversation", json!({"id": "conv_1"}));
+        b["previous_response_id"] = json!("resp_1");
+        b
+    };
+    assert_all(
+        &gw,
+        json!("json_parse_error"),
+        &[
+            (
+                "reasoning effort unknown",
+                with("reasoning", json!({"effort": "huge"})),
+            ),
+            ("input missing", without("input")),
+        ],
+    )
+    .await;
+    assert_all(
+        &gw,
+        json!(400),
+        &[
+            (
+                "json_schema name empty",
+                with(
+                    "text",
+                    json!({"format": {"type": "json_schema", "name": "",
+                    "schema": {"type": "object"}}}),
+                ),
+            ),
+            ("previous_response_id with conversation", both),
+            (
+                "tool_choice without tools",
+                with("tool_choice", json!("auto")),
+            ),
+        ],
+    )
+    .await;
+    assert!(
+        !engine.log_text().contains("generate request_id"),
+        "the engine generated nothing:\n{}",
+        engine.log_text()
+    );
 }
