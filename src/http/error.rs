@@ -39,6 +39,12 @@ pub enum GatewayError {
     /// A Messages body that parses but breaks a rule (`max_tokens` 0, no messages,
     /// `tool_choice` without `tools`): 400 `invalid_request_error` with code 400.
     MessagesInvalid { message: String },
+    /// A `/v1/responses` body that is not JSON, or lacks a required field, or has one of the
+    /// wrong type (spec 2: 400 `invalid_request_error` / `json_parse_error`).
+    ResponsesMalformed { message: String },
+    /// A `/v1/responses` body that parses but breaks a rule (a value out of range, two
+    /// fields that exclude each other): 400 `invalid_request_error` with code 400.
+    ResponsesInvalid { message: String },
     /// A `/v1/messages/count_tokens` body the gateway cannot forward: plain text, as spec 2
     /// says (400 not JSON, 415 not declared JSON, 422 a field missing or mistyped).
     CountTokensBody { fault: BodyFault, message: String },
@@ -240,6 +246,8 @@ impl GatewayError {
             G::InvalidRequest { .. } =>       (S::BAD_REQUEST,         "invalid_request",                 VALIDATION,     KEEP),
             G::MessagesMalformed { .. } =>    (S::BAD_REQUEST,         "json_parse_error",                VALIDATION,     KEEP),
             G::MessagesInvalid { .. } =>      (S::BAD_REQUEST,         "400",                             VALIDATION,     KEEP),
+            G::ResponsesMalformed { .. } =>   (S::BAD_REQUEST,         "json_parse_error",                VALIDATION,     KEEP),
+            G::ResponsesInvalid { .. } =>     (S::BAD_REQUEST,         "400",                             VALIDATION,     KEEP),
             G::CountTokensBody { fault, .. } => (fault.status(),       "invalid_request_body",            VALIDATION,     KEEP),
             G::NotServedByBackend { .. } =>   (S::NOT_IMPLEMENTED,     "not_implemented",                 INTERNAL,       KEEP),
             G::ChatTemplate { .. } =>         (S::BAD_REQUEST,         "chat_template_error",             VALIDATION,     KEEP),
@@ -278,8 +286,8 @@ impl GatewayError {
             G::StorageError { .. } =>         (S::INTERNAL_SERVER_ERROR, "storage_error",                 BEFORE_ROUTING, KEEP),
         };
         let shape = match self {
-            G::MessagesMalformed { .. } => Shape::ParseError,
-            G::MessagesInvalid { .. } => Shape::RuleBroken,
+            G::MessagesMalformed { .. } | G::ResponsesMalformed { .. } => Shape::ParseError,
+            G::MessagesInvalid { .. } | G::ResponsesInvalid { .. } => Shape::RuleBroken,
             G::CountTokensBody { .. } | G::NotServedByBackend { .. } => Shape::PlainText,
             G::ItemAlreadyInConversation => Shape::Structured { param: "items" },
             G::ConversationMalformed { .. }
@@ -334,6 +342,8 @@ impl fmt::Display for GatewayError {
             GatewayError::InvalidRequest { message }
             | GatewayError::MessagesMalformed { message }
             | GatewayError::MessagesInvalid { message }
+            | GatewayError::ResponsesMalformed { message }
+            | GatewayError::ResponsesInvalid { message }
             | GatewayError::CountTokensBody { message, .. }
             | GatewayError::ConversationMalformed { message }
             | GatewayError::ConversationInvalid { message }

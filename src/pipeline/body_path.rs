@@ -7,8 +7,8 @@
 //! (spec 3).
 //!
 //! How much is held depends on why ([`Inputs::hold_limit`]):
-//! - The model under `--enable-igw`, the `--dp-aware` rewrite and the media budget need
-//!   the whole body (a cut-off JSON body names no model and cannot be rewritten): it is
+//! - The model under `--enable-igw`, the `--dp-aware` rewrite, the media budget and the
+//!   checks of a Responses request need the whole body (a cut-off JSON body names no model and cannot be rewritten): it is
 //!   read up to `--max-payload-size`, and refused with 503 `request_buffer_budget_full`
 //!   when the gateway-wide budget cannot hold it.
 //! - Everything else (replay on retry, the prompt text of prefix policies, a `rid` routing
@@ -45,6 +45,10 @@ pub enum BufferReason {
     /// `--multimodal-max-inflight-bytes`: the body is looked at for media parts. (Not a
     /// reason spec 3 lists: its gateway has no media budget on the HTTP router.)
     MultimodalBudget,
+    /// The gateway checks the request before routing, whatever the backend (spec 2: a
+    /// `/v1/responses` body breaking a rule gets its 400 before reaching a worker). (Not a
+    /// reason spec 3 lists: its gateway reads Responses bodies outside this decision.)
+    Validation,
 }
 
 /// Why a body streams through unread.
@@ -88,6 +92,7 @@ impl BodyPath {
             BodyPath::Buffered(BufferReason::Retryable) => "retryable",
             BodyPath::Buffered(BufferReason::NoContentLength) => "no_content_length",
             BodyPath::Buffered(BufferReason::MultimodalBudget) => "multimodal_budget",
+            BodyPath::Buffered(BufferReason::Validation) => "validation",
             BodyPath::Streamed(StreamReason::RetryForfeited) => "retry_forfeited",
             BodyPath::Streamed(StreamReason::PureForward) => "pure_forward",
             BodyPath::Streamed(StreamReason::BudgetFull) => "buffer_budget_full",
@@ -95,7 +100,7 @@ impl BodyPath {
     }
 
     /// How many decisions there are (the metric's label pairs).
-    pub const COUNT: usize = 12;
+    pub const COUNT: usize = 13;
 
     /// A dense index in `0..COUNT`, for pre-resolved metric handles.
     pub fn index(self) -> usize {
@@ -112,6 +117,7 @@ impl BodyPath {
             BodyPath::Streamed(StreamReason::BudgetFull) => 9,
             BodyPath::Buffered(BufferReason::Grpc) => 10,
             BodyPath::Buffered(BufferReason::Pd) => 11,
+            BodyPath::Buffered(BufferReason::Validation) => 12,
         }
     }
 
@@ -138,6 +144,8 @@ pub struct Inputs {
     pub grpc: bool,
     /// Prefill/decode dispatch: the pair's bodies are made from the whole request.
     pub pd: bool,
+    /// The route's body is checked before routing (`/v1/responses`).
+    pub validates: bool,
     pub retries: bool,
     /// The client's `Content-Length`, if it sent one.
     pub declared_len: Option<u64>,
@@ -147,7 +155,12 @@ pub struct Inputs {
 impl Inputs {
     /// Whether correctness needs the whole body (see the module docs).
     fn must_hold_whole(&self) -> bool {
-        self.needs_model || self.mutates_body || self.needs_media || self.grpc || self.pd
+        self.needs_model
+            || self.mutates_body
+            || self.needs_media
+            || self.grpc
+            || self.pd
+            || self.validates
     }
 
     /// The most a buffered body may hold before it streams on instead; `None` when it
@@ -190,6 +203,9 @@ pub fn decide(inputs: Inputs) -> BodyPath {
     if inputs.needs_media {
         return BodyPath::Buffered(BufferReason::MultimodalBudget);
     }
+    if inputs.validates {
+        return BodyPath::Buffered(BufferReason::Validation);
+    }
     if !inputs.retries {
         return BodyPath::Streamed(StreamReason::PureForward);
     }
@@ -213,6 +229,7 @@ mod tests {
             needs_media: false,
             grpc: false,
             pd: false,
+            validates: false,
             retries: true,
             declared_len: Some(100),
             max_buffered: 1000,
@@ -269,6 +286,13 @@ mod tests {
             ..mutates
         };
         assert_eq!(labels(decide(media)), ("buffered", "multimodal_budget"));
+        let validates = Inputs {
+            needs_media: false,
+            validates: true,
+            ..media
+        };
+        assert_eq!(labels(decide(validates)), ("buffered", "validation"));
+        assert_eq!(validates.hold_limit(), None, "a checked body is held whole");
     }
 
     #[test]
@@ -285,6 +309,7 @@ mod tests {
             BodyPath::Streamed(StreamReason::PureForward),
             BodyPath::Buffered(BufferReason::WorkerMutatesBody),
             BodyPath::Streamed(StreamReason::BudgetFull),
+            BodyPath::Buffered(BufferReason::Validation),
         ];
         let mut seen: Vec<usize> = all.iter().map(|p| p.index()).collect();
         seen.sort_unstable();
@@ -369,7 +394,7 @@ mod tests {
         assert_eq!(labels(decide(pd)), ("buffered", "pd"));
         assert_eq!(pd.hold_limit(), None);
         assert_eq!(
-            BodyPath::Buffered(BufferReason::Pd).index(),
+            BodyPath::Buffered(BufferReason::Validation).index(),
             BodyPath::COUNT - 1
         );
     }

@@ -27,6 +27,7 @@ pub mod messages;
 mod pd;
 pub mod peek;
 mod prepare;
+pub mod responses;
 pub mod select;
 mod send;
 pub mod stored;

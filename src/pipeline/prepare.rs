@@ -15,6 +15,7 @@ use super::body_path::{self, BodyPath, StreamReason};
 use super::headers::{self, ContentType};
 use super::messages::{self, MessagesRoute};
 use super::peek::{self, Peeked, Wants};
+use super::responses;
 use super::Pipeline;
 use crate::admission::body_budget::Charge;
 use crate::fleet::Worker;
@@ -179,6 +180,9 @@ impl Pipeline {
 
         let json = content_type == ContentType::Json;
         let messages_route = messages_route.filter(|_| json);
+        // Spec 2: a Responses body is checked before routing on every backend, so it is
+        // always held.
+        let checks_responses = json && req.uri().path() == "/v1/responses";
         if counting {
             self.count_tokens_served(req.headers())?;
         }
@@ -209,6 +213,7 @@ impl Pipeline {
             needs_media: json && self.admission.media.is_some(),
             grpc: json && self.registry.snapshot().all_grpc(),
             pd: pairs,
+            validates: checks_responses,
             retries: self.retry.enabled(),
             declared_len: declared,
             max_buffered: self.settings.max_buffered_request_bytes,
@@ -228,6 +233,12 @@ impl Pipeline {
         if let (Some(route), Payload::Held(bytes)) = (messages_route, &mut payload) {
             let checked = messages::check(route, std::mem::take(bytes), self.registry.aliases())?;
             *bytes = checked.body;
+        }
+        if let (true, Payload::Held(bytes)) = (checks_responses, &mut payload) {
+            let renamed = responses::check(bytes)?.renamed(bytes, self.registry.aliases());
+            if let Some(renamed) = renamed {
+                *bytes = renamed;
+            }
         }
         self.metrics
             .body_path(path.index(), path.path(), path.reason());
