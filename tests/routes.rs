@@ -395,8 +395,8 @@ async fn routes_not_built_yet_answer_501() {
     let upstream = mock(&[]);
     let gw = gateway(&["--worker-urls", &upstream.url()]);
     let cases = [
-        ("GET", "/v1/responses/resp_1"),
-        ("GET", "/v1/responses/resp_1/input_items"),
+        ("POST", "/v1/realtime/sessions"),
+        ("POST", "/v1/realtime/client_secrets"),
     ];
     for h2 in [false, true] {
         let c = client(h2);
@@ -411,6 +411,11 @@ async fn routes_not_built_yet_answer_501() {
             )
             .await;
             assert_gateway_error(&reply, 501, "not_implemented");
+        }
+        // Stored responses are the gateway's: an HTTP worker's are not retrievable.
+        for path in ["/v1/responses/resp_1", "/v1/responses/resp_1/input_items"] {
+            let reply = send(&c, "GET", &format!("{}{path}", gw.url()), &[], "").await;
+            assert_gateway_error(&reply, 404, "not_found");
         }
     }
     assert!(mock_requests(&upstream).await.is_empty());

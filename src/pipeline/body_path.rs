@@ -309,6 +309,7 @@ mod tests {
             BodyPath::Streamed(StreamReason::PureForward),
             BodyPath::Buffered(BufferReason::WorkerMutatesBody),
             BodyPath::Streamed(StreamReason::BudgetFull),
+            BodyPath::Buffered(BufferReason::Pd),
             BodyPath::Buffered(BufferReason::Validation),
         ];
         let mut seen: Vec<usize> = all.iter().map(|p| p.index()).collect();
