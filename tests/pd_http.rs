@@ -326,6 +326,17 @@ async fn retries_re_pick_a_pair_and_count_for_both_roles() {
         ],
     )
     .await;
+    // Readiness needs one worker of each role; wait for all three, so round robin has
+    // both prefill workers to pick from.
+    assert!(
+        eventually(Duration::from_secs(15), || async {
+            let workers = listed_workers(&gw).await;
+            workers.len() == 3 && workers.iter().all(|w| w["status"] == "ready")
+        })
+        .await,
+        "{}",
+        gw.log_text()
+    );
     configure(&bad, json!({"fail_rate": 1.0, "fail_status": 503})).await;
     for _ in 0..4 {
         let reply = post_json(
