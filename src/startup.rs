@@ -95,15 +95,22 @@ async fn maintain_policy(policy: Arc<dyn Policy>, every: std::time::Duration) {
 ///
 /// Prefill/decode dispatch when the fleet is disaggregated (and not under `--enable-igw`):
 /// `--prefill-policy` and `--decode-policy` where given, else the main policy (shared, so
-/// one prefix tree serves both roles and is maintained once).
+/// one prefix tree serves both roles and is maintained once; a round robin gets an
+/// instance per role).
 fn pd_dispatch(config: &Config, policy: &Arc<dyn Policy>) -> Option<PdDispatch> {
     if !config.fleet.pd_disaggregation || config.fleet.enable_igw {
         return None;
     }
     let routing = &config.routing;
-    let role = |name: Option<routing::PolicyName>| match name {
-        Some(name) if name != routing.policy => routing::build_with_params(name, &routing.params),
-        _ => policy.clone(),
+    let role = |name: Option<routing::PolicyName>| {
+        let name = name.unwrap_or(routing.policy);
+        // A round robin's counter is never shared: the pair's two picks would advance it
+        // twice per request and leave every other worker of a role without traffic.
+        if name == routing.policy && name != routing::PolicyName::RoundRobin {
+            policy.clone()
+        } else {
+            routing::build_with_params(name, &routing.params)
+        }
     };
     Some(PdDispatch {
         prefill: role(routing.prefill_policy),
