@@ -50,37 +50,6 @@ pub fn new_conversation() -> String {
     format!("{CONVERSATION_PREFIX}{}", uuid::Uuid::new_v4().simple())
 }
 
-/// A new id for an item of type `kind` that came without one: the type's OpenAI prefix and
-/// 32 random hex digits.
-pub fn new_item(kind: &str) -> String {
-    format!("{}{}", item_prefix(kind), uuid::Uuid::new_v4().simple())
-}
-
-/// The id prefix of an item type, as OpenAI's ids of that type start.
-pub fn item_prefix(kind: &str) -> &'static str {
-    match kind {
-        "message" => "msg_",
-        "reasoning" => "rs_",
-        "mcp_list_tools" => "mcpl_",
-        "mcp_call" => "mcp_",
-        "mcp_approval_request" => "mcpr_",
-        "mcp_approval_response" => "mcpa_",
-        "function_call" => "fc_",
-        "function_call_output" => "fco_",
-        "file_search_call" => "fs_",
-        "computer_call" => "cu_",
-        "computer_call_output" => "cuo_",
-        "web_search_call" => "ws_",
-        "image_generation_call" => "ig_",
-        "code_interpreter_call" => "ci_",
-        "local_shell_call" => "lsh_",
-        "local_shell_call_output" => "lsho_",
-        "custom_tool_call" => "ctc_",
-        "custom_tool_call_output" => "ctco_",
-        _ => "item_",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,8 +84,10 @@ mod tests {
         assert!(check_conversation(&a).is_ok());
         assert_eq!(a.len(), 5 + 32);
         assert_ne!(a, new_conversation());
-        assert!(new_item("message").starts_with("msg_"));
-        assert!(new_item("reasoning").starts_with("rs_"));
-        assert!(is_well_formed(&new_item("function_call_output")));
+        assert!(crate::history::new_item_id("message").starts_with("msg_"));
+        assert!(crate::history::new_item_id("reasoning").starts_with("rs_"));
+        assert!(is_well_formed(&crate::history::new_item_id(
+            "function_call_output"
+        )));
     }
 }

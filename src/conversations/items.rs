@@ -8,7 +8,7 @@
 //! every other type, refused with 400. An item without `type` is a message. A message
 //! needs a `role` and a `content`; a string content is stored as one text part, the way
 //! OpenAI stores it (`input_text`, or `output_text` for the assistant). An item without an
-//! id gets one with its type's prefix (`ids::new_item`).
+//! id gets one with its type's prefix (`history::new_item_id`).
 
 use serde_json::{Map, Value};
 
@@ -140,7 +140,7 @@ fn check_one(index: usize, item: Value) -> Result<Entry, String> {
     if kind == "message" {
         check_message(index, &mut item)?;
     }
-    let id = id.unwrap_or_else(|| ids::new_item(&kind));
+    let id = id.unwrap_or_else(|| crate::history::new_item_id(&kind));
     item.insert("id".into(), Value::String(id.clone()));
     item.insert("type".into(), Value::String(kind.clone()));
     let warning = (support == Support::Warned)

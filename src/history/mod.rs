@@ -32,8 +32,10 @@ use std::time::Duration;
 
 use crate::secret::Secret;
 
+mod ids;
 mod memory;
 
+pub use ids::new_item_id;
 pub use memory::MemoryHistory;
 
 /// Largest [`ResponseRecord::context`], in bytes: the depth bound of a

@@ -17,14 +17,9 @@
 //!   `none` and `minimal` turn the template's thinking off, the other tiers on.
 
 use serde_json::{json, Map, Value};
-use uuid::Uuid;
 
+use crate::history::new_item_id;
 use crate::http::error::GatewayError;
-
-/// A fresh item id with `prefix` (`msg`, `fc`, `rs` …), in OpenAI's shape.
-pub fn item_id(prefix: &str) -> String {
-    format!("{prefix}_{}", Uuid::new_v4().simple())
-}
 
 /// The request's `input` as items, each given an id when it has none.
 pub fn input_items(input: &Value) -> Result<Vec<Value>, GatewayError> {
@@ -55,23 +50,11 @@ pub fn input_items(input: &Value) -> Result<Vec<Value>, GatewayError> {
                 normalise_content(&mut item)?;
             }
             if !matches!(item.get("id"), Some(Value::String(_))) {
-                item.insert("id".into(), Value::String(item_id(id_prefix(&kind))));
+                item.insert("id".into(), Value::String(new_item_id(&kind)));
             }
             Ok(Value::Object(item))
         })
         .collect()
-}
-
-/// The id prefix of an item type, as OpenAI's ids have them.
-pub fn id_prefix(kind: &str) -> &'static str {
-    match kind {
-        "function_call" => "fc",
-        "function_call_output" => "fco",
-        "reasoning" => "rs",
-        "mcp_call" => "mcp",
-        "mcp_list_tools" => "mcpl",
-        _ => "msg",
-    }
 }
 
 /// A message's string content as one text part (`input_text`, or `output_text` for the

@@ -24,7 +24,7 @@ use crate::mcp::{McpHttp, Session, SessionSettings, Tool};
 use crate::metrics::Metrics;
 use crate::secret::Secret;
 
-use super::convert::item_id;
+use crate::history::new_item_id;
 
 /// Most `mcp` tools (servers) one request may declare.
 const MAX_SERVERS: usize = 16;
@@ -237,7 +237,7 @@ impl McpTools {
                                "input_schema": tool.input_schema, "annotations": null})
                     })
                     .collect();
-                json!({"id": item_id("mcpl"), "type": "mcp_list_tools",
+                json!({"id": new_item_id("mcp_list_tools"), "type": "mcp_list_tools",
                        "server_label": server.label, "tools": tools})
             })
             .collect()
@@ -291,7 +291,7 @@ impl McpTools {
         );
         let failed = error.is_some();
         let item = json!({
-            "id": item_id("mcp"),
+            "id": new_item_id("mcp_call"),
             "type": "mcp_call",
             "status": if failed { "failed" } else { "completed" },
             "server_label": label,

@@ -17,8 +17,8 @@ use serde_json::{json, Value};
 
 use super::super::decode::Delta;
 use super::super::parse::CallDelta;
-use super::convert::item_id;
 use super::mcp::HeldCall;
+use crate::history::new_item_id;
 
 /// How the turn ended, for the status of the item still open.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -268,7 +268,7 @@ impl Writer {
                     self.close(Ending::Done);
                     self.space.clear();
                     self.called = true;
-                    let mut item = json!({"id": item_id("fc"), "type": "function_call",
+                    let mut item = json!({"id": new_item_id("function_call"), "type": "function_call",
                                           "status": "in_progress", "arguments": "",
                                           "call_id": id, "name": name});
                     if let Some((namespace, member)) = name.split_once('.') {
@@ -295,9 +295,9 @@ impl Writer {
         }
         self.close(Ending::Done);
         let item = match kind {
-            Kind::Reasoning => json!({"id": item_id("rs"), "type": "reasoning",
+            Kind::Reasoning => json!({"id": new_item_id("reasoning"), "type": "reasoning",
                                       "summary": [], "content": []}),
-            _ => json!({"id": item_id("msg"), "type": "message", "role": "assistant",
+            _ => json!({"id": new_item_id("message"), "type": "message", "role": "assistant",
                         "status": "in_progress", "content": []}),
         };
         self.open_item(kind, None, item);
