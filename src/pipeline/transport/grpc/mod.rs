@@ -25,6 +25,7 @@ mod responses;
 mod scores;
 mod tokenize;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -135,7 +136,7 @@ impl GrpcClient {
         let target = Target {
             context_window: worker.context_window,
             parsers: worker.parsers.clone(),
-            model_id: worker.model_id.clone(),
+            model_id: worker.model_id.as_deref().map(Cow::Borrowed),
             language,
             service,
             authority: authority.clone(),
@@ -187,7 +188,7 @@ impl GrpcClient {
     /// until then can still go to another worker).
     async fn start(
         &self,
-        target: &Target,
+        target: &Target<'_>,
         route: Route,
         ask: &Ask,
         prompt: Vec<u32>,
@@ -310,7 +311,7 @@ impl GrpcClient {
             model: ask
                 .model
                 .clone()
-                .or_else(|| model_id.clone())
+                .or_else(|| model_id.as_deref().map(str::to_owned))
                 .unwrap_or_default(),
             spelling: ask.logprobs.map(|top| Spelling {
                 language: language.clone(),
@@ -336,17 +337,27 @@ impl GrpcClient {
 }
 
 /// The worker a generation goes to, as the transport reaches it: what of the worker the
-/// pipeline reads, owned, so the turns of a streamed Responses request can run in a task
-/// of their own.
+/// pipeline reads. Borrowed from the worker on the request's path (the clones are
+/// reference counts); [`Target::into_owned`] for the turns of a streamed Responses request,
+/// which run in a task of their own.
 #[derive(Clone)]
-struct Target {
+struct Target<'a> {
     context_window: Option<u32>,
     parsers: Option<Arc<crate::parsers::Choice>>,
-    model_id: Option<String>,
+    model_id: Option<Cow<'a, str>>,
     language: Arc<Language>,
     service: grpc::Service,
     authority: ::http::uri::Authority,
     tls: bool,
+}
+
+impl Target<'_> {
+    fn into_owned(self) -> Target<'static> {
+        Target {
+            model_id: self.model_id.map(|id| Cow::Owned(id.into_owned())),
+            ..self
+        }
+    }
 }
 
 /// A generation whose engine sent its first message.

@@ -109,7 +109,7 @@ impl GrpcClient {
     /// Serves a `/v1/responses` body on the worker of `target`.
     pub(super) async fn responses(
         &self,
-        target: &Target,
+        target: &Target<'_>,
         head: &http::request::Parts,
         deadline: Instant,
         body: Bytes,
@@ -167,7 +167,7 @@ impl GrpcClient {
         }
         let (tx, body) = RespBody::generated(STREAM_FRAMES);
         let client = self.clone();
-        let target = target.clone();
+        let target = target.clone().into_owned();
         tokio::spawn(async move {
             client
                 .stream(&target, turn, started, writer, tx, deadline)
@@ -179,7 +179,7 @@ impl GrpcClient {
     /// One model turn sent: the chat so far rendered, and the engine's first message in.
     async fn turn(
         &self,
-        target: &Target,
+        target: &Target<'_>,
         turn: &Turn,
         deadline: Instant,
     ) -> Result<Started, SendError> {
@@ -201,7 +201,7 @@ impl GrpcClient {
     /// `Ok(Err(_))` when the response could not be stored.
     async fn run(
         &self,
-        target: &Target,
+        target: &Target<'_>,
         turn: &mut Turn,
         mut started: Started,
         writer: &mut Writer,
@@ -355,7 +355,7 @@ impl GrpcClient {
     /// event.
     async fn stream(
         self,
-        target: &Target,
+        target: &Target<'_>,
         mut turn: Turn,
         started: Started,
         mut writer: Writer,
