@@ -159,6 +159,17 @@ pub enum StorageStep {
     Other,
 }
 
+impl GatewayError {
+    /// The history store failed at `step`; `err` names what failed (never a password: the
+    /// store's errors are written so).
+    pub fn storage(step: StorageStep, err: impl fmt::Display) -> GatewayError {
+        GatewayError::Storage {
+            step,
+            message: err.to_string(),
+        }
+    }
+}
+
 impl StorageStep {
     pub fn code(self) -> &'static str {
         match self {

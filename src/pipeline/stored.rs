@@ -48,13 +48,13 @@ pub async fn serve(
                 &json!({"id": id, "object": "response.deleted", "deleted": true}),
             )),
             Ok(false) => Err(not_found),
-            Err(err) => Err(storage(&err)),
+            Err(err) => Err(GatewayError::storage(StorageStep::Other, err)),
         };
     }
     let record = history
         .get_response(owner, id)
         .await
-        .map_err(|err| storage(&err))?
+        .map_err(|err| GatewayError::storage(StorageStep::Other, err))?
         .ok_or(not_found)?;
     match route {
         Route::ResponseCancel => Err(GatewayError::CancelRefused {
@@ -65,8 +65,9 @@ pub async fn serve(
             },
         }),
         Route::ResponseInputItems => {
-            let items: Vec<Value> = serde_json::from_str(&record.input_items)
-                .map_err(|err| storage(&format!("stored input items: {err}")))?;
+            let items: Vec<Value> = serde_json::from_str(&record.input_items).map_err(|err| {
+                GatewayError::storage(StorageStep::Other, format!("stored input items: {err}"))
+            })?;
             let items: Vec<Value> = items.into_iter().map(with_id).collect();
             let first = items.first().map_or(Value::Null, |i| i["id"].clone());
             let last = items.last().map_or(Value::Null, |i| i["id"].clone());
@@ -95,11 +96,4 @@ fn with_id(mut item: Value) -> Value {
 
 fn json_reply(value: &Value) -> Response<RespBody> {
     reply::json(StatusCode::OK, value.to_string())
-}
-
-fn storage(err: &dyn std::fmt::Display) -> GatewayError {
-    GatewayError::Storage {
-        step: StorageStep::Other,
-        message: err.to_string(),
-    }
 }

@@ -308,12 +308,12 @@ impl GrpcClient {
                 .history
                 .get_response(owner, previous)
                 .await
-                .map_err(|err| storage(StorageStep::LoadChain, &err))?
+                .map_err(|err| GatewayError::storage(StorageStep::LoadChain, err))?
                 .ok_or_else(|| GatewayError::PreviousResponseNotFound {
                     id: previous.to_owned(),
                 })?;
             let context: Vec<Value> = serde_json::from_str(&record.context).map_err(|err| {
-                storage(StorageStep::LoadChain, &format!("stored context: {err}"))
+                GatewayError::storage(StorageStep::LoadChain, format!("stored context: {err}"))
             })?;
             // A response that was part of a conversation keeps adding to it.
             return Ok((context, record.conversation));
@@ -335,16 +335,16 @@ impl GrpcClient {
             .history
             .list_items(owner, &conversation, &query)
             .await
-            .map_err(|err| storage(StorageStep::CheckConversation, &err))?
+            .map_err(|err| GatewayError::storage(StorageStep::CheckConversation, err))?
             .ok_or(GatewayError::ConversationNotFound)?;
         let context = items
             .iter()
             .map(|record| serde_json::from_str(&record.item))
             .collect::<Result<Vec<Value>, _>>()
             .map_err(|err| {
-                storage(
+                GatewayError::storage(
                     StorageStep::CheckConversation,
-                    &format!("stored item: {err}"),
+                    format!("stored item: {err}"),
                 )
             })?;
         Ok((context, Some(conversation)))
@@ -433,12 +433,12 @@ impl GrpcClient {
             {
                 Ok(Ok(())) => {}
                 Ok(Err(refused)) => {
-                    return Err(GatewayError::Storage {
-                        step: StorageStep::Other,
-                        message: format!("the conversation did not take the items: {refused:?}"),
-                    })
+                    return Err(GatewayError::storage(
+                        StorageStep::Other,
+                        format!("the conversation did not take the items: {refused:?}"),
+                    ))
                 }
-                Err(err) => return Err(storage(StorageStep::Other, &err)),
+                Err(err) => return Err(GatewayError::storage(StorageStep::Other, err)),
             }
         }
         Ok(object)
@@ -470,7 +470,7 @@ impl GrpcClient {
         self.history
             .put_response(record)
             .await
-            .map_err(|err| storage(StorageStep::Other, &err))
+            .map_err(|err| GatewayError::storage(StorageStep::Other, err))
     }
 }
 
@@ -587,12 +587,5 @@ fn failure_code(err: &GatewayError) -> &'static str {
         GatewayError::UpstreamStalled { .. } | GatewayError::UpstreamBroken => "stream_error",
         GatewayError::EngineFailed { .. } => "server_error",
         other => other.code(),
-    }
-}
-
-fn storage(step: StorageStep, err: &dyn std::fmt::Display) -> GatewayError {
-    GatewayError::Storage {
-        step,
-        message: err.to_string(),
     }
 }
