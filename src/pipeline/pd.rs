@@ -99,17 +99,7 @@ impl Pipeline {
         loop {
             let (prefill, decode) = match (self.pick_pair(pd, &facts, &tried), last.take()) {
                 (Ok(pair), _) => pair,
-                (Err(NoPair::Overloaded), _) => {
-                    let stage = if attempt == 0 {
-                        "selection"
-                    } else {
-                        "dispatch"
-                    };
-                    self.metrics.overload_shed(stage);
-                    return Err(GatewayError::OverloadShed {
-                        retry_after_secs: self.modes.overload_retry_after.as_secs(),
-                    });
-                }
+                (Err(NoPair::Overloaded), _) => return Err(self.shed(attempt)),
                 (Err(_), Some(failed)) => return last_word(failed, ticket),
                 (Err(NoPair::Prefill), None) => return Err(GatewayError::NoPrefillServers),
                 (Err(NoPair::Decode), None) => return Err(GatewayError::NoAvailableWorkers),

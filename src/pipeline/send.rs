@@ -30,6 +30,20 @@ pub(super) enum Failed {
 }
 
 impl Pipeline {
+    /// Sheds a request whose candidates are all overloaded (never retried): at selection
+    /// on its first attempt, at dispatch on a retry.
+    pub(super) fn shed(&self, attempt: u32) -> GatewayError {
+        let stage = if attempt == 0 {
+            "selection"
+        } else {
+            "dispatch"
+        };
+        self.metrics.overload_shed(stage);
+        GatewayError::OverloadShed {
+            retry_after_secs: self.modes.overload_retry_after.as_secs(),
+        }
+    }
+
     /// Phase 3: attempts until one answer is the client's, or none can be.
     pub(super) async fn send(
         &self,
@@ -84,17 +98,7 @@ impl Pipeline {
                 }
                 // Overload sheds the request, never retried: the first attempt sheds at
                 // selection, a retry at dispatch.
-                (Err(NoPick::Overloaded), _) => {
-                    let stage = if attempt == 0 {
-                        "selection"
-                    } else {
-                        "dispatch"
-                    };
-                    self.metrics.overload_shed(stage);
-                    return Err(GatewayError::OverloadShed {
-                        retry_after_secs: self.modes.overload_retry_after.as_secs(),
-                    });
-                }
+                (Err(NoPick::Overloaded), _) => return Err(self.shed(attempt)),
                 // Every breaker opened while retrying: the last answer is the better word.
                 (Err(_), Some(failed)) => return last_word(failed, ticket),
                 (Err(NoPick::None), None) => return Err(self.no_worker_for(among)),
