@@ -13,6 +13,9 @@
 
 mod schema;
 
+/// Shared with the Responses check, which reads its strings the same way.
+pub(crate) use schema::IgnoredString;
+
 use std::borrow::Cow;
 
 use bytes::{Bytes, BytesMut};

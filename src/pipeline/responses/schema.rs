@@ -17,6 +17,8 @@ use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::pipeline::messages::IgnoredString;
+
 /// The top level of a `/v1/responses` body. Fields named with `_` are checked for their
 /// type and not read further.
 #[derive(Deserialize)]
@@ -290,25 +292,6 @@ impl Part<'_> {
     fn complete(&self) -> bool {
         let needs_text = matches!(&*self.kind, "input_text" | "output_text" | "text");
         !needs_text || self.text.is_some()
-    }
-}
-
-/// A string whose value does not matter, only that it is one.
-pub struct IgnoredString;
-
-impl<'de> Deserialize<'de> for IgnoredString {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = IgnoredString;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<IgnoredString, E> {
-                Ok(IgnoredString)
-            }
-        }
-        d.deserialize_str(V)
     }
 }
 
