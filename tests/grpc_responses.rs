@@ -10,24 +10,13 @@ mod support;
 
 use std::time::Duration;
 
-use common::tokenizer::{write_tokenizer, IM_END};
 use common::{gateway, get, post_json, post_json_with, send, wait_ready, Proc};
 use serde_json::{json, Value};
-use support::echo::{grpc_url, temp_dir};
+use support::echo::{grpc_url, sglang_echo};
 use support::{read_frames, start_json};
 
 async fn setup(name: &str, flags: &[&str]) -> (Proc, Proc) {
-    let dir = temp_dir("responses", name);
-    let tok = write_tokenizer(&dir);
-    let eos = tok.token_to_id(IM_END).unwrap().to_string();
-    let engine = common::grpc_engine(&[
-        "--service",
-        "sglang",
-        "--model",
-        "echo-model",
-        "--eos-token-id",
-        &eos,
-    ]);
+    let (engine, dir) = sglang_echo("responses", name);
     let url = grpc_url(&engine);
     let mut args = vec!["--worker-urls", &url, "--model-path", dir.to_str().unwrap()];
     args.extend_from_slice(flags);

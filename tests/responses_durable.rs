@@ -10,11 +10,10 @@ mod support;
 #[path = "common/stores.rs"]
 mod stores;
 
-use common::tokenizer::{write_tokenizer, IM_END};
 use common::{gateway, get, post_json, wait_ready, Proc};
 use serde_json::{json, Value};
 use stores::Server;
-use support::echo::{grpc_url, temp_dir};
+use support::echo::{grpc_url, sglang_echo};
 
 async fn start_gateway(engine: &str, dir: &str, store: &[&str]) -> Proc {
     let mut args = vec!["--worker-urls", engine, "--model-path", dir];
@@ -41,17 +40,7 @@ fn text_of(response: &Value) -> String {
 }
 
 async fn two_gateways_share_one_store(name: &str, server: Server, flag: &str) {
-    let dir = temp_dir("durable", name);
-    let tok = write_tokenizer(&dir);
-    let eos = tok.token_to_id(IM_END).unwrap().to_string();
-    let engine = common::grpc_engine(&[
-        "--service",
-        "sglang",
-        "--model",
-        "echo-model",
-        "--eos-token-id",
-        &eos,
-    ]);
+    let (engine, dir) = sglang_echo("durable", name);
     let engine_url = grpc_url(&engine);
     let dir = dir.to_str().unwrap().to_owned();
     let store = ["--history-backend", name, flag, &server.url];

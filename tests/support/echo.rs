@@ -19,6 +19,26 @@ pub fn temp_dir(suite: &str, name: &str) -> PathBuf {
 }
 
 /// The `grpc://` URL of a bundled engine.
+/// A tokenizer written to a fresh directory of `suite`/`name`, and the bundled engine's
+/// SGLang service in mock mode (model `echo-model`) stopping at its end of turn.
+pub fn sglang_echo(suite: &str, name: &str) -> (Proc, PathBuf) {
+    let dir = temp_dir(suite, name);
+    let tok = crate::common::tokenizer::write_tokenizer(&dir);
+    let eos = tok
+        .token_to_id(IM_END)
+        .expect("the test tokenizer has an end of turn")
+        .to_string();
+    let engine = crate::common::grpc_engine(&[
+        "--service",
+        "sglang",
+        "--model",
+        "echo-model",
+        "--eos-token-id",
+        &eos,
+    ]);
+    (engine, dir)
+}
+
 pub fn grpc_url(engine: &Proc) -> String {
     format!("grpc://{}", engine.addr)
 }
