@@ -73,7 +73,11 @@ pub fn handle(
     let path = parts.uri.path();
     let inference = match (provider, &parts.method, path) {
         (_, &Method::GET, "/v1/models") => return Outcome::Answer(models(provider, state)),
-        (Provider::OpenAi, &Method::POST, "/v1/chat/completions" | "/v1/completions") => true,
+        (
+            Provider::OpenAi,
+            &Method::POST,
+            "/v1/chat/completions" | "/v1/completions" | "/v1/responses",
+        ) => true,
         (Provider::Anthropic, &Method::POST, "/v1/messages") => true,
         _ => false,
     };

@@ -60,6 +60,7 @@ pub use transport::grpc::GrpcClient;
 pub use transport::http::UpstreamClient;
 
 use transport::provider::mcp_loop::LoopClient;
+use transport::responses::Runner;
 use transport::Answer;
 
 /// The data path's part of the Limits and timeouts flag group.
@@ -133,6 +134,8 @@ pub struct ThreadClients {
     pub grpc: GrpcClient,
     /// The provider backend's MCP tool loop: MCP servers and the provider's rounds.
     pub tools: LoopClient,
+    /// `/v1/responses` run by the gateway (gRPC engines and external providers).
+    pub responses: Runner,
 }
 
 impl ThreadClients {
@@ -142,9 +145,11 @@ impl ThreadClients {
         metrics: &Arc<Metrics>,
         history: &Arc<dyn History>,
     ) -> ThreadClients {
+        let responses = Runner::new(settings, tls, metrics.clone(), history.clone());
         ThreadClients {
             http: UpstreamClient::new(settings, tls),
-            grpc: GrpcClient::new(settings, tls, metrics.clone(), history.clone()),
+            grpc: GrpcClient::new(settings, tls, metrics.clone(), responses.clone()),
+            responses,
             tools: LoopClient {
                 http: crate::mcp::client(tls),
                 call_timeout: settings.mcp_call_timeout,

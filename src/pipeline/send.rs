@@ -79,6 +79,7 @@ impl Pipeline {
             grpc: &clients.grpc,
             backend: self.modes.backend,
             tools: &clients.tools,
+            responses: &clients.responses,
         };
 
         let mut tried: Vec<Uuid> = Vec::new();

@@ -6,13 +6,15 @@
 //! breakers. Plain HTTP/1.1 and h2c are the first transport ([`http`]); gRPC engines,
 //! prefill/decode pairs and TLS providers plug in as further transports behind
 //! [`Transports`], without touching retries, breakers or metrics. Under a provider
-//! backend ([`provider`]) HTTP workers are reached through it instead.
+//! backend ([`provider`]) HTTP workers are reached through it instead. `/v1/responses`
+//! on gRPC engines and external providers is run by the gateway ([`responses`]).
 
 pub mod credentials;
 pub mod grpc;
 pub mod http;
 pub mod pd;
 pub mod provider;
+pub mod responses;
 
 use std::future::Future;
 use std::time::Instant;
@@ -95,6 +97,8 @@ pub struct Transports<'a> {
     pub backend: Backend,
     /// The provider backend's MCP tool loop.
     pub tools: &'a provider::mcp_loop::LoopClient,
+    /// Responses run by the gateway on external providers.
+    pub responses: &'a responses::Runner,
 }
 
 impl Transports<'_> {
@@ -116,6 +120,9 @@ impl Transports<'_> {
         match worker.connection_mode() {
             ConnectionMode::Http if self.backend.is_provider() => {
                 provider::send(self.http, self.tools, worker, attempt).await
+            }
+            ConnectionMode::Http if responses::Runner::takes(worker, &attempt) => {
+                self.responses.on_provider(worker, attempt).await
             }
             ConnectionMode::Http => self.http.send(worker, attempt).await,
             ConnectionMode::Grpc if matches!(worker.transport, FleetTransport::Grpc { .. }) => {

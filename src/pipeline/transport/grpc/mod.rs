@@ -21,7 +21,6 @@ mod messages;
 mod parse;
 mod reply;
 pub mod request;
-mod responses;
 mod scores;
 mod tokenize;
 
@@ -42,7 +41,6 @@ use crate::chat::template::RenderInput;
 use crate::fleet::{Transport, Worker};
 use crate::grpc::engine::{EngineError, Event, Events, Generate};
 use crate::grpc::{self, Engine, Wire};
-use crate::history::History;
 use crate::http::body::{terminal, Dialect, FrameSender, RespBody};
 use crate::http::error::GatewayError;
 use crate::http::reply as http_reply;
@@ -50,11 +48,17 @@ use crate::http::tls::UpstreamTls;
 use crate::metrics::{GenerationTiming, Metrics, RouteLabels};
 use crate::pipeline::PipelineSettings;
 
+use super::responses::{ClientGone, EngineTurns, Model, Runner, TurnEnd};
 use choices::{Applied, Choices};
-use decode::{Decoding, Delta};
+use decode::Decoding;
 use parse::Parsing;
-use reply::{Finish, Outcome, Reply, Spelling, Usage};
+use reply::{Outcome, Reply, Spelling};
 use request::{Ask, Input, Invalid, Route};
+
+// What the gateway-run Responses API reads of the chat pipeline's output.
+pub(super) use decode::Delta;
+pub(super) use parse::CallDelta;
+pub(super) use reply::{Finish, Usage};
 
 /// Request bodies up to this size are rendered and tokenized on the event loop; larger
 /// ones (long chats, long documents) on the blocking pool, so one big prompt does not
@@ -63,7 +67,7 @@ const INLINE_BODY_BYTES: usize = 32 * 1024;
 /// How long an `Abort` may take; it is sent after the client's answer, in the background.
 const ABORT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Frames a stream may have waiting for a slow client before the producer waits.
-const STREAM_FRAMES: usize = 16;
+pub(super) const STREAM_FRAMES: usize = 16;
 /// Longest engine message quoted back to a client.
 const MAX_ENGINE_MESSAGE: usize = 512;
 
@@ -76,12 +80,8 @@ pub struct GrpcClient {
     stall: Option<Duration>,
     /// Where streamed generations report their timing and tokens.
     metrics: Arc<Metrics>,
-    /// Stored responses and conversations, for `/v1/responses`.
-    history: Arc<dyn History>,
-    /// The pool for the MCP servers of Responses' `mcp` tools.
-    mcp: crate::mcp::McpHttp,
-    /// `--mcp-call-timeout-secs`.
-    mcp_timeout: Duration,
+    /// `/v1/responses`, run by the gateway over this client's generations.
+    responses: Runner,
 }
 
 impl GrpcClient {
@@ -90,15 +90,13 @@ impl GrpcClient {
         settings: &PipelineSettings,
         tls: &UpstreamTls,
         metrics: Arc<Metrics>,
-        history: Arc<dyn History>,
+        responses: Runner,
     ) -> GrpcClient {
         GrpcClient {
             wire: grpc::client::wire(settings.upstream_pool_idle_timeout, tls),
             stall: settings.stream_stall_timeout,
             metrics,
-            history,
-            mcp: crate::mcp::client(tls),
-            mcp_timeout: settings.mcp_call_timeout,
+            responses,
         }
     }
 
@@ -143,8 +141,13 @@ impl GrpcClient {
             tls: *tls,
         };
         if responses {
+            let model = Model::Engine(Box::new(EngineTurns {
+                grpc: self.clone(),
+                target: target.into_owned(),
+            }));
             return self
-                .responses(&target, attempt.head, attempt.deadline, body)
+                .responses
+                .serve(model, attempt.head, attempt.deadline, body)
                 .await;
         }
         let Some(route) = route else {
@@ -181,6 +184,24 @@ impl GrpcClient {
             };
             generation.collect(stream, first).await
         }
+    }
+
+    /// One model turn of a gateway-run Responses request: `chat` (a chat completions body)
+    /// rendered and sent, and the engine's first message in.
+    pub(super) async fn chat_turn(
+        &self,
+        target: &Target<'_>,
+        chat: Bytes,
+        deadline: Instant,
+    ) -> Result<Started, SendError> {
+        let (ask, prompt) = understand(&target.language, Route::Chat, chat).await?;
+        self.start(target, Route::Chat, &ask, prompt, deadline)
+            .await
+    }
+
+    /// `--stream-stall-timeout-secs`, which bounds each of a Responses turn's waits too.
+    pub(super) fn stall(&self) -> Option<Duration> {
+        self.stall
     }
 
     /// Checks `ask` against what the engine offers, sends the generation and waits for the
@@ -338,10 +359,10 @@ impl GrpcClient {
 
 /// The worker a generation goes to, as the transport reaches it: what of the worker the
 /// pipeline reads. Borrowed from the worker on the request's path (the clones are
-/// reference counts); [`Target::into_owned`] for the turns of a streamed Responses request,
-/// which run in a task of their own.
+/// reference counts); [`Target::into_owned`] for the turns of a Responses request, which
+/// may run in a task of their own.
 #[derive(Clone)]
-struct Target<'a> {
+pub(super) struct Target<'a> {
     context_window: Option<u32>,
     parsers: Option<Arc<crate::parsers::Choice>>,
     model_id: Option<Cow<'a, str>>,
@@ -352,7 +373,7 @@ struct Target<'a> {
 }
 
 impl Target<'_> {
-    fn into_owned(self) -> Target<'static> {
+    pub(super) fn into_owned(self) -> Target<'static> {
         Target {
             model_id: self.model_id.map(|id| Cow::Owned(id.into_owned())),
             ..self
@@ -361,30 +382,18 @@ impl Target<'_> {
 }
 
 /// A generation whose engine sent its first message.
-struct Started {
+pub(super) struct Started {
     generation: Generation,
     events: Events,
     first: Event,
     dispatched: Instant,
 }
 
-/// How one turn of a gateway-run API ended (Responses builds its own answer from the
-/// deltas and may run several turns).
-struct TurnEnd {
-    /// `None` when the generation failed partway; `error` says why.
-    finish: Option<Finish>,
-    error: Option<GatewayError>,
-    usage: Usage,
-}
-
-/// The client of a streamed turn went away.
-struct ClientGone;
-
 impl Started {
     /// Runs the generation to its end: each delta made final goes to `sink`, and the
     /// frames it returns to `tx` when streaming. A failure partway ends the turn with
     /// what was made so far (the failure in [`TurnEnd::error`]).
-    async fn drive(
+    pub(super) async fn drive(
         self,
         deadline: Instant,
         stall: Option<Duration>,
@@ -960,14 +969,14 @@ fn bounded_message(message: &str) -> String {
     message[..end].to_owned()
 }
 
-fn unix_now() -> u64 {
+pub(super) fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
 }
 
 /// The head of a streamed answer.
-fn sse_response(body: RespBody) -> Answer {
+pub(super) fn sse_response(body: RespBody) -> Answer {
     let mut resp = Response::new(body);
     let headers = resp.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));

@@ -15,8 +15,7 @@ use std::collections::HashSet;
 use bytes::Bytes;
 use serde_json::{json, Value};
 
-use super::super::decode::Delta;
-use super::super::parse::CallDelta;
+use super::super::grpc::{CallDelta, Delta};
 use super::mcp::HeldCall;
 use crate::history::new_item_id;
 

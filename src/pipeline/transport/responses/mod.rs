@@ -1,46 +1,212 @@
-//! `/v1/responses` on gRPC engines: the gateway runs the Responses API itself.
+//! `/v1/responses` run by the gateway itself: on gRPC engines and on external providers.
 //!
 //! The request continues what the history store keeps (a `previous_response_id`'s
-//! context, or a conversation's items), is turned into a chat ([`convert`]) and generated
-//! by the same pipeline as `/v1/chat/completions`; the output comes back as Responses
-//! items, whole or as spec 2's event stream ([`speak`]). With `store` (the default) the
-//! response, its input items and the context the next turn needs are written to the store
-//! before the client sees the response (or its terminal event), so a follow-up with
-//! `previous_response_id` always finds it. A conversation gets the turn's input and output
-//! items appended likewise.
+//! context, or a conversation's items). Each model turn comes from a [`Model`]: a gRPC
+//! engine generates it through the gateway's chat pipeline (the request turned into a
+//! chat by [`convert`]), an external provider through its own Responses API (the whole
+//! context sent with `store: false`, [`provider`]). Either way the turn arrives as the
+//! chat pipeline's deltas, so one writer ([`speak`]) makes the output items, whole or as
+//! spec 2's event stream, and one loop runs the MCP calls between turns ([`mcp`]). With
+//! `store` (the default) the response, its input items and the context the next turn needs
+//! are written to the store before the client sees the response (or its terminal event),
+//! so a follow-up with `previous_response_id` always finds it. A conversation gets the
+//! turn's input and output items appended likewise.
 //!
 //! A chain costs one store read per turn, whatever its length: each stored response
 //! carries its whole context (bounded by [`MAX_CONTEXT_BYTES`]).
 
 mod convert;
 mod mcp;
+mod provider;
 mod speak;
 
 use std::collections::HashSet;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::StatusCode;
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
-use super::reply::{Finish, Usage};
-use super::request::Route;
-use super::{
-    sse_response, understand, unix_now, ClientGone, GrpcClient, Started, Target, TurnEnd,
-    STREAM_FRAMES,
+use super::grpc::{
+    sse_response, unix_now, Delta, Finish, GrpcClient, Started, Target, Usage, STREAM_FRAMES,
 };
+use super::{whole_body, Answer, Attempt, SendError};
+use crate::fleet::Worker;
 use crate::history::{
-    ItemRecord, ItemsQuery, Order, Owner, ResponseRecord, MAX_CONTEXT_BYTES, MAX_CONVERSATION_ITEMS,
+    History, ItemRecord, ItemsQuery, Order, Owner, ResponseRecord, MAX_CONTEXT_BYTES,
+    MAX_CONVERSATION_ITEMS,
 };
 use crate::http::body::{FrameSender, RespBody};
 use crate::http::error::{GatewayError, StorageStep};
 use crate::http::reply as http_reply;
+use crate::http::tls::UpstreamTls;
+use crate::metrics::Metrics;
 use crate::pipeline::stored::owner_of;
-use crate::pipeline::transport::{Answer, SendError};
+use crate::pipeline::PipelineSettings;
 
 use mcp::McpTools;
 use speak::{Ending, Writer};
+
+/// The route an external provider's Responses requests are served on by the gateway.
+pub const RESPONSES_PATH: &str = "/v1/responses";
+
+/// How one model turn ended (the response is built from its deltas; a response may run
+/// several turns).
+pub(super) struct TurnEnd {
+    /// `None` when the generation failed partway; `error` says why.
+    pub finish: Option<Finish>,
+    pub error: Option<GatewayError>,
+    pub usage: Usage,
+}
+
+/// The client of a streamed turn went away.
+pub(super) struct ClientGone;
+
+/// What one data-plane thread's gateway-run Responses requests share: the history store,
+/// the pool to MCP servers and providers, the limits.
+#[derive(Clone)]
+pub struct Runner {
+    history: Arc<dyn History>,
+    /// The pool for MCP servers and for external providers' Responses API.
+    http: crate::mcp::McpHttp,
+    /// `--mcp-call-timeout-secs`.
+    mcp_timeout: Duration,
+    /// `--stream-stall-timeout-secs`: longest silence of a provider mid-answer.
+    stall: Option<Duration>,
+    metrics: Arc<Metrics>,
+}
+
+impl Runner {
+    pub fn new(
+        settings: &PipelineSettings,
+        tls: &UpstreamTls,
+        metrics: Arc<Metrics>,
+        history: Arc<dyn History>,
+    ) -> Runner {
+        Runner {
+            history,
+            http: crate::mcp::client(tls),
+            mcp_timeout: settings.mcp_call_timeout,
+            stall: settings.stream_stall_timeout,
+            metrics,
+        }
+    }
+
+    /// Whether the gateway runs `attempt` on `worker` itself: `POST /v1/responses` to an
+    /// external provider (an HTTP engine serves its own `/v1/responses`).
+    pub fn takes(worker: &Worker, attempt: &Attempt<'_>) -> bool {
+        worker.runtime == crate::fleet::RuntimeType::External
+            && attempt.head.method == http::Method::POST
+            && attempt.head.uri.path() == RESPONSES_PATH
+    }
+
+    /// Serves a `/v1/responses` attempt on the external provider `worker`.
+    pub async fn on_provider(
+        &self,
+        worker: &Worker,
+        mut attempt: Attempt<'_>,
+    ) -> Result<Answer, SendError> {
+        super::credentials::present(worker, &mut attempt.headers);
+        let upstream = provider::Upstream::new(
+            self.http.clone(),
+            worker,
+            std::mem::take(&mut attempt.headers),
+            self.stall,
+        )?;
+        let body = whole_body(attempt.body).await?;
+        self.serve(
+            Model::Provider(Box::new(upstream)),
+            attempt.head,
+            attempt.deadline,
+            body,
+        )
+        .await
+    }
+}
+
+/// Where a response's model turns are generated.
+pub(super) enum Model {
+    /// A gRPC engine, through the gateway's chat pipeline.
+    Engine(Box<EngineTurns>),
+    /// An external provider's own Responses API.
+    Provider(Box<provider::Upstream>),
+}
+
+/// A gRPC engine's client and the worker it generates on.
+pub(super) struct EngineTurns {
+    pub grpc: GrpcClient,
+    pub target: Target<'static>,
+}
+
+/// One model turn, started.
+enum Leg {
+    Engine(Box<Started>),
+    Provider(provider::Leg),
+}
+
+/// Why a turn could not start: a failure of the gateway's, or a provider's error answer,
+/// which the client gets as it is when it comes on the first turn.
+enum Refused {
+    Send(SendError),
+    Answer(Box<Answer>),
+}
+
+impl Model {
+    fn is_engine(&self) -> bool {
+        matches!(self, Model::Engine(_))
+    }
+
+    /// Starts the next model turn of `turn`; `made` holds the items this response's
+    /// earlier turns made (the MCP calls among them).
+    async fn turn(&self, turn: &Turn, made: &[Value], deadline: Instant) -> Result<Leg, Refused> {
+        let mcp = turn.mcp.as_ref();
+        match self {
+            Model::Engine(engine) => {
+                let extra = mcp.map(McpTools::functions).unwrap_or_default();
+                let chat = convert::chat_body(&turn.request, turn.messages.clone(), extra);
+                let chat = Bytes::from(serde_json::to_vec(&chat).unwrap_or_default());
+                engine
+                    .grpc
+                    .chat_turn(&engine.target, chat, deadline)
+                    .await
+                    .map(|started| Leg::Engine(Box::new(started)))
+                    .map_err(Refused::Send)
+            }
+            Model::Provider(upstream) => {
+                let items = provider::input(turn.context.iter().chain(&turn.input).chain(made));
+                let functions = mcp.map(McpTools::functions).unwrap_or_default();
+                let request = provider::request(&turn.request, items, &functions);
+                upstream.turn(request, deadline).await.map(Leg::Provider)
+            }
+        }
+    }
+
+    /// The longest silence a turn may keep mid-generation.
+    fn stall(&self) -> Option<Duration> {
+        match self {
+            Model::Engine(engine) => engine.grpc.stall(),
+            Model::Provider(upstream) => upstream.stall(),
+        }
+    }
+}
+
+impl Leg {
+    /// Runs the turn to its end, each delta to `sink` (and the frames it returns to `tx`).
+    async fn drive(
+        self,
+        deadline: Instant,
+        stall: Option<Duration>,
+        sink: &mut (dyn FnMut(&Delta) -> Option<Bytes> + Send),
+        tx: Option<&FrameSender>,
+    ) -> Result<TurnEnd, ClientGone> {
+        match self {
+            Leg::Engine(started) => (*started).drive(deadline, stall, sink, tx).await,
+            Leg::Provider(leg) => leg.drive(deadline, stall, sink, tx).await,
+        }
+    }
+}
 
 /// One Responses request being served.
 struct Turn {
@@ -52,7 +218,8 @@ struct Turn {
     context: Vec<Value>,
     /// This request's input items, with ids.
     input: Vec<Value>,
-    /// The chat so far: the context, the input, and the turns the gateway ran.
+    /// The chat so far (engines only): the context, the input, and the turns the gateway
+    /// ran.
     messages: Vec<Value>,
     conversation: Option<String>,
     store: bool,
@@ -105,11 +272,11 @@ impl Settled {
 /// The gateway's own cap on tool calls it runs for one response (spec 2).
 const MAX_TOOL_CALLS: usize = 10;
 
-impl GrpcClient {
-    /// Serves a `/v1/responses` body on the worker of `target`.
-    pub(super) async fn responses(
+impl Runner {
+    /// Serves a `/v1/responses` body with the turns of `model`.
+    pub(super) async fn serve(
         &self,
-        target: &Target<'_>,
+        model: Model,
         head: &http::request::Parts,
         deadline: Instant,
         body: Bytes,
@@ -124,13 +291,18 @@ impl GrpcClient {
         let (context, conversation) = self.context(&owner, &request).await.map_err(refused)?;
         let input =
             convert::input_items(request.get("input").unwrap_or(&Value::Null)).map_err(refused)?;
-        let instructions = request.get("instructions").and_then(Value::as_str);
-        let messages = convert::messages(instructions, &context, &input).map_err(refused)?;
+        // Only an engine needs the chat; a provider reads the items themselves.
+        let messages = if model.is_engine() {
+            let instructions = request.get("instructions").and_then(Value::as_str);
+            convert::messages(instructions, &context, &input).map_err(refused)?
+        } else {
+            Vec::new()
+        };
         let store = request
             .get("store")
             .and_then(Value::as_bool)
             .unwrap_or(true);
-        let mcp = mcp::connect(&self.mcp, &request, self.mcp_timeout, self.metrics.clone())
+        let mcp = mcp::connect(&self.http, &request, self.mcp_timeout, self.metrics.clone())
             .await
             .map_err(refused)?;
         let mut turn = Turn {
@@ -153,12 +325,16 @@ impl GrpcClient {
                 ),
             }));
         }
-        let started = self.turn(target, &turn, deadline).await?;
+        let leg = match model.turn(&turn, &[], deadline).await {
+            Ok(leg) => leg,
+            Err(Refused::Send(err)) => return Err(err),
+            Err(Refused::Answer(answer)) => return Ok(*answer),
+        };
         let streaming = turn.request.get("stream").and_then(Value::as_bool) == Some(true);
         let mut writer = Writer::new(streaming, turn.namespaces(), turn.gateway_tools());
         if !streaming {
             let object = self
-                .run(target, &mut turn, started, &mut writer, None, deadline)
+                .run(&model, &mut turn, leg, &mut writer, None, deadline)
                 .await
                 .map_err(|_| SendError::Exchange(GatewayError::UpstreamBroken))?
                 .map_err(refused)?;
@@ -166,33 +342,11 @@ impl GrpcClient {
             return Ok(http_reply::json(StatusCode::OK, Bytes::from(body)));
         }
         let (tx, body) = RespBody::generated(STREAM_FRAMES);
-        let client = self.clone();
-        let target = target.clone().into_owned();
+        let runner = self.clone();
         tokio::spawn(async move {
-            client
-                .stream(&target, turn, started, writer, tx, deadline)
-                .await;
+            runner.stream(&model, turn, leg, writer, tx, deadline).await;
         });
         Ok(sse_response(body))
-    }
-
-    /// One model turn sent: the chat so far rendered, and the engine's first message in.
-    async fn turn(
-        &self,
-        target: &Target<'_>,
-        turn: &Turn,
-        deadline: Instant,
-    ) -> Result<Started, SendError> {
-        let extra = turn
-            .mcp
-            .as_ref()
-            .map(McpTools::functions)
-            .unwrap_or_default();
-        let chat = convert::chat_body(&turn.request, turn.messages.clone(), extra);
-        let chat = Bytes::from(serde_json::to_vec(&chat).unwrap_or_default());
-        let (ask, prompt) = understand(&target.language, Route::Chat, chat).await?;
-        self.start(target, Route::Chat, &ask, prompt, deadline)
-            .await
     }
 
     /// Runs the response to its end: the model's turns, the MCP calls between them
@@ -201,9 +355,9 @@ impl GrpcClient {
     /// `Ok(Err(_))` when the response could not be stored.
     async fn run(
         &self,
-        target: &Target<'_>,
+        model: &Model,
         turn: &mut Turn,
-        mut started: Started,
+        mut leg: Leg,
         writer: &mut Writer,
         tx: Option<&FrameSender>,
         deadline: Instant,
@@ -226,11 +380,11 @@ impl GrpcClient {
         let settled = loop {
             let from = writer.len();
             let end = {
-                let mut sink = |delta: &super::Delta| {
+                let mut sink = |delta: &Delta| {
                     writer.delta(delta);
                     writer.take_frames()
                 };
-                started.drive(deadline, self.stall, &mut sink, tx).await?
+                leg.drive(deadline, model.stall(), &mut sink, tx).await?
             };
             usage = summed(usage, end.usage);
             let held = writer.take_held();
@@ -284,10 +438,16 @@ impl GrpcClient {
                 .push(json!({"role": "assistant", "content": said, "tool_calls": calls}));
             turn.messages.extend(outputs);
             writer.next_turn();
-            started = match self.turn(target, turn, deadline).await {
-                Ok(started) => started,
-                Err(SendError::Refused(err) | SendError::Exchange(err)) => {
+            leg = match model.turn(turn, writer.since(0), deadline).await {
+                Ok(leg) => leg,
+                Err(Refused::Send(SendError::Refused(err) | SendError::Exchange(err))) => {
                     break Settled::failed(failure_code(&err), err.to_string())
+                }
+                Err(Refused::Answer(answer)) => {
+                    break Settled::failed(
+                        "server_error",
+                        format!("the provider answered {}", answer.status().as_u16()),
+                    )
                 }
                 Err(_) => {
                     break Settled::failed("server_error", "Upstream generation failed".into())
@@ -296,6 +456,7 @@ impl GrpcClient {
         };
         Ok(self.conclude(turn, writer, settled, usage).await)
     }
+
     /// The items the request continues: a stored response's context, or a
     /// conversation's items; and the conversation's id.
     async fn context(
@@ -355,9 +516,9 @@ impl GrpcClient {
     /// event.
     async fn stream(
         self,
-        target: &Target<'_>,
+        model: &Model,
         mut turn: Turn,
-        started: Started,
+        leg: Leg,
         mut writer: Writer,
         tx: FrameSender,
         deadline: Instant,
@@ -366,7 +527,7 @@ impl GrpcClient {
         writer.event("response.created", json!({"response": opening}));
         writer.event("response.in_progress", json!({"response": opening}));
         let Ok(outcome) = self
-            .run(target, &mut turn, started, &mut writer, Some(&tx), deadline)
+            .run(model, &mut turn, leg, &mut writer, Some(&tx), deadline)
             .await
         else {
             return;
