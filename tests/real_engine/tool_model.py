@@ -1,7 +1,8 @@
-"""A stand-in for the provider's Messages API that behaves like a model calling tools, for the
-MCP tool-loop tests.
+"""A stand-in provider that behaves like a model calling tools, for the MCP tool-loop tests:
+Anthropic's Messages API at POST /v1/messages (test_8_mcp_loop.py) and OpenAI's Responses API
+at POST /v1/responses with GET /v1/models (test_11_provider_responses.py).
 
-The last user turn decides the answer:
+Messages: the first user turn decides the answer:
   - text "call <tool> <json input>"   -> a tool_use of <tool> with that input;
   - text "call twice"                 -> two tool_use blocks in one turn (add, then echo);
   - text "call mine"                  -> a tool_use of the client's own tool `mine`;
@@ -9,8 +10,17 @@ The last user turn decides the answer:
   - text "fail upstream"              -> 529 with Anthropic's overloaded error body;
   - tool_result blocks (not "loop")   -> text "results: <each result's text, joined by |>".
 A request with "stream": true gets the answer as Anthropic's event stream: every text and
-tool input in two deltas, a ping between blocks. Every request body is kept; GET /requests
-returns them.
+tool input in two deltas, a ping between blocks.
+
+Responses: the same rules read from the input items (the first user message decides;
+trailing function_call_output items answer "results: ..."), plus
+  - text "say long"                   -> status "incomplete" (max_output_tokens), text "partial";
+  - text "fail upstream"              -> 500 with OpenAI's error envelope.
+Usage is input 10 + the number of function_call_output items, output 3. A request with
+"stream": true gets OpenAI's Responses event stream (sequence numbers from 0, texts and
+arguments in two deltas each).
+
+Every POST (path, body, lowercased headers) is kept; GET /requests returns them.
 
     python tool_model.py --port 8124
 Prints LISTENING once it accepts connections.
@@ -19,8 +29,10 @@ Prints LISTENING once it accepts connections.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 SEEN: list[dict] = []
@@ -64,6 +76,85 @@ def answer(body: dict) -> tuple[int, dict]:
     return 200, message([{"type": "text", "text": "no tools needed"}])
 
 
+MODELS = {"object": "list",
+          "data": [{"id": "tool-model", "object": "model", "created": 0, "owned_by": "stand-in"}]}
+COUNTER = itertools.count(1)
+
+
+def item_text(content) -> str:
+    """The text of a Responses message's content: a string, or input_text/output_text parts."""
+    if isinstance(content, str):
+        return content
+    return "".join(p.get("text", "") for p in content or []
+                   if isinstance(p, dict) and p.get("type") in ("input_text", "output_text", "text"))
+
+
+def input_items(body: dict) -> list[dict]:
+    given = body.get("input", [])
+    if isinstance(given, str):
+        return [{"type": "message", "role": "user", "content": given}]
+    # An item without a type is a message (the SDK's EasyInputMessage).
+    return [dict(i, type=i.get("type", "message")) for i in given]
+
+
+def answer_responses(body: dict) -> tuple[int, dict]:
+    """(status, response object or error envelope) for one POST /v1/responses."""
+    items = input_items(body)
+    users = [i for i in items if i["type"] == "message" and i.get("role") == "user"]
+    first = item_text(users[0].get("content")) if users else ""
+    rounds = sum(1 for i in items if i["type"] == "function_call_output")
+    trailing = []
+    for i in reversed(items):
+        if i["type"] != "function_call_output":
+            break
+        trailing.insert(0, i.get("output"))
+    n = next(COUNTER)
+    usage = {"input_tokens": 10 + rounds, "output_tokens": 3, "total_tokens": 13 + rounds,
+             "input_tokens_details": {"cached_tokens": 0},
+             "output_tokens_details": {"reasoning_tokens": 0}}
+
+    def response(output, status="completed", incomplete=None):
+        return {"id": f"resp_stand_in_{n}", "object": "response", "created_at": int(time.time()),
+                "status": status, "model": body.get("model"), "output": output, "usage": usage,
+                "error": None, "incomplete_details": incomplete}
+
+    def message(text):
+        return {"type": "message", "id": f"msg_stand_in_{n}", "status": "completed",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": text, "annotations": []}]}
+
+    def call(name, arguments, k=0):
+        return {"type": "function_call", "id": f"fc_stand_in_{n}_{k}", "call_id": f"call_r{rounds}n{k}",
+                "name": name, "arguments": json.dumps(arguments), "status": "completed"}
+
+    def output_text(o) -> str:
+        return o if isinstance(o, str) else item_text(o)
+
+    if first == "fail upstream":
+        return 500, {"error": {"message": "The server is overloaded", "type": "server_error",
+                               "param": None, "code": "overloaded"}}
+    if first == "loop":
+        return 200, response([call("echo", {"text": f"round {rounds}"})])
+    if trailing:
+        return 200, response([message("results: " + "|".join(output_text(o) for o in trailing))])
+    if first == "call twice":
+        return 200, response([message("Two calls."), call("add", {"a": 2, "b": 3}, 0),
+                              call("echo", {"text": "hi"}, 1)])
+    if first == "call mine":
+        return 200, response([call("mine", {"x": 1})])
+    if first.startswith("call "):
+        _, tool, arguments = first.split(" ", 2)
+        return 200, response([call(tool, json.loads(arguments))])
+    if first == "say long":
+        return 200, response([message("partial")], "incomplete", {"reason": "max_output_tokens"})
+    return 200, response([message("no tools needed")])
+
+
+def halves(text: str) -> list[str]:
+    cut = len(text) // 2
+    return [text[:cut], text[cut:]]
+
+
 class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
@@ -80,10 +171,6 @@ class Handler(BaseHTTPRequestHandler):
         def send(name: str, data: dict) -> None:
             self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
             self.wfile.flush()
-
-        def halves(text: str) -> list[str]:
-            cut = len(text) // 2
-            return [text[:cut], text[cut:]]
 
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
@@ -110,9 +197,54 @@ class Handler(BaseHTTPRequestHandler):
                                "usage": {"output_tokens": message["usage"]["output_tokens"]}})
         send("message_stop", {"type": "message_stop"})
 
+    def stream_response(self, response: dict) -> None:
+        """OpenAI's Responses event stream for a finished `response`."""
+        numbers = itertools.count()
+
+        def send(data: dict) -> None:
+            data = dict(data, sequence_number=next(numbers))
+            self.wfile.write(f"event: {data['type']}\ndata: {json.dumps(data)}\n\n".encode())
+            self.wfile.flush()
+
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.end_headers()
+        running = dict(response, status="in_progress", output=[], usage=None, incomplete_details=None)
+        send({"type": "response.created", "response": running})
+        send({"type": "response.in_progress", "response": running})
+        for index, item in enumerate(response["output"]):
+            where = {"item_id": item["id"], "output_index": index}
+            if item["type"] == "message":
+                send({"type": "response.output_item.added", "output_index": index,
+                      "item": dict(item, status="in_progress", content=[])})
+                for c, part in enumerate(item["content"]):
+                    at = dict(where, content_index=c)
+                    send(dict(at, type="response.content_part.added",
+                              part=dict(part, text="", annotations=[])))
+                    for piece in halves(part["text"]):
+                        send(dict(at, type="response.output_text.delta", delta=piece, logprobs=[]))
+                    send(dict(at, type="response.output_text.done", text=part["text"], logprobs=[]))
+                    send(dict(at, type="response.content_part.done", part=part))
+            else:
+                send({"type": "response.output_item.added", "output_index": index,
+                      "item": dict(item, status="in_progress", arguments="")})
+                for piece in halves(item["arguments"]):
+                    send(dict(where, type="response.function_call_arguments.delta", delta=piece))
+                send(dict(where, type="response.function_call_arguments.done",
+                          name=item["name"], arguments=item["arguments"]))
+            send({"type": "response.output_item.done", "output_index": index, "item": item})
+        final = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
+        send({"type": final, "response": response})
+
     def do_GET(self):
-        with LOCK:
-            self.reply(200, list(SEEN))
+        if self.path == "/requests":
+            with LOCK:
+                self.reply(200, list(SEEN))
+        elif self.path == "/v1/models":
+            self.reply(200, MODELS)
+        else:
+            self.reply(404, {"error": {"message": f"no route {self.path}", "type": "invalid_request_error",
+                                       "param": None, "code": None}})
 
     def do_POST(self):
         length = int(self.headers.get("content-length", "0"))
@@ -120,6 +252,13 @@ class Handler(BaseHTTPRequestHandler):
         with LOCK:
             SEEN.append({"path": self.path, "body": body,
                          "headers": {k.lower(): v for k, v in self.headers.items()}})
+        if self.path.split("?")[0] == "/v1/responses":
+            status, payload = answer_responses(body)
+            if status == 200 and body.get("stream"):
+                self.stream_response(payload)
+            else:
+                self.reply(status, payload)
+            return
         status, payload = answer(body)
         if status == 200 and body.get("stream"):
             self.stream(payload)
