@@ -167,7 +167,8 @@ def test_create_is_the_gateways_response_with_the_providers_answer(setup):
     assert body["store"] is False
     assert "previous_response_id" not in body and "conversation" not in body
     assert body.get("stream") in (None, False)
-    assert body["input"] == [{"type": "message", "role": "user", "content": "hello"}]
+    assert summary(body["input"]) == [("message", "user", "hello")]
+    assert_no_ids(body["input"])
     assert headers["authorization"] == f"Bearer {PROVIDER_KEY}"
     assert not any(CLIENT_KEY in v for v in headers.values()), headers
 
