@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::{gateway, get, post_json, post_json_with, send, wait_ready, Proc};
 use serde_json::{json, Value};
 use support::echo::{grpc_url, sglang_echo};
-use support::{read_frames, start_json};
+use support::{read_frames, response_text, start_json};
 
 async fn setup(name: &str, flags: &[&str]) -> (Proc, Proc) {
     let (engine, dir) = sglang_echo("responses", name);
@@ -38,16 +38,6 @@ async fn create(gw: &Proc, body: &Value) -> Value {
     response
 }
 
-fn text_of(response: &Value) -> String {
-    response["output"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|item| item["type"] == "message")
-        .map(|item| item["content"][0]["text"].as_str().unwrap().to_owned())
-        .collect()
-}
-
 async fn delete(url: &str, headers: &[(&str, &str)]) -> common::Reply {
     send(&common::client(false), "DELETE", url, headers, Vec::new()).await
 }
@@ -62,7 +52,7 @@ async fn a_stored_response_is_retrieved_listed_continued_and_deleted() {
     .await;
     assert_eq!(first["status"], "completed");
     assert_eq!(first["store"], true);
-    assert_eq!(text_of(&first), "user\nHello there");
+    assert_eq!(response_text(&first), "user\nHello there");
     let message = &first["output"][0];
     assert!(message["id"].as_str().unwrap().starts_with("msg_"));
     assert_eq!(message["role"], "assistant");
@@ -99,14 +89,14 @@ async fn a_stored_response_is_retrieved_listed_continued_and_deleted() {
     )
     .await;
     assert_eq!(second["previous_response_id"], id);
-    assert_eq!(text_of(&second), "user\nHello there");
+    assert_eq!(response_text(&second), "user\nHello there");
     let third = create(
         &gw,
         &json!({"model": "echo-model", "max_output_tokens": 400, "input": "x", "instructions": "be brief",
                 "previous_response_id": second["id"]}),
     )
     .await;
-    assert_eq!(text_of(&third), "system\nbe brief");
+    assert_eq!(response_text(&third), "system\nbe brief");
     let second_items = get(&url(
         &gw,
         &format!("/{}/input_items", second["id"].as_str().unwrap()),
@@ -325,7 +315,7 @@ async fn the_stream_follows_the_grammar_and_is_stored_before_it_completes() {
     assert_eq!(text, "user\nHello stream");
     let done = events.last().unwrap();
     assert_eq!(done["response"]["status"], "completed");
-    assert_eq!(text_of(&done["response"]), text);
+    assert_eq!(response_text(&done["response"]), text);
     // Stored before `response.completed` was sent: found at once.
     let id = done["response"]["id"].as_str().unwrap();
     let got = get(&url(&gw, &format!("/{id}"))).await;

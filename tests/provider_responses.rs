@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use common::{eventually, gateway, get, mock, mock_requests, post_json_with, Proc};
 use serde_json::{json, Value};
-use support::{read_frames, start};
+use support::{read_frames, response_text, start};
 
 const GW_KEY: &str = "gateway-key";
 const PROVIDER_KEY: &str = "sk-openai";
@@ -111,16 +111,6 @@ fn body(input: Value, tokens: u64) -> Value {
     json!({"model": MODEL, "input": input, "mock": {"output_tokens": tokens}})
 }
 
-fn text_of(response: &Value) -> String {
-    response["output"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|item| item["type"] == "message")
-        .map(|item| item["content"][0]["text"].as_str().unwrap().to_owned())
-        .collect()
-}
-
 /// The texts of the provider-bound `input` items, in order.
 fn texts(input: &Value) -> Vec<String> {
     input
@@ -143,7 +133,7 @@ async fn the_gateway_keeps_the_state_and_the_provider_gets_the_whole_context() {
     let first = s.create(&body(json!("Hello there"), 3)).await;
     assert_eq!(first["status"], "completed");
     assert_eq!(first["store"], true);
-    assert_eq!(text_of(&first), "tok0 tok1 tok2 ");
+    assert_eq!(response_text(&first), "tok0 tok1 tok2 ");
     assert_eq!(first["usage"]["output_tokens"], 3);
     assert!(first["usage"]["input_tokens"].as_u64().unwrap() > 0);
     let id = first["id"].as_str().unwrap().to_owned();
@@ -169,7 +159,7 @@ async fn the_gateway_keeps_the_state_and_the_provider_gets_the_whole_context() {
     next["previous_response_id"] = json!(id);
     let second = s.create(&next).await;
     assert_eq!(second["previous_response_id"], json!(id));
-    assert_eq!(text_of(&second), "tok0 tok1 ");
+    assert_eq!(response_text(&second), "tok0 tok1 ");
     let sent = s.upstream().await;
     assert_eq!(sent.len(), 2);
     let asked = &sent[1]["body"];
@@ -289,7 +279,7 @@ async fn a_streamed_response_follows_the_grammar_and_is_stored_before_it_ends() 
         .collect();
     assert_eq!(deltas, "tok0 tok1 tok2 tok3 ");
     let last = &events.last().unwrap()["response"];
-    assert_eq!(text_of(last), deltas);
+    assert_eq!(response_text(last), deltas);
     assert_eq!(last["usage"]["output_tokens"], 4);
     let id = last["id"].as_str().unwrap();
     let got = s.get(&format!("responses/{id}")).await;

@@ -14,6 +14,7 @@ use common::{gateway, get, post_json, wait_ready, Proc};
 use serde_json::{json, Value};
 use stores::Server;
 use support::echo::{grpc_url, sglang_echo};
+use support::response_text;
 
 async fn start_gateway(engine: &str, dir: &str, store: &[&str]) -> Proc {
     let mut args = vec!["--worker-urls", engine, "--model-path", dir];
@@ -27,16 +28,6 @@ async fn respond(gw: &Proc, body: Value) -> Value {
     let reply = post_json(&format!("{}/v1/responses", gw.url()), &body).await;
     assert_eq!(reply.status, 200, "{}", reply.text());
     reply.json()
-}
-
-fn text_of(response: &Value) -> String {
-    response["output"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|item| item["type"] == "message")
-        .map(|item| item["content"][0]["text"].as_str().unwrap().to_owned())
-        .collect()
 }
 
 async fn two_gateways_share_one_store(name: &str, server: Server, flag: &str) {
@@ -70,7 +61,11 @@ async fn two_gateways_share_one_store(name: &str, server: Server, flag: &str) {
                "previous_response_id": first["id"]}),
     )
     .await;
-    assert_eq!(text_of(&second), "user\nchain start", "A sees B's turn");
+    assert_eq!(
+        response_text(&second),
+        "user\nchain start",
+        "A sees B's turn"
+    );
     a.terminate(std::time::Duration::from_secs(10));
     let a = start_gateway(&engine_url, &dir, &store).await;
     let third = respond(
@@ -80,7 +75,7 @@ async fn two_gateways_share_one_store(name: &str, server: Server, flag: &str) {
     )
     .await;
     assert_eq!(
-        text_of(&third),
+        response_text(&third),
         "user\nchain start",
         "the chain survived the restart"
     );

@@ -20,6 +20,7 @@ pub mod prom_text;
 pub mod provider_message;
 pub mod reads;
 pub mod reasoning_parsers;
+pub mod responses_upstream;
 pub mod responses_validate;
 pub mod route_match;
 pub mod sse;
@@ -45,6 +46,7 @@ pub fn by_target(name: &str) -> Option<fn(&[u8])> {
         "prom_text" => prom_text::check,
         "provider_message" => provider_message::check,
         "reasoning_parsers" => reasoning_parsers::check,
+        "responses_upstream" => responses_upstream::check,
         "responses_validate" => responses_validate::check,
         "route_match" => route_match::check,
         "sse" => sse::check,

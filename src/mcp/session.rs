@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
-use http::{Method, Request, StatusCode, Uri};
+use http::{HeaderMap, Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
@@ -38,6 +38,9 @@ pub struct SessionSettings {
     pub url: String,
     /// Sent as `Authorization: Bearer <token>`; redacted in `Debug`, never logged.
     pub bearer: Option<Secret>,
+    /// Further headers sent with every request (a Responses `mcp` tool's `headers`), their
+    /// values marked sensitive: redacted in `Debug`, never logged.
+    pub headers: HeaderMap,
     /// Deadline of each call (connect included).
     pub call_timeout: Duration,
 }
@@ -63,6 +66,7 @@ pub struct Session {
     http: McpHttp,
     uri: Uri,
     bearer: Option<HeaderValue>,
+    headers: HeaderMap,
     call_timeout: Duration,
     session_id: Option<HeaderValue>,
     version: HeaderValue,
@@ -88,6 +92,7 @@ impl Session {
             http,
             uri,
             bearer,
+            headers: settings.headers.clone(),
             call_timeout: settings.call_timeout,
             session_id: None,
             version: HeaderValue::from_static(PROTOCOL_VERSION),
@@ -211,6 +216,11 @@ impl Session {
             .header(CONTENT_TYPE, "application/json")
             .header(ACCEPT, "application/json, text/event-stream")
             .header(VERSION_HEADER, self.version.clone());
+        if let Some(headers) = req.headers_mut() {
+            for (name, value) in &self.headers {
+                headers.insert(name, value.clone());
+            }
+        }
         if let Some(bearer) = &self.bearer {
             req = req.header(AUTHORIZATION, bearer.clone());
         }

@@ -1,8 +1,9 @@
 """An MCP server for the tool-loop tests, built with the official `mcp` Python SDK and served
 over its Streamable HTTP transport at /mcp.
 
-Tools: `add` (two integers), `echo` (a string), `slow` (sleeps the seconds asked, then answers)
-and `fail` (always raises, so the SDK answers an isError result). With --token, every request
+Tools: `add` (two integers), `echo` (a string), `slow` (sleeps the seconds asked, then answers),
+`fail` (always raises, so the SDK answers an isError result) and `header` (the value of the
+named request header the call itself came with, or "absent"). With --token, every request
 must carry `Authorization: Bearer <token>` (401 otherwise), as a server behind a key would.
 
     python mcp_tools_server.py --port 8123 [--token T]
@@ -42,6 +43,16 @@ def fail() -> str:
     raise RuntimeError("this tool always fails")
 
 
+# The headers of the request being served (one request at a time reaches a tool call here:
+# the tests call `header` alone).
+LAST_HEADERS: dict[bytes, bytes] = {}
+
+
+@server.tool(description="Returns the value of the named header of this request.")
+def header(name: str) -> str:
+    return LAST_HEADERS.get(name.lower().encode(), b"absent").decode()
+
+
 class RequireBearer:
     """ASGI middleware: 401 unless the request carries the expected bearer token."""
 
@@ -50,6 +61,9 @@ class RequireBearer:
         self.expected = f"Bearer {token}".encode()
 
     async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            LAST_HEADERS.clear()
+            LAST_HEADERS.update(dict(scope["headers"]))
         if scope["type"] == "http" and dict(scope["headers"]).get(b"authorization") != self.expected:
             await send({"type": "http.response.start", "status": 401,
                         "headers": [(b"content-type", b"text/plain")]})

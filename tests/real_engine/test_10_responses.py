@@ -167,7 +167,7 @@ def test_mcp_calls_run_by_the_gateway_up_to_max_tool_calls(setup):
                       tools=[mcp_tool(setup)], max_tool_calls=2)
     kinds = [i.type for i in response.output]
     assert kinds[0] == "mcp_list_tools"
-    assert {t.name for t in response.output[0].tools} == {"add", "echo", "slow", "fail"}
+    assert {t.name for t in response.output[0].tools} == {"add", "echo", "slow", "fail", "header"}
     mcp_calls = [i for i in response.output if i.type == "mcp_call"]
     assert len(mcp_calls) == 2
     assert all(i.name == "add" and i.output == "42" and i.server_label == "tools"

@@ -258,7 +258,7 @@ def test_an_mcp_tool_is_run_by_the_gateway_between_two_turns(setup):
     response, sent = mcp_add(setup)
     assert [i.type for i in response.output] == ["mcp_list_tools", "mcp_call", "message"]
     listed, mcp_call, _ = response.output
-    assert {t.name for t in listed.tools} == {"add", "echo", "slow", "fail"}
+    assert {t.name for t in listed.tools} == {"add", "echo", "slow", "fail", "header"}
     assert mcp_call.status == "completed" and mcp_call.name == "add"
     assert mcp_call.server_label == "tools" and "5" in mcp_call.output
     assert json.loads(mcp_call.arguments) == {"a": 2, "b": 3}
@@ -269,7 +269,7 @@ def test_an_mcp_tool_is_run_by_the_gateway_between_two_turns(setup):
     first, second = (r["body"] for r in sent)
     offered = {t["name"]: t for t in first["tools"]}
     assert all(t["type"] == "function" for t in first["tools"]), first["tools"]
-    assert {"add", "echo", "slow", "fail"} <= set(offered)
+    assert {"add", "echo", "slow", "fail", "header"} <= set(offered)
     assert offered["add"]["description"] == "Adds two integers."
     assert offered["add"]["parameters"]["properties"].keys() >= {"a", "b"}
     items = second["input"]
@@ -347,3 +347,64 @@ def test_a_conversation_collects_the_turns_and_sends_them_upstream(setup):
                                                 ("message", "user", "second")]
     assert_no_ids(second["body"]["input"])
     assert all("conversation" not in r["body"] for r in (first, second))
+
+
+def approval_tool(setup: Setup, policy) -> dict:
+    return dict(setup.mcp_tool(), require_approval=policy)
+
+
+def test_require_approval_holds_the_call_until_the_client_approves(setup):
+    tools = [approval_tool(setup, "always")]
+    before = len(setup.seen())
+    asked = create(setup, input='call add {"a": 2, "b": 3}', tools=tools)
+    assert [i.type for i in asked.output] == ["mcp_list_tools", "mcp_approval_request"]
+    request = asked.output[1]
+    assert request.name == "add" and request.server_label == "tools"
+    assert json.loads(request.arguments) == {"a": 2, "b": 3}
+    assert asked.status == "completed"
+    assert len(setup.seen()[before:]) == 1, "no second turn before the approval"
+
+    approved = create(setup, previous_response_id=asked.id, tools=tools, input=[
+        {"type": "mcp_approval_response", "approval_request_id": request.id, "approve": True}])
+    kinds = [i.type for i in approved.output]
+    assert kinds == ["mcp_list_tools", "mcp_call", "message"], kinds
+    assert approved.output[1].status == "completed" and "5" in approved.output[1].output
+    assert approved.output_text == "results: 5"
+    # The provider saw the call and its output, not the approval items.
+    items = setup.seen()[-1]["body"]["input"]
+    assert_no_ids(items)
+    assert [i["type"] for i in items] == ["message", "function_call", "function_call_output"]
+    assert "5" in items[-1]["output"]
+
+
+def test_a_refused_approval_runs_nothing(setup):
+    tools = [approval_tool(setup, "always")]
+    asked = create(setup, input='call add {"a": 1, "b": 1}', tools=tools)
+    request = asked.output[-1]
+    refused = create(setup, previous_response_id=asked.id, tools=tools, input=[
+        {"type": "mcp_approval_response", "approval_request_id": request.id, "approve": False}])
+    assert "mcp_call" not in [i.type for i in refused.output]
+    # An answer to no request of the chain is refused before the provider is asked.
+    before = len(setup.seen())
+    with pytest.raises(openai.BadRequestError):
+        create(setup, previous_response_id=asked.id, tools=tools, input=[
+            {"type": "mcp_approval_response", "approval_request_id": "mcpr_none", "approve": True}])
+    assert setup.seen()[before:] == []
+
+
+def test_an_approval_filter_names_the_tools_that_wait(setup):
+    waits_for_echo = [approval_tool(setup, {"always": {"tool_names": ["echo"]}})]
+    response = create(setup, input='call add {"a": 2, "b": 2}', tools=waits_for_echo)
+    assert [i.type for i in response.output] == ["mcp_list_tools", "mcp_call", "message"]
+    all_but_echo = [approval_tool(setup, {"never": {"tool_names": ["echo"]}})]
+    response = create(setup, input='call add {"a": 2, "b": 2}', tools=all_but_echo)
+    assert [i.type for i in response.output] == ["mcp_list_tools", "mcp_approval_request"]
+
+
+def test_a_servers_headers_go_with_its_calls(setup):
+    tool = dict(setup.mcp_tool(), headers={"X-Tenant": "acme"})
+    response = create(setup, input='call header {"name": "x-tenant"}', tools=[tool])
+    mcp_call = response.output[1]
+    assert mcp_call.type == "mcp_call" and mcp_call.output == "acme", response.output
+    # The headers are the MCP server's: the provider never sees them.
+    assert "x-tenant" not in setup.seen()[-1]["headers"]

@@ -116,7 +116,7 @@ def test_a_call_runs_on_the_server_and_the_result_goes_back(setup):
 
     first, second = setup.seen()[before:]
     offered = {t["name"] for t in first["body"]["tools"]}
-    assert offered == {"add", "echo", "slow", "fail"}
+    assert offered == {"add", "echo", "slow", "fail", "header"}
     assert "mcp_servers" not in first["body"]
     assert first["body"]["tool_choice"] == {"type": "auto"}
     assert first["body"]["stream"] is False

@@ -24,6 +24,17 @@ pub type HttpClient = hyper_util::client::legacy::Client<
     Full<Bytes>,
 >;
 
+/// The text of a Responses object's `message` items, concatenated.
+pub fn response_text(response: &Value) -> String {
+    response["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|item| item["type"] == "message")
+        .map(|item| item["content"][0]["text"].as_str().unwrap().to_owned())
+        .collect()
+}
+
 /// One user message, as chat and messages bodies want it.
 pub fn messages() -> Value {
     json!([{"role": "user", "content": "hello there, gateway"}])

@@ -48,17 +48,18 @@ use crate::http::tls::UpstreamTls;
 use crate::metrics::{GenerationTiming, Metrics, RouteLabels};
 use crate::pipeline::PipelineSettings;
 
-use super::responses::{ClientGone, EngineTurns, Model, Runner, TurnEnd};
+use super::responses::{ClientGone, EngineTurns, Model, Runner, Sink, TurnEnd};
 use choices::{Applied, Choices};
 use decode::Decoding;
 use parse::Parsing;
 use reply::{Outcome, Reply, Spelling};
 use request::{Ask, Input, Invalid, Route};
 
-// What the gateway-run Responses API reads of the chat pipeline's output.
-pub(super) use decode::Delta;
-pub(super) use parse::CallDelta;
-pub(super) use reply::{Finish, Usage};
+// What the gateway-run Responses API reads of the chat pipeline's output (and makes of a
+// provider's answer).
+pub use decode::Delta;
+pub use parse::CallDelta;
+pub use reply::{Finish, Usage};
 
 /// Request bodies up to this size are rendered and tokenized on the event loop; larger
 /// ones (long chats, long documents) on the blocking pool, so one big prompt does not
@@ -397,7 +398,7 @@ impl Started {
         self,
         deadline: Instant,
         stall: Option<Duration>,
-        sink: &mut (dyn FnMut(&Delta) -> Option<Bytes> + Send),
+        sink: &mut Sink<'_>,
         tx: Option<&FrameSender>,
     ) -> Result<TurnEnd, ClientGone> {
         let Started {

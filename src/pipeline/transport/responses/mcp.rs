@@ -8,13 +8,22 @@
 //! response: it is recorded as an `mcp_call` item with status `failed` and a structured
 //! `error`, and the model is told so as the tool's result.
 //!
-//! Server `headers` other than `authorization` are not sent: the MCP client speaks bearer
-//! tokens only.
+//! A server's `authorization` (or an `Authorization` among its `headers`) is its bearer
+//! token; its other `headers` go with every request to it. Neither is ever logged.
+//!
+//! `require_approval` (default `never`: the gateway runs what the model calls) holds a call
+//! back instead: the response ends with an `mcp_approval_request` item, and a follow-up
+//! request (continuing the response or its conversation) that answers it with an
+//! `mcp_approval_response` of `approve: true` has the call run before its first model turn;
+//! a refused one is not run. `always` holds every tool back; a filter object holds those
+//! named in `always.tool_names`, and with only a `never` list every tool not named in it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use http::header::{HeaderName, HeaderValue};
+use http::HeaderMap;
 use serde_json::{json, Map, Value};
 use tokio::task::JoinSet;
 
@@ -28,6 +37,19 @@ use crate::history::new_item_id;
 
 /// Most `mcp` tools (servers) one request may declare.
 const MAX_SERVERS: usize = 16;
+/// Most `headers` one `mcp` tool may send.
+const MAX_HEADERS: usize = 32;
+/// Headers the MCP client sets itself, which a tool's `headers` cannot replace.
+const OWN_HEADERS: [&str; 8] = [
+    "content-type",
+    "content-length",
+    "accept",
+    "host",
+    "connection",
+    "transfer-encoding",
+    "mcp-session-id",
+    "mcp-protocol-version",
+];
 
 /// A declared `mcp` tool, read from the request.
 struct Declared {
@@ -35,6 +57,48 @@ struct Declared {
     settings: SessionSettings,
     /// `allowed_tools`: `None` allows every tool.
     allowed: Option<Vec<String>>,
+    approval: Approval,
+}
+
+/// Which of a server's calls wait for the client's approval (`require_approval`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Approval {
+    Never,
+    Always,
+    /// Tools named in `always`; with only a `never` list, every tool not in it.
+    Filter {
+        always: Vec<String>,
+        never: Option<Vec<String>>,
+    },
+}
+
+impl Approval {
+    fn of(value: &Value) -> Approval {
+        let names = |key: &str| match value.pointer(&format!("/{key}/tool_names")) {
+            Some(Value::Array(names)) => Some(names_of(names)),
+            _ => None,
+        };
+        match value {
+            Value::String(s) if s == "always" => Approval::Always,
+            Value::Object(_) => Approval::Filter {
+                always: names("always").unwrap_or_default(),
+                never: names("never"),
+            },
+            _ => Approval::Never,
+        }
+    }
+
+    fn requires(&self, tool: &str) -> bool {
+        match self {
+            Approval::Never => false,
+            Approval::Always => true,
+            Approval::Filter { always, never } => {
+                always.iter().any(|n| n == tool)
+                    || (always.is_empty()
+                        && never.as_ref().is_some_and(|n| !n.iter().any(|n| n == tool)))
+            }
+        }
+    }
 }
 
 /// A connected server.
@@ -42,6 +106,7 @@ struct Server {
     label: String,
     session: Session,
     tools: Vec<Tool>,
+    approval: Approval,
 }
 
 /// The connected servers of one request, and which offers each tool name.
@@ -120,6 +185,7 @@ pub async fn connect(
             label: server.label,
             session,
             tools,
+            approval: server.approval,
         });
     }
     let model = request
@@ -172,6 +238,7 @@ fn declared(
                     .map(|v| v.strip_prefix("Bearer ").unwrap_or(v))
             })
             .map(|token| Secret::new(token.to_owned()));
+        let headers = headers_of(&label, &tool["headers"])?;
         let allowed = match &tool["allowed_tools"] {
             Value::Array(names) => Some(names_of(names)),
             Value::Object(filter) => match filter.get("tool_names") {
@@ -185,10 +252,43 @@ fn declared(
             settings: SessionSettings {
                 url: url.to_owned(),
                 bearer,
+                headers,
                 call_timeout,
             },
             allowed,
+            approval: Approval::of(&tool["require_approval"]),
         });
+    }
+    Ok(out)
+}
+
+/// A tool's `headers` but its `Authorization` (the bearer token), as sensitive values.
+fn headers_of(label: &str, headers: &Value) -> Result<HeaderMap, GatewayError> {
+    let mut out = HeaderMap::new();
+    let Value::Object(headers) = headers else {
+        return Ok(out);
+    };
+    let refuse = |why: String| GatewayError::InvalidRequest {
+        message: format!("mcp tool {label:?}: {why}"),
+    };
+    if headers.len() > MAX_HEADERS {
+        return Err(refuse(format!("at most {MAX_HEADERS} headers")));
+    }
+    for (name, value) in headers {
+        if name.eq_ignore_ascii_case("authorization") {
+            continue;
+        }
+        let parsed = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| refuse(format!("{name:?} is not a header name")))?;
+        if OWN_HEADERS.contains(&parsed.as_str()) {
+            return Err(refuse(format!("the gateway sets {name:?} itself")));
+        }
+        let mut value = value
+            .as_str()
+            .and_then(|v| HeaderValue::from_str(v).ok())
+            .ok_or_else(|| refuse(format!("header {name:?} needs a string value")))?;
+        value.set_sensitive(true);
+        out.append(parsed, value);
     }
     Ok(out)
 }
@@ -205,6 +305,62 @@ impl McpTools {
     /// The names of every tool offered.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.owners.keys().map(String::as_str)
+    }
+
+    /// Whether a call of `tool` waits for the client's approval.
+    pub fn needs_approval(&self, tool: &str) -> bool {
+        self.owners
+            .get(tool)
+            .and_then(|&i| self.servers.get(i))
+            .is_some_and(|server| server.approval.requires(tool))
+    }
+
+    /// The `mcp_approval_request` item that holds `call` back.
+    pub fn approval_request(&self, call: &HeldCall) -> Value {
+        let label = self
+            .owners
+            .get(&call.name)
+            .and_then(|&i| self.servers.get(i))
+            .map_or("", |server| server.label.as_str());
+        json!({"id": new_item_id("mcp_approval_request"), "type": "mcp_approval_request",
+               "server_label": label, "name": call.name, "arguments": call.arguments})
+    }
+
+    /// Runs the calls the request's `mcp_approval_response` items approve (each answers an
+    /// `mcp_approval_request` of the context): their `mcp_call` items, with the call and
+    /// what the model is shown. A response to no request of the context is refused.
+    pub async fn approved(
+        &mut self,
+        context: &[Value],
+        input: &[Value],
+    ) -> Result<Vec<(Value, HeldCall, String)>, GatewayError> {
+        let mut out = Vec::new();
+        for answer in input
+            .iter()
+            .filter(|i| i["type"] == "mcp_approval_response")
+        {
+            let id = answer["approval_request_id"].as_str().unwrap_or_default();
+            let asked = context
+                .iter()
+                .find(|item| item["type"] == "mcp_approval_request" && item["id"] == id)
+                .ok_or_else(|| GatewayError::InvalidRequest {
+                    message: format!(
+                        "mcp_approval_response answers {id:?}, which is no \
+                         mcp_approval_request of this response's context"
+                    ),
+                })?;
+            if answer["approve"] != Value::Bool(true) {
+                continue;
+            }
+            let call = HeldCall {
+                call_id: id.to_owned(),
+                name: asked["name"].as_str().unwrap_or_default().to_owned(),
+                arguments: asked["arguments"].as_str().unwrap_or_default().to_owned(),
+            };
+            let (item, shown) = self.call(&call).await;
+            out.push((item, call, shown));
+        }
+        Ok(out)
     }
 
     /// The tools as the chat's functions.
@@ -365,6 +521,47 @@ mod tests {
         let connector = json!({"tools": [{"type": "mcp", "server_label": "c",
                                           "connector_id": "connector_gmail"}]});
         assert!(declared(connector.as_object().unwrap(), Duration::from_secs(1)).is_err());
+    }
+
+    #[test]
+    fn approval_policies() {
+        let never = Approval::of(&Value::Null);
+        assert_eq!(never, Approval::Never);
+        assert!(!never.requires("a"));
+        assert!(Approval::of(&json!("always")).requires("a"));
+        assert!(!Approval::of(&json!("never")).requires("a"));
+        let named = Approval::of(&json!({"always": {"tool_names": ["a"]},
+                                         "never": {"tool_names": ["b"]}}));
+        assert!(named.requires("a") && !named.requires("b") && !named.requires("c"));
+        let all_but = Approval::of(&json!({"never": {"tool_names": ["b"]}}));
+        assert!(all_but.requires("a") && !all_but.requires("b"));
+    }
+
+    #[test]
+    fn headers_are_sensitive_and_bounded_and_cannot_replace_the_clients_own() {
+        let headers = headers_of(
+            "s",
+            &json!({"X-Tenant": "acme", "Authorization": "Bearer t", "x-multi": "1"}),
+        )
+        .unwrap();
+        assert_eq!(headers.len(), 2);
+        assert_eq!(headers["x-tenant"], "acme");
+        assert!(headers["x-tenant"].is_sensitive());
+        assert!(!format!("{headers:?}").contains("acme"));
+        for bad in [
+            json!({"content-type": "text/plain"}),
+            json!({"Mcp-Session-Id": "x"}),
+            json!({"bad name": "x"}),
+            json!({"x-a": 5}),
+            json!({"x-a": "line\nbreak"}),
+        ] {
+            assert!(headers_of("s", &bad).is_err(), "{bad}");
+        }
+        let many: Map<String, Value> = (0..=MAX_HEADERS)
+            .map(|i| (format!("x-{i}"), json!("v")))
+            .collect();
+        assert!(headers_of("s", &Value::Object(many)).is_err());
+        assert!(headers_of("s", &Value::Null).unwrap().is_empty());
     }
 
     #[test]

@@ -17,7 +17,7 @@
 
 mod convert;
 mod mcp;
-mod provider;
+pub mod provider;
 mod speak;
 
 use std::collections::HashSet;
@@ -46,7 +46,7 @@ use crate::metrics::Metrics;
 use crate::pipeline::stored::owner_of;
 use crate::pipeline::PipelineSettings;
 
-use mcp::McpTools;
+use mcp::{HeldCall, McpTools};
 use speak::{Ending, Writer};
 
 /// The route an external provider's Responses requests are served on by the gateway.
@@ -54,7 +54,7 @@ pub const RESPONSES_PATH: &str = "/v1/responses";
 
 /// How one model turn ended (the response is built from its deltas; a response may run
 /// several turns).
-pub(super) struct TurnEnd {
+pub struct TurnEnd {
     /// `None` when the generation failed partway; `error` says why.
     pub finish: Option<Finish>,
     pub error: Option<GatewayError>,
@@ -63,6 +63,10 @@ pub(super) struct TurnEnd {
 
 /// The client of a streamed turn went away.
 pub(super) struct ClientGone;
+
+/// Where a turn's deltas go as they are made final: the response's writer, which returns
+/// the event frames they made (streamed) for the turn to send.
+pub(super) type Sink<'a> = dyn FnMut(&Delta) -> Option<Bytes> + Send + 'a;
 
 /// What one data-plane thread's gateway-run Responses requests share: the history store,
 /// the pool to MCP servers and providers, the limits.
@@ -198,7 +202,7 @@ impl Leg {
         self,
         deadline: Instant,
         stall: Option<Duration>,
-        sink: &mut (dyn FnMut(&Delta) -> Option<Bytes> + Send),
+        sink: &mut Sink<'_>,
         tx: Option<&FrameSender>,
     ) -> Result<TurnEnd, ClientGone> {
         match self {
@@ -224,6 +228,8 @@ struct Turn {
     conversation: Option<String>,
     store: bool,
     mcp: Option<McpTools>,
+    /// The `mcp_call`s of the calls this request approved, run before its first turn.
+    approved: Vec<Value>,
 }
 
 /// Why a response ended as it did: its status, the open item's ending, `error` and
@@ -316,7 +322,11 @@ impl Runner {
             conversation,
             store,
             mcp,
+            approved: Vec::new(),
         };
+        turn.run_approved(model.is_engine())
+            .await
+            .map_err(refused)?;
         if store && turn.context_bytes() > MAX_CONTEXT_BYTES {
             return Err(refused(GatewayError::InvalidRequest {
                 message: format!(
@@ -325,7 +335,7 @@ impl Runner {
                 ),
             }));
         }
-        let leg = match model.turn(&turn, &[], deadline).await {
+        let leg = match model.turn(&turn, &turn.approved, deadline).await {
             Ok(leg) => leg,
             Err(Refused::Send(err)) => return Err(err),
             Err(Refused::Answer(answer)) => return Ok(*answer),
@@ -366,8 +376,13 @@ impl Runner {
             for listing in mcp.listings() {
                 writer.listing(listing);
             }
-            send_frames(writer, tx).await?;
         }
+        let approved = std::mem::take(&mut turn.approved);
+        let mut executed = approved.len();
+        for item in approved {
+            writer.mcp_call(item);
+        }
+        send_frames(writer, tx).await?;
         let asked = turn
             .request
             .get("max_tool_calls")
@@ -376,7 +391,6 @@ impl Runner {
         let limit = asked.map_or(MAX_TOOL_CALLS, |n| n.min(MAX_TOOL_CALLS));
         let by_request = asked.is_some_and(|n| n <= MAX_TOOL_CALLS);
         let mut usage = Usage::default();
-        let mut executed = 0usize;
         let settled = loop {
             let from = writer.len();
             let end = {
@@ -397,6 +411,9 @@ impl Runner {
             let Some(mcp) = turn.mcp.as_mut() else {
                 break settled;
             };
+            let (asking, held): (Vec<HeldCall>, Vec<HeldCall>) = held
+                .into_iter()
+                .partition(|call| mcp.needs_approval(&call.name));
             let fits = held.len().min(limit.saturating_sub(executed));
             let mut calls = Vec::with_capacity(fits);
             let mut outputs = Vec::with_capacity(fits);
@@ -419,6 +436,14 @@ impl Runner {
                         format!("the model called more than {MAX_TOOL_CALLS} tools"),
                     )
                 };
+            }
+            // Calls waiting for approval end the response: the client answers them.
+            if !asking.is_empty() {
+                for call in &asking {
+                    writer.approval_request(mcp.approval_request(call));
+                }
+                send_frames(writer, tx).await?;
+                break settled;
             }
             // Function calls in the same turn go back to the client.
             if writer
@@ -636,6 +661,26 @@ impl Runner {
 }
 
 impl Turn {
+    /// Runs the calls this request's `mcp_approval_response`s approve; an engine's chat
+    /// gets each call and its result after the input.
+    async fn run_approved(&mut self, engine: bool) -> Result<(), GatewayError> {
+        let Some(mcp) = self.mcp.as_mut() else {
+            return Ok(());
+        };
+        for (item, call, shown) in mcp.approved(&self.context, &self.input).await? {
+            if engine {
+                self.messages
+                    .push(json!({"role": "assistant", "content": "", "tool_calls": [
+                    {"id": call.call_id, "type": "function",
+                     "function": {"name": call.name, "arguments": call.arguments}}]}));
+                self.messages
+                    .push(json!({"role": "tool", "tool_call_id": call.call_id, "content": shown}));
+            }
+            self.approved.push(item);
+        }
+        Ok(())
+    }
+
     /// Bytes of the items the stored context would hold before this turn's output.
     fn context_bytes(&self) -> usize {
         self.context

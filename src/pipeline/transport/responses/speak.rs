@@ -183,6 +183,21 @@ impl Writer {
         self.items.push(item);
     }
 
+    /// An `mcp_approval_request` item, whole: a call held back for the client's approval.
+    pub fn approval_request(&mut self, item: Value) {
+        self.close(Ending::Done);
+        let index = self.items.len();
+        self.event(
+            "response.output_item.added",
+            json!({"output_index": index, "item": item}),
+        );
+        self.event(
+            "response.output_item.done",
+            json!({"output_index": index, "item": item}),
+        );
+        self.items.push(item);
+    }
+
     /// An event of `kind`; `data` gets its `type` and `sequence_number`.
     pub fn event(&mut self, kind: &str, mut data: Value) {
         if !self.streaming {

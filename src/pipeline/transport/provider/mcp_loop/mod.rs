@@ -144,6 +144,7 @@ fn server_of(server: &Value, call_timeout: Duration) -> Option<(String, SessionS
         SessionSettings {
             url,
             bearer,
+            headers: HeaderMap::new(),
             call_timeout,
         },
     ))

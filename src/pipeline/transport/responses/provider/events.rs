@@ -39,6 +39,8 @@ pub struct Reading {
     pub delta: Delta,
     calls: Vec<OpenCall>,
     end: Option<TurnEnd>,
+    /// An ending event came: the rest of the stream is not read.
+    ended: bool,
 }
 
 impl Default for Reading {
@@ -48,6 +50,7 @@ impl Default for Reading {
             delta: Delta::default(),
             calls: Vec::new(),
             end: None,
+            ended: false,
         }
     }
 }
@@ -69,10 +72,11 @@ impl Reading {
             })
             .map_err(|err| err.to_string())?;
         for event in &events {
-            if self.end.is_some() {
+            if self.ended {
                 break;
             }
             self.event(event);
+            self.ended = self.end.is_some();
         }
         Ok(())
     }

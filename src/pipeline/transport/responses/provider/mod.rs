@@ -26,7 +26,7 @@ use serde_json::{json, Map, Value};
 
 use super::super::grpc::Delta;
 use super::super::SendError;
-use super::{ClientGone, Refused, TurnEnd, RESPONSES_PATH};
+use super::{ClientGone, Refused, Sink, TurnEnd, RESPONSES_PATH};
 use crate::fleet::Worker;
 use crate::http::body::{FrameSender, RespBody};
 use crate::http::error::GatewayError;
@@ -154,11 +154,11 @@ impl Leg {
     /// Reads the turn to its end, each delta to `sink` (and the frames it returns to
     /// `tx`). A stream that breaks, stalls past `stall` or outlives `deadline` ends the
     /// turn with what was read and the failure.
-    pub async fn drive(
+    pub(super) async fn drive(
         self,
         deadline: Instant,
         stall: Option<Duration>,
-        sink: &mut (dyn FnMut(&Delta) -> Option<Bytes> + Send),
+        sink: &mut Sink<'_>,
         tx: Option<&FrameSender>,
     ) -> Result<TurnEnd, ClientGone> {
         let mut body = match self {
@@ -216,7 +216,7 @@ impl Leg {
 
 /// Hands a non-empty delta to `sink` and its frames to the client.
 async fn pass(
-    sink: &mut (dyn FnMut(&Delta) -> Option<Bytes> + Send),
+    sink: &mut Sink<'_>,
     delta: &Delta,
     tx: Option<&FrameSender>,
 ) -> Result<(), ClientGone> {
