@@ -59,6 +59,7 @@ impl ThreadCtx {
             &pipeline.tls,
             &pipeline.metrics,
             &pipeline.history,
+            &pipeline.builtins,
         );
         let calls = CallClient::new(&gateway.pipeline.tls);
         ThreadCtx {

@@ -124,6 +124,9 @@ fn pd_dispatch(config: &Config, policy: &Arc<dyn Policy>) -> Option<PdDispatch> 
 pub fn run(config: Config) -> Result<(), String> {
     let (driver, reason) = choose_io_driver(config.runtime.io_engine)?;
     let upstream_tls = UpstreamTls::load(config.pipeline.upstream_ca_cert_path.as_deref())?;
+    let builtins = Arc::new(crate::mcp::builtins::Builtins::load(
+        config.pipeline.mcp_config_path.as_deref(),
+    )?);
     let tls = Tls::from_settings(&config.server.tls).map_err(|e| format!("TLS listener: {e}"))?;
     // Before anything listens: a store that cannot be reached stops the gateway here.
     let history = crate::history::open(&config.history)
@@ -184,6 +187,7 @@ pub fn run(config: Config) -> Result<(), String> {
         metrics: metrics.clone(),
         tls: upstream_tls.clone(),
         history,
+        builtins,
     });
     let tokenizers = Arc::new(Tokenizers::default());
     let admin = Arc::new(Admin {

@@ -234,3 +234,41 @@ fn an_unreachable_history_store_stops_startup_without_its_password() {
     let stderr = assert_rejected(&["--history-backend", "postgres"], "--history-backend");
     assert!(stderr.contains("--postgres-db-url"), "{stderr}");
 }
+
+/// A `--mcp-config-path` file that is not a valid configuration stops startup (exit 1)
+/// with the reason, never the servers' tokens; so does a missing file.
+#[test]
+fn a_bad_mcp_config_stops_startup_with_the_reason() {
+    let dir = std::env::temp_dir().join(format!("tg-mcp-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases = [
+        (
+            r#"{"builtins": [{"type": "web_search", "url": "http://x/mcp", "tool": "t",
+                "authorization": "tok-never-shown"}]}"#,
+            "unknown built-in",
+        ),
+        (
+            r#"{"builtins": [{"type": "file_search", "url": "http://x/mcp", "tool": "t"},
+                             {"type": "file_search", "url": "http://y/mcp", "tool": "t",
+                              "authorization": "tok-never-shown"}]}"#,
+            "backed twice",
+        ),
+        ("{", "not valid"),
+    ];
+    for (n, (text, said)) in cases.iter().enumerate() {
+        let path = dir.join(format!("{n}.json"));
+        std::fs::write(&path, text).unwrap();
+        let out = run(&["--mcp-config-path", path.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(1), "{text}: {stderr}");
+        assert!(stderr.contains("--mcp-config-path"), "{stderr}");
+        assert!(stderr.contains(said), "{said}: {stderr}");
+        assert!(!stderr.contains("tok-never-shown"), "{stderr}");
+    }
+    let missing = dir.join("missing.json");
+    let out = run(&["--mcp-config-path", missing.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("missing.json"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -399,6 +399,19 @@ pub static FLAGS: &[Flag] = &[
         },
     ),
     Flag::one(
+        "mcp-config-path",
+        "PATH",
+        "none",
+        Group::Workers,
+        "JSON file of the MCP servers that back Responses' built-in tools (web_search_preview, \
+         code_interpreter, file_search, image_generation): {\"builtins\": [{\"type\", \"url\", \
+         \"tool\", \"label\"?, \"authorization\"?, \"headers\"?}]}; read at startup",
+        |c, v| {
+            c.pipeline.mcp_config_path = Some(file_path(v)?);
+            Ok(())
+        },
+    ),
+    Flag::one(
         "upstream-ca-cert-path",
         "PATH",
         "none (the platform's roots)",

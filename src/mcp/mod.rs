@@ -13,6 +13,7 @@
 //! a listing at most [`MAX_TOOLS`] tools over at most [`MAX_PAGES`] pages. A slow or dead
 //! server fails its own call and holds nothing else up.
 
+pub mod builtins;
 mod rpc;
 mod session;
 

@@ -59,6 +59,7 @@ pub use pd::PdDispatch;
 pub use transport::grpc::GrpcClient;
 pub use transport::http::UpstreamClient;
 
+use crate::mcp::builtins::Builtins;
 use transport::provider::mcp_loop::LoopClient;
 use transport::responses::Runner;
 use transport::Answer;
@@ -90,6 +91,9 @@ pub struct PipelineSettings {
     /// `--mcp-call-timeout-secs`: longest wait for one call to an MCP server (connect,
     /// tool listing, or a tool) in the provider backend's tool loop.
     pub mcp_call_timeout: Duration,
+    /// `--mcp-config-path`: the MCP servers backing Responses' built-in tools (read at
+    /// startup into [`crate::mcp::builtins::Builtins`]).
+    pub mcp_config_path: Option<PathBuf>,
 }
 
 impl Default for PipelineSettings {
@@ -104,6 +108,7 @@ impl Default for PipelineSettings {
             stream_stall_timeout: Some(Duration::from_secs(300)),
             upstream_ca_cert_path: None,
             mcp_call_timeout: Duration::from_secs(60),
+            mcp_config_path: None,
         }
     }
 }
@@ -144,8 +149,15 @@ impl ThreadClients {
         tls: &UpstreamTls,
         metrics: &Arc<Metrics>,
         history: &Arc<dyn History>,
+        builtins: &Arc<Builtins>,
     ) -> ThreadClients {
-        let responses = Runner::new(settings, tls, metrics.clone(), history.clone());
+        let responses = Runner::new(
+            settings,
+            tls,
+            metrics.clone(),
+            history.clone(),
+            builtins.clone(),
+        );
         ThreadClients {
             http: UpstreamClient::new(settings, tls),
             grpc: GrpcClient::new(settings, tls, metrics.clone(), responses.clone()),
@@ -176,6 +188,8 @@ pub struct Pipeline {
     pub tls: UpstreamTls,
     /// Stored responses and conversations (`--history-backend`).
     pub history: Arc<dyn History>,
+    /// The MCP servers backing Responses' built-in tools (`--mcp-config-path`).
+    pub builtins: Arc<Builtins>,
 }
 
 /// What the router metrics need to know of a request once it is over: the model the body

@@ -53,13 +53,18 @@ class Setup:
             harness.free_port(),
         )
         self.model.argv[3] = str(self.model.port)
+        # web_search_preview runs through the MCP server's `echo` tool.
+        config = logdir / "mcp-config.json"
+        config.write_text(json.dumps({"builtins": [
+            {"type": "web_search_preview", "url": f"{self.mcp.url}/mcp", "tool": "echo",
+             "label": "search", "authorization": TOKEN}]}))
         # No worker at startup: the provider is registered over the control plane.
         self.gw = harness.gateway(
             logdir,
             "tollgate-provider-responses",
             [],
             ["--control-plane-api-keys", f"ops:Operations:admin:{ADMIN_KEY}",
-             "--mcp-call-timeout-secs", "2"],
+             "--mcp-call-timeout-secs", "2", "--mcp-config-path", str(config)],
         )
 
     def start(self) -> "Setup":
@@ -408,3 +413,36 @@ def test_a_servers_headers_go_with_its_calls(setup):
     assert mcp_call.type == "mcp_call" and mcp_call.output == "acme", response.output
     # The headers are the MCP server's: the provider never sees them.
     assert "x-tenant" not in setup.seen()[-1]["headers"]
+
+
+def test_a_built_in_tool_runs_through_its_configured_mcp_server(setup):
+    before = len(setup.seen())
+    search = [{"type": "web_search_preview"}]
+    response = create(setup, input='call web_search_preview {"text": "rust news"}', tools=search)
+    assert [i.type for i in response.output] == ["web_search_call", "message"], response.output
+    call = response.output[0]
+    assert call.status == "completed" and call.id.startswith("ws_")
+    assert "rust news" in call.action.query
+    assert response.output_text == "results: rust news"
+    first, second = (r["body"] for r in setup.seen()[before:])
+    # The provider is offered the built-in as a function, never the built-in itself.
+    assert [t["type"] for t in first["tools"]] == ["function"]
+    assert first["tools"][0]["name"] == "web_search_preview"
+    assert [i["type"] for i in second["input"][-2:]] == ["function_call", "function_call_output"]
+    assert second["input"][-1]["output"] == "rust news"
+
+    events = list(setup.client().responses.create(
+        model=MODEL, input='call web_search_preview {"text": "streamed"}', tools=search,
+        stream=True))
+    kinds = [e.type for e in events]
+    at = kinds.index("response.web_search_call.in_progress")
+    assert kinds[at:at + 3] == ["response.web_search_call.in_progress",
+                                "response.web_search_call.searching",
+                                "response.web_search_call.completed"], kinds
+    assert events[-1].response.output_text == "results: streamed"
+
+    # A built-in without a configured server goes to the provider as it is.
+    before = len(setup.seen())
+    create(setup, input="hello", tools=[{"type": "code_interpreter", "container": {"type": "auto"}}])
+    assert setup.seen()[before]["body"]["tools"] == [
+        {"type": "code_interpreter", "container": {"type": "auto"}}]

@@ -11,6 +11,13 @@
 //! A server's `authorization` (or an `Authorization` among its `headers`) is its bearer
 //! token; its other `headers` go with every request to it. Neither is ever logged.
 //!
+//! A built-in tool (`web_search_preview`, `code_interpreter`, `file_search`,
+//! `image_generation`) whose type has a server in `--mcp-config-path` is connected the same
+//! way: the model is offered one function named after the built-in (with the server's
+//! tool's schema), and a call of it runs that tool and is recorded as the built-in's own
+//! item (`web_search_call`, …), `completed` also when the tool failed (its text in the
+//! item). A built-in without a server is left as it is.
+//!
 //! `require_approval` (default `never`: the gateway runs what the model calls) holds a call
 //! back instead: the response ends with an `mcp_approval_request` item, and a follow-up
 //! request (continuing the response or its conversation) that answers it with an
@@ -29,6 +36,7 @@ use tokio::task::JoinSet;
 
 use crate::history::MAX_CONTEXT_BYTES;
 use crate::http::error::GatewayError;
+use crate::mcp::builtins::{BuiltinKind, Builtins};
 use crate::mcp::{McpHttp, Session, SessionSettings, Tool};
 use crate::metrics::Metrics;
 use crate::secret::Secret;
@@ -51,13 +59,23 @@ const OWN_HEADERS: [&str; 8] = [
     "mcp-protocol-version",
 ];
 
-/// A declared `mcp` tool, read from the request.
+/// Where the request's servers are reached from, and what backs the built-ins.
+pub struct Servers<'a> {
+    pub http: &'a McpHttp,
+    pub builtins: &'a Builtins,
+    /// `--mcp-call-timeout-secs`.
+    pub call_timeout: Duration,
+}
+
+/// A declared `mcp` tool (or a backed built-in), read from the request.
 struct Declared {
     label: String,
     settings: SessionSettings,
     /// `allowed_tools`: `None` allows every tool.
     allowed: Option<Vec<String>>,
     approval: Approval,
+    /// The built-in this server backs, and the tool it calls.
+    builtin: Option<(BuiltinKind, String)>,
 }
 
 /// Which of a server's calls wait for the client's approval (`require_approval`).
@@ -107,12 +125,18 @@ struct Server {
     session: Session,
     tools: Vec<Tool>,
     approval: Approval,
+    builtin: Option<(BuiltinKind, String)>,
 }
 
 /// The connected servers of one request, and which offers each tool name.
 pub struct McpTools {
     servers: Vec<Server>,
+    /// Which server runs each function the model is offered (a built-in's function is
+    /// named after the built-in).
     owners: HashMap<String, usize>,
+    /// The built-in calls run so far, by item id: the call as the model made it and what
+    /// it was shown, for a provider that needs the pair again next turn.
+    builtin_calls: HashMap<String, (HeldCall, String)>,
     metrics: Arc<Metrics>,
     model: String,
 }
@@ -127,12 +151,17 @@ pub struct HeldCall {
 
 /// The request's `mcp` tools, connected; `None` when it declares none.
 pub async fn connect(
-    http: &McpHttp,
+    servers: Servers<'_>,
     request: &Map<String, Value>,
-    call_timeout: Duration,
     metrics: Arc<Metrics>,
 ) -> Result<Option<McpTools>, GatewayError> {
-    let declared = declared(request, call_timeout)?;
+    let Servers {
+        http,
+        builtins,
+        call_timeout,
+    } = servers;
+    let mut declared = declared(request, call_timeout)?;
+    declared.extend(backed(request, builtins, call_timeout));
     if declared.is_empty() {
         return Ok(None);
     }
@@ -178,14 +207,28 @@ pub async fn connect(
         if let Some(allowed) = &server.allowed {
             tools.retain(|tool| allowed.contains(&tool.name));
         }
-        for tool in &tools {
-            owners.entry(tool.name.clone()).or_insert(servers.len());
+        match &server.builtin {
+            Some((kind, tool)) => {
+                if !tools.iter().any(|t| &t.name == tool) {
+                    tracing::warn!(server = %server.label, tool = %tool, "the MCP server backing a built-in does not offer its tool");
+                    return Err(GatewayError::McpServerUnreachable {
+                        label: server.label,
+                    });
+                }
+                owners.insert(kind.tool_type().to_owned(), servers.len());
+            }
+            None => {
+                for tool in &tools {
+                    owners.entry(tool.name.clone()).or_insert(servers.len());
+                }
+            }
         }
         servers.push(Server {
             label: server.label,
             session,
             tools,
             approval: server.approval,
+            builtin: server.builtin,
         });
     }
     let model = request
@@ -196,6 +239,7 @@ pub async fn connect(
     Ok(Some(McpTools {
         servers,
         owners,
+        builtin_calls: HashMap::new(),
         metrics,
         model,
     }))
@@ -257,9 +301,70 @@ fn declared(
             },
             allowed,
             approval: Approval::of(&tool["require_approval"]),
+            builtin: None,
         });
     }
     Ok(out)
+}
+
+/// The request's built-in tools that a configured server backs.
+fn backed(
+    request: &Map<String, Value>,
+    builtins: &Builtins,
+    call_timeout: Duration,
+) -> Vec<Declared> {
+    let Some(Value::Array(tools)) = request.get("tools") else {
+        return Vec::new();
+    };
+    let mut out: Vec<Declared> = Vec::new();
+    for tool in tools {
+        let Some(server) = tool["type"].as_str().and_then(|t| builtins.backing(t)) else {
+            continue;
+        };
+        if out
+            .iter()
+            .any(|d| d.builtin.as_ref().map(|b| b.0) == Some(server.kind))
+        {
+            continue;
+        }
+        out.push(Declared {
+            label: server.label.clone(),
+            settings: SessionSettings {
+                url: server.url.clone(),
+                bearer: server.bearer.clone(),
+                headers: server.headers.clone(),
+                call_timeout,
+            },
+            allowed: Some(vec![server.tool.clone()]),
+            approval: Approval::Never,
+            builtin: Some((server.kind, server.tool.clone())),
+        });
+    }
+    out
+}
+
+/// The built-in call's item: the built-in's own shape, the tool's text in its content.
+fn builtin_item(kind: BuiltinKind, arguments: &Value, output: &str) -> Value {
+    let id = new_item_id(kind.item_type());
+    let query = arguments
+        .get("query")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .unwrap_or_else(|| arguments.to_string());
+    let mut item = json!({"id": id, "type": kind.item_type(), "status": "completed"});
+    let fields = match kind {
+        BuiltinKind::WebSearchPreview => json!({"action": {"type": "search", "query": query}}),
+        BuiltinKind::FileSearch => json!({"queries": [query], "results": [{"text": output}]}),
+        BuiltinKind::CodeInterpreter => json!({
+            "code": arguments.get("code").and_then(Value::as_str).unwrap_or_default(),
+            "container_id": null,
+            "outputs": [{"type": "logs", "logs": output}]}),
+        BuiltinKind::ImageGeneration => json!({"result": output}),
+    };
+    if let (Value::Object(item), Value::Object(fields)) = (&mut item, fields) {
+        item.extend(fields);
+    }
+    item
 }
 
 /// A tool's `headers` but its `Authorization` (the bearer token), as sensitive values.
@@ -363,10 +468,38 @@ impl McpTools {
         Ok(out)
     }
 
+    /// The built-in tool types the configured servers run for this request (a provider
+    /// is not asked to run them itself).
+    pub fn backed_types(&self) -> Vec<&'static str> {
+        self.servers
+            .iter()
+            .filter_map(|s| s.builtin.as_ref().map(|(kind, _)| kind.tool_type()))
+            .collect()
+    }
+
+    /// A built-in call item this response ran, as the function call the model made and
+    /// the output it was shown.
+    pub fn pair_of(&self, item: &Value) -> Option<(&HeldCall, &str)> {
+        let id = item.get("id")?.as_str()?;
+        self.builtin_calls
+            .get(id)
+            .map(|(call, shown)| (call, shown.as_str()))
+    }
+
     /// The tools as the chat's functions.
     pub fn functions(&self) -> Vec<Value> {
         let mut out = Vec::new();
         for (index, server) in self.servers.iter().enumerate() {
+            if let Some((kind, name)) = &server.builtin {
+                if let Some(tool) = server.tools.iter().find(|t| &t.name == name) {
+                    out.push(json!({"type": "function", "function": {
+                        "name": kind.tool_type(),
+                        "description": tool.description.clone().unwrap_or_default(),
+                        "parameters": tool.input_schema,
+                    }}));
+                }
+                continue;
+            }
             for tool in &server.tools {
                 if self.owners.get(&tool.name) == Some(&index) {
                     out.push(json!({"type": "function", "function": {
@@ -384,6 +517,7 @@ impl McpTools {
     pub fn listings(&self) -> Vec<Value> {
         self.servers
             .iter()
+            .filter(|server| server.builtin.is_none())
             .map(|server| {
                 let tools: Vec<Value> = server
                     .tools
@@ -408,15 +542,21 @@ impl McpTools {
             _ if call.arguments.trim().is_empty() => json!({}),
             _ => Value::Null,
         };
+        let builtin = index
+            .and_then(|i| self.servers.get(i))
+            .and_then(|server| server.builtin.clone());
         let (label, outcome) = match index.and_then(|i| self.servers.get_mut(i)) {
-            Some(server) if !arguments.is_null() => (
-                server.label.clone(),
-                server
-                    .session
-                    .call_tool(&call.name, &arguments)
-                    .await
-                    .map_err(|err| err.to_string()),
-            ),
+            Some(server) if !arguments.is_null() => {
+                let tool = builtin.as_ref().map_or(call.name.as_str(), |(_, t)| t);
+                (
+                    server.label.clone(),
+                    server
+                        .session
+                        .call_tool(tool, &arguments)
+                        .await
+                        .map_err(|err| err.to_string()),
+                )
+            }
             Some(server) => (
                 server.label.clone(),
                 Err("the arguments are not a JSON object".to_owned()),
@@ -446,6 +586,19 @@ impl McpTools {
             started.elapsed().as_secs_f64(),
         );
         let failed = error.is_some();
+        if let Some((kind, _)) = builtin {
+            let item = builtin_item(kind, &arguments, &output);
+            let shown = bounded(if failed {
+                format!("error: {output}")
+            } else {
+                output
+            });
+            if let Some(id) = item["id"].as_str() {
+                self.builtin_calls
+                    .insert(id.to_owned(), (call.clone(), shown.clone()));
+            }
+            return (item, shown);
+        }
         let item = json!({
             "id": new_item_id("mcp_call"),
             "type": "mcp_call",

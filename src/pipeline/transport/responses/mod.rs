@@ -42,6 +42,7 @@ use crate::http::body::{FrameSender, RespBody};
 use crate::http::error::{GatewayError, StorageStep};
 use crate::http::reply as http_reply;
 use crate::http::tls::UpstreamTls;
+use crate::mcp::builtins::Builtins;
 use crate::metrics::Metrics;
 use crate::pipeline::stored::owner_of;
 use crate::pipeline::PipelineSettings;
@@ -80,6 +81,8 @@ pub struct Runner {
     /// `--stream-stall-timeout-secs`: longest silence of a provider mid-answer.
     stall: Option<Duration>,
     metrics: Arc<Metrics>,
+    /// The MCP servers backing built-in tools (`--mcp-config-path`).
+    builtins: Arc<Builtins>,
 }
 
 impl Runner {
@@ -88,8 +91,10 @@ impl Runner {
         tls: &UpstreamTls,
         metrics: Arc<Metrics>,
         history: Arc<dyn History>,
+        builtins: Arc<Builtins>,
     ) -> Runner {
         Runner {
+            builtins,
             history,
             http: crate::mcp::client(tls),
             mcp_timeout: settings.mcp_call_timeout,
@@ -179,9 +184,11 @@ impl Model {
                     .map_err(Refused::Send)
             }
             Model::Provider(upstream) => {
-                let items = provider::input(turn.context.iter().chain(&turn.input).chain(made));
+                let items =
+                    provider::input(turn.context.iter().chain(&turn.input).chain(made), mcp);
                 let functions = mcp.map(McpTools::functions).unwrap_or_default();
-                let request = provider::request(&turn.request, items, &functions);
+                let backed = mcp.map(McpTools::backed_types).unwrap_or_default();
+                let request = provider::request(&turn.request, items, &functions, &backed);
                 upstream.turn(request, deadline).await.map(Leg::Provider)
             }
         }
@@ -308,7 +315,12 @@ impl Runner {
             .get("store")
             .and_then(Value::as_bool)
             .unwrap_or(true);
-        let mcp = mcp::connect(&self.http, &request, self.mcp_timeout, self.metrics.clone())
+        let servers = mcp::Servers {
+            http: &self.http,
+            builtins: &self.builtins,
+            call_timeout: self.mcp_timeout,
+        };
+        let mcp = mcp::connect(servers, &request, self.metrics.clone())
             .await
             .map_err(refused)?;
         let mut turn = Turn {
@@ -380,7 +392,7 @@ impl Runner {
         let approved = std::mem::take(&mut turn.approved);
         let mut executed = approved.len();
         for item in approved {
-            writer.mcp_call(item);
+            writer.ran(item);
         }
         send_frames(writer, tx).await?;
         let asked = turn
@@ -419,7 +431,7 @@ impl Runner {
             let mut outputs = Vec::with_capacity(fits);
             for call in &held[..fits] {
                 let (item, shown) = mcp.call(call).await;
-                writer.mcp_call(item);
+                writer.ran(item);
                 send_frames(writer, tx).await?;
                 executed += 1;
                 calls.push(json!({"id": call.call_id, "type": "function",

@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 use super::super::grpc::{CallDelta, Delta};
 use super::mcp::HeldCall;
 use crate::history::new_item_id;
+use crate::mcp::builtins::BuiltinKind;
 
 /// How the turn ended, for the status of the item still open.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -138,9 +139,46 @@ impl Writer {
         self.items.push(item);
     }
 
+    /// A call the gateway ran (an `mcp_call`, or a built-in's item), with its events.
+    pub fn ran(&mut self, item: Value) {
+        if item["type"] == "mcp_call" {
+            self.mcp_call(item);
+        } else {
+            self.builtin_call(item);
+        }
+    }
+
+    /// A built-in call's item, with spec 2's events: `response.<type>.in_progress`, the
+    /// searching/interpreting/generating event, `response.<type>.completed`.
+    fn builtin_call(&mut self, item: Value) {
+        self.close(Ending::Done);
+        let index = self.items.len();
+        let id = item["id"].clone();
+        let kind = item["type"].as_str().unwrap_or_default().to_owned();
+        let working =
+            BuiltinKind::of_item_type(&kind).map_or("searching", BuiltinKind::working_event);
+        let mut opening = item.clone();
+        opening["status"] = Value::String("in_progress".into());
+        self.event(
+            "response.output_item.added",
+            json!({"output_index": index, "item": opening}),
+        );
+        for step in ["in_progress", working, "completed"] {
+            self.event(
+                &format!("response.{kind}.{step}"),
+                json!({"item_id": id, "output_index": index}),
+            );
+        }
+        self.event(
+            "response.output_item.done",
+            json!({"output_index": index, "item": item}),
+        );
+        self.items.push(item);
+    }
+
     /// An `mcp_call` item the gateway ran, with its events: the arguments as a single
     /// delta, then `completed` or `failed`.
-    pub fn mcp_call(&mut self, item: Value) {
+    fn mcp_call(&mut self, item: Value) {
         let index = self.items.len();
         let id = item["id"].clone();
         let mut opening = item.clone();

@@ -26,6 +26,7 @@ use serde_json::{json, Map, Value};
 
 use super::super::grpc::Delta;
 use super::super::SendError;
+use super::mcp::McpTools;
 use super::{ClientGone, Refused, Sink, TurnEnd, RESPONSES_PATH};
 use crate::fleet::Worker;
 use crate::http::body::{FrameSender, RespBody};
@@ -258,10 +259,13 @@ async fn read_whole(mut body: Incoming) -> Result<Bytes, GatewayError> {
 /// The request for one turn: the client's fields but those the gateway keeps, the whole
 /// context as `input`, the tools with the MCP servers' as functions (`functions`, in the
 /// chat's shape the MCP module lists them in).
+/// Built-in tool types in `backed` run through the gateway's MCP servers, so they go as
+/// functions too, not as themselves.
 pub fn request(
     client: &Map<String, Value>,
     input: Vec<Value>,
     functions: &[Value],
+    backed: &[&str],
 ) -> Map<String, Value> {
     let mut out: Map<String, Value> = client
         .iter()
@@ -273,7 +277,10 @@ pub fn request(
     let mut tools: Vec<Value> = match client.get("tools") {
         Some(Value::Array(tools)) => tools
             .iter()
-            .filter(|tool| tool.get("type").and_then(Value::as_str) != Some("mcp"))
+            .filter(|tool| {
+                let kind = tool.get("type").and_then(Value::as_str).unwrap_or_default();
+                kind != "mcp" && !backed.contains(&kind)
+            })
             .cloned()
             .collect(),
         _ => Vec::new(),
@@ -306,10 +313,20 @@ pub fn request(
     out
 }
 
-/// The items of the context as the provider gets them.
-pub fn input<'a>(items: impl Iterator<Item = &'a Value>) -> Vec<Value> {
+/// The items of the context as the provider gets them; `ran` gives the built-in calls
+/// this response ran as the function call and output the provider's model made them from.
+pub fn input<'a>(items: impl Iterator<Item = &'a Value>, ran: Option<&McpTools>) -> Vec<Value> {
     let mut out = Vec::new();
     for item in items {
+        if let Some((call, shown)) = ran.and_then(|mcp| mcp.pair_of(item)) {
+            out.push(json!({"type": "function_call", "call_id": call.call_id,
+                            "name": call.name, "arguments": call.arguments}));
+            out.push(
+                json!({"type": "function_call_output", "call_id": call.call_id,
+                            "output": shown}),
+            );
+            continue;
+        }
         let kind = item
             .get("type")
             .and_then(Value::as_str)
@@ -328,11 +345,17 @@ pub fn input<'a>(items: impl Iterator<Item = &'a Value>) -> Vec<Value> {
                 out.push(json!({"type": "function_call_output", "call_id": call_id,
                                 "output": output}));
             }
+            // The gateway's own items, and built-in calls whose results the provider cannot
+            // take back (the answer that used them stays).
             "mcp_list_tools"
             | "reasoning"
             | "mcp_approval_request"
             | "mcp_approval_response"
-            | "item_reference" => {}
+            | "item_reference"
+            | "web_search_call"
+            | "code_interpreter_call"
+            | "file_search_call"
+            | "image_generation_call" => {}
             _ => {
                 let mut copy = item.clone();
                 if let Value::Object(map) = &mut copy {
@@ -389,6 +412,7 @@ mod tests {
             client.as_object().unwrap(),
             vec![json!({"type": "message"})],
             &functions,
+            &[],
         );
         for gone in ["previous_response_id", "conversation", "max_tool_calls"] {
             assert!(!out.contains_key(gone), "{gone}");
@@ -409,8 +433,18 @@ mod tests {
         // Without tools left, no tool_choice either.
         let bare = json!({"model": "m", "tools": [{"type": "mcp", "server_label": "s"}],
                           "tool_choice": "auto"});
-        let out = request(bare.as_object().unwrap(), Vec::new(), &[]);
+        let out = request(bare.as_object().unwrap(), Vec::new(), &[], &[]);
         assert!(!out.contains_key("tools") && !out.contains_key("tool_choice"));
+        // A backed built-in goes as its function, not as itself.
+        let built = json!({"model": "m", "tools": [{"type": "web_search_preview"},
+                                                    {"type": "code_interpreter"}]});
+        let out = request(
+            built.as_object().unwrap(),
+            Vec::new(),
+            &[],
+            &["web_search_preview"],
+        );
+        assert_eq!(out["tools"], json!([{"type": "code_interpreter"}]));
     }
 
     #[test]
@@ -430,7 +464,7 @@ mod tests {
                    "arguments": "{}", "status": "completed"}),
             json!({"id": "fco_1", "type": "function_call_output", "call_id": "c1", "output": "x"}),
         ];
-        let out = input(items.iter());
+        let out = input(items.iter(), None);
         assert_eq!(
             out,
             [
