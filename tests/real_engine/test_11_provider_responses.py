@@ -446,3 +446,16 @@ def test_a_built_in_tool_runs_through_its_configured_mcp_server(setup):
     create(setup, input="hello", tools=[{"type": "code_interpreter", "container": {"type": "auto"}}])
     assert setup.seen()[before]["body"]["tools"] == [
         {"type": "code_interpreter", "container": {"type": "auto"}}]
+
+
+def test_a_hanging_tool_is_a_failed_call_within_the_call_timeout(setup):
+    started = time.monotonic()
+    response = create(setup, input='call slow {"seconds": 10}', tools=[setup.mcp_tool()])
+    took = time.monotonic() - started
+    mcp_call = response.output[1]
+    assert mcp_call.type == "mcp_call" and mcp_call.status == "failed", response.output
+    assert mcp_call.error is not None
+    # The model was told and answered; the response itself did not fail.
+    assert response.status == "completed"
+    assert response.output_text.startswith("results: ")
+    assert took < 8, took
