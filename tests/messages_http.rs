@@ -333,6 +333,42 @@ async fn count_tokens_under_pd_goes_to_one_prefill_worker() {
         serde_json::from_str(&bodies_seen(&prefill, "/v1/messages/count_tokens").await[0]).unwrap();
     assert!(forwarded.get("bootstrap_room").is_none(), "{forwarded}");
 
+    // The prefill worker is picked with --prefill-policy, not --policy.
+    let second = mock(&["--model", MODEL]);
+    let p2 = second.url();
+    let gw = gateway(&[
+        "--pd-disaggregation",
+        "--prefill",
+        &p,
+        "--prefill",
+        &p2,
+        "--decode",
+        &d,
+        "--policy",
+        "random",
+        "--prefill-policy",
+        "round_robin",
+    ]);
+    common::wait_ready(&gw).await;
+    let url = format!("{}/v1/messages/count_tokens", gw.url());
+    for _ in 0..4 {
+        assert_eq!(post_json(&url, &count).await.status, 200);
+    }
+    let metrics = common::scrape(&gw).await;
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("gw_worker_selection_total{worker_type=\"prefill\""))
+        .unwrap_or_else(|| panic!("{metrics}"));
+    assert!(line.contains("policy=\"round_robin\""), "{line}");
+    assert!(line.ends_with(" 4"), "{line}");
+    assert_eq!(
+        bodies_seen(&second, "/v1/messages/count_tokens")
+            .await
+            .len(),
+        2,
+        "round robin takes the prefill workers in turn"
+    );
+
     // Without a prefill worker: 503 no_prefill_servers.
     let only_decode = gateway(&["--pd-disaggregation", "--decode", &d]);
     let url = format!("{}/v1/messages/count_tokens", only_decode.url());

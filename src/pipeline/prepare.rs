@@ -187,9 +187,10 @@ impl Pipeline {
             self.count_tokens_served(req.headers())?;
         }
         let renames_model = messages_route.is_some() && !self.registry.aliases().is_empty();
+        let prefill_only = counting && pd;
         let needs = match &self.pd {
             Some(pd) if pairs => pd.needs(),
-            _ => self.policy.needs(),
+            _ => self.selecting(prefill_only).needs(),
         };
         // Header values are shared buffers: taken before the header map is handed on.
         let (routing_key, target_worker) = if needs == Needs::Header {
@@ -255,7 +256,7 @@ impl Pipeline {
             wants,
             held: payload.held_for(wants),
             by_model: inputs.needs_model,
-            prefill_only: counting && pd,
+            prefill_only,
             pairs,
             declared,
         };

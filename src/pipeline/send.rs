@@ -19,6 +19,7 @@ use crate::fleet::{LoadGuard, Worker};
 use crate::http::body::RespBody;
 use crate::http::error::GatewayError;
 use crate::resilience::{Outcome, RetryConfig};
+use crate::routing::Policy;
 
 /// How one attempt ended, when it did not produce the response to relay.
 pub(super) enum Failed {
@@ -41,6 +42,15 @@ impl Pipeline {
         self.metrics.overload_shed(stage);
         GatewayError::OverloadShed {
             retry_after_secs: self.modes.overload_retry_after.as_secs(),
+        }
+    }
+
+    /// The policy that picks a request's single worker: `--prefill-policy` when it goes to
+    /// one prefill worker (count_tokens under prefill/decode), else `--policy`.
+    pub(super) fn selecting(&self, prefill_only: bool) -> &dyn Policy {
+        match &self.pd {
+            Some(pd) if prefill_only => pd.prefill.as_ref(),
+            _ => self.policy.as_ref(),
         }
     }
 
@@ -74,6 +84,7 @@ impl Pipeline {
         } else {
             Among::Regular(model)
         };
+        let policy = self.selecting(req.routing.prefill_only);
         let transports = transport::Transports {
             http: &clients.http,
             grpc: &clients.grpc,
@@ -89,12 +100,12 @@ impl Pipeline {
         loop {
             let picked = {
                 let snapshot = self.registry.snapshot();
-                select::pick(&snapshot, among, self.policy.as_ref(), &facts, &tried)
+                select::pick(&snapshot, among, policy, &facts, &tried)
             };
             let worker = match (picked, last.take()) {
                 (Ok((worker, how)), _) => {
                     self.metrics
-                        .selected(&worker, facts.model, self.policy.name(), &how);
+                        .selected(&worker, facts.model, policy.name(), &how);
                     worker
                 }
                 // Overload sheds the request, never retried: the first attempt sheds at
