@@ -13,6 +13,7 @@
 use std::collections::HashSet;
 
 use bytes::Bytes;
+use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::super::grpc::{CallDelta, Delta};
@@ -246,12 +247,7 @@ impl Writer {
             map.insert("sequence_number".into(), Value::from(self.seq));
         }
         self.seq += 1;
-        self.frames.extend_from_slice(b"event: ");
-        self.frames.extend_from_slice(kind.as_bytes());
-        self.frames.extend_from_slice(b"\ndata: ");
-        // Serialising a Value into memory cannot fail.
-        let _ = serde_json::to_writer(&mut self.frames, &data);
-        self.frames.extend_from_slice(b"\n\n");
+        write_frame(&mut self.frames, kind, &data);
     }
 
     /// The events written since the last call, if any.
@@ -390,24 +386,27 @@ impl Writer {
             return;
         };
         open.text.push_str(piece);
-        let (kind, index, id) = (open.kind, open.index, open.item["id"].clone());
-        let (event, data) = match kind {
-            Kind::Reasoning => (
-                "response.reasoning_text.delta",
-                json!({"item_id": id, "output_index": index, "content_index": 0,
-                       "delta": piece}),
-            ),
-            Kind::Message => (
-                "response.output_text.delta",
-                json!({"item_id": id, "output_index": index, "content_index": 0,
-                       "delta": piece, "logprobs": []}),
-            ),
-            Kind::Call => (
-                "response.function_call_arguments.delta",
-                json!({"item_id": id, "output_index": index, "delta": piece}),
-            ),
+        if !self.streaming {
+            return;
+        }
+        // The one event per delta is written straight from borrowed fields: no JSON value
+        // is built for it.
+        let kind = match open.kind {
+            Kind::Reasoning => "response.reasoning_text.delta",
+            Kind::Message => "response.output_text.delta",
+            Kind::Call => "response.function_call_arguments.delta",
         };
-        self.event(event, data);
+        let event = DeltaEvent {
+            kind,
+            sequence_number: self.seq,
+            item_id: open.item["id"].as_str().unwrap_or_default(),
+            output_index: open.index,
+            content_index: (open.kind != Kind::Call).then_some(0),
+            delta: piece,
+            logprobs: (open.kind == Kind::Message).then_some([]),
+        };
+        self.seq += 1;
+        write_frame(&mut self.frames, kind, &event);
     }
 
     /// Closes the open item with the status `ending` gives it.
@@ -497,6 +496,32 @@ impl Writer {
     }
 }
 
+/// A delta event (`response.output_text.delta`, `response.reasoning_text.delta`,
+/// `response.function_call_arguments.delta`), borrowed.
+#[derive(Serialize)]
+struct DeltaEvent<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    sequence_number: u64,
+    item_id: &'a str,
+    output_index: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content_index: Option<u32>,
+    delta: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    logprobs: Option<[u8; 0]>,
+}
+
+/// One SSE frame: `event: <kind>` and the JSON of `data`.
+fn write_frame(frames: &mut Vec<u8>, kind: &str, data: &impl Serialize) {
+    frames.extend_from_slice(b"event: ");
+    frames.extend_from_slice(kind.as_bytes());
+    frames.extend_from_slice(b"\ndata: ");
+    // Serialising into memory cannot fail.
+    let _ = serde_json::to_writer(&mut *frames, data);
+    frames.extend_from_slice(b"\n\n");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -561,6 +586,80 @@ mod tests {
             .filter(|e| e["type"] == "response.output_item.done")
             .count();
         assert_eq!((added, done), (3, 3));
+    }
+
+    #[test]
+    fn delta_events_carry_exactly_their_fields() {
+        let mut w = Writer::new(true, HashSet::new(), HashSet::new());
+        w.delta(&delta("", "hm", vec![]));
+        w.delta(&delta("Hi \"there\"\n", "", vec![]));
+        w.delta(&delta(
+            "",
+            "",
+            vec![
+                CallDelta::Start {
+                    index: 0,
+                    id: "call_1".into(),
+                    name: "f".into(),
+                },
+                CallDelta::Arguments {
+                    index: 0,
+                    fragment: "{}".into(),
+                },
+            ],
+        ));
+        w.finish(Ending::Done);
+        let events = events(&w.take_frames().unwrap());
+        let items = w.since(0);
+        let keys = |kind: &str| -> (Value, Vec<String>) {
+            let e = events.iter().find(|e| e["type"] == kind).unwrap().clone();
+            let mut keys: Vec<String> = e.as_object().unwrap().keys().cloned().collect();
+            keys.sort();
+            (e, keys)
+        };
+        let (text, fields) = keys("response.output_text.delta");
+        assert_eq!(
+            fields,
+            [
+                "content_index",
+                "delta",
+                "item_id",
+                "logprobs",
+                "output_index",
+                "sequence_number",
+                "type"
+            ]
+        );
+        assert_eq!(text["delta"], "Hi \"there\"\n");
+        assert_eq!(text["logprobs"], json!([]));
+        assert_eq!(text["item_id"], items[1]["id"]);
+        assert_eq!(text["output_index"], 1);
+        let (reasoning, fields) = keys("response.reasoning_text.delta");
+        assert_eq!(
+            fields,
+            [
+                "content_index",
+                "delta",
+                "item_id",
+                "output_index",
+                "sequence_number",
+                "type"
+            ]
+        );
+        assert_eq!(reasoning["item_id"], items[0]["id"]);
+        let (call, fields) = keys("response.function_call_arguments.delta");
+        assert_eq!(
+            fields,
+            [
+                "delta",
+                "item_id",
+                "output_index",
+                "sequence_number",
+                "type"
+            ]
+        );
+        assert_eq!(call["delta"], "{}");
+        assert_eq!(call["output_index"], 2);
     }
 
     #[test]
