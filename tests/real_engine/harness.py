@@ -8,6 +8,7 @@ log file in a per-run directory, shown when a test fails.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -21,6 +22,17 @@ MODEL_ALIAS = "smollm2"
 
 
 def free_port() -> int:
+    """A free port below Linux's ephemeral range (32768-60999): a port the kernel hands out
+    for `bind(0)` can be taken as the source port of some outgoing connection before the
+    process it is meant for binds it."""
+    for _ in range(200):
+        port = random.randint(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -184,8 +196,23 @@ def gateway(logdir: Path, name: str, worker_urls: list[str], extra: list[str]) -
 
 
 def start_gateway(proc: Proc, timeout: float = 30) -> Proc:
-    proc.start()
-    proc.wait_http("/health", timeout, ok=lambda r: r.status_code in (200, 503))
+    """Starts the gateway and waits for /health; a gateway whose port was taken meanwhile
+    (it exits with "Address already in use") is started again on fresh ports."""
+    for attempt in range(3):
+        proc.start()
+        try:
+            proc.wait_http("/health", timeout, ok=lambda r: r.status_code in (200, 503))
+            return proc
+        except RuntimeError:
+            taken = not proc.alive() and "Address already in use" in proc.log_tail()
+            if not taken or attempt == 2:
+                raise
+            proc.stop()
+            for flag, attr in (("--port", "port"), ("--prometheus-port", "metrics_port")):
+                if flag in proc.argv:
+                    port = free_port()
+                    proc.argv[proc.argv.index(flag) + 1] = str(port)
+                    setattr(proc, attr, port)
     return proc
 
 
