@@ -349,6 +349,14 @@ impl Runner {
         }
         let leg = match model.turn(&turn, &turn.approved, deadline).await {
             Ok(leg) => leg,
+            // Approved calls have run: another worker would run them again, so the failure
+            // is the client's answer rather than a reason to fail over.
+            Err(Refused::Send(SendError::Exchange(err))) if !turn.approved.is_empty() => {
+                return Err(refused(err))
+            }
+            Err(Refused::Send(SendError::Timeout)) if !turn.approved.is_empty() => {
+                return Err(refused(GatewayError::UpstreamTimeout))
+            }
             Err(Refused::Send(err)) => return Err(err),
             Err(Refused::Answer(answer)) => return Ok(*answer),
         };
