@@ -151,9 +151,11 @@ impl ThreadClients {
         history: &Arc<dyn History>,
         builtins: &Arc<Builtins>,
     ) -> ThreadClients {
+        // One pool for MCP servers and providers, shared by both tool loops.
+        let mcp = crate::mcp::client(tls);
         let responses = Runner::new(
             settings,
-            tls,
+            mcp.clone(),
             metrics.clone(),
             history.clone(),
             builtins.clone(),
@@ -163,7 +165,7 @@ impl ThreadClients {
             grpc: GrpcClient::new(settings, tls, metrics.clone(), responses.clone()),
             responses,
             tools: LoopClient {
-                http: crate::mcp::client(tls),
+                http: mcp,
                 call_timeout: settings.mcp_call_timeout,
                 metrics: metrics.clone(),
             },

@@ -200,11 +200,6 @@ impl GrpcClient {
             .await
     }
 
-    /// `--stream-stall-timeout-secs`, which bounds each of a Responses turn's waits too.
-    pub(super) fn stall(&self) -> Option<Duration> {
-        self.stall
-    }
-
     /// Checks `ask` against what the engine offers, sends the generation and waits for the
     /// engine's first message, which settles whether this engine serves it (a refusal
     /// until then can still go to another worker).

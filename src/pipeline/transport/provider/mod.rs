@@ -160,6 +160,27 @@ async fn read_whole(body: RespBody) -> Result<Bytes, SendError> {
     Ok(whole.freeze())
 }
 
+/// A provider's whole answer body, up to `max` bytes: a body that breaks off is
+/// `UpstreamBroken`, a larger one the client's 502 `parse_error`.
+pub(in crate::pipeline::transport) async fn read_incoming(
+    mut body: hyper::body::Incoming,
+    max: usize,
+) -> Result<Bytes, GatewayError> {
+    let mut whole = BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|_| GatewayError::UpstreamBroken)?;
+        if let Ok(data) = frame.into_data() {
+            if whole.len() + data.len() > max {
+                return Err(GatewayError::ProviderParse {
+                    message: format!("the body is larger than {max} bytes"),
+                });
+            }
+            whole.extend_from_slice(&data);
+        }
+    }
+    Ok(whole.freeze())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

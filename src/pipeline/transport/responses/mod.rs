@@ -41,7 +41,6 @@ use crate::history::{
 use crate::http::body::{FrameSender, RespBody};
 use crate::http::error::{GatewayError, StorageStep};
 use crate::http::reply as http_reply;
-use crate::http::tls::UpstreamTls;
 use crate::mcp::builtins::Builtins;
 use crate::metrics::Metrics;
 use crate::pipeline::stored::owner_of;
@@ -78,7 +77,7 @@ pub struct Runner {
     http: crate::mcp::McpHttp,
     /// `--mcp-call-timeout-secs`.
     mcp_timeout: Duration,
-    /// `--stream-stall-timeout-secs`: longest silence of a provider mid-answer.
+    /// `--stream-stall-timeout-secs`: longest silence of a worker mid-turn.
     stall: Option<Duration>,
     metrics: Arc<Metrics>,
     /// The MCP servers backing built-in tools (`--mcp-config-path`).
@@ -86,9 +85,10 @@ pub struct Runner {
 }
 
 impl Runner {
+    /// `http`: the thread's pool to MCP servers and providers.
     pub fn new(
         settings: &PipelineSettings,
-        tls: &UpstreamTls,
+        http: crate::mcp::McpHttp,
         metrics: Arc<Metrics>,
         history: Arc<dyn History>,
         builtins: Arc<Builtins>,
@@ -96,7 +96,7 @@ impl Runner {
         Runner {
             builtins,
             history,
-            http: crate::mcp::client(tls),
+            http,
             mcp_timeout: settings.mcp_call_timeout,
             stall: settings.stream_stall_timeout,
             metrics,
@@ -122,7 +122,6 @@ impl Runner {
             self.http.clone(),
             worker,
             std::mem::take(&mut attempt.headers),
-            self.stall,
         )?;
         let body = whole_body(attempt.body).await?;
         self.serve(
@@ -191,14 +190,6 @@ impl Model {
                 let request = provider::request(&turn.request, items, &functions, &backed);
                 upstream.turn(request, deadline).await.map(Leg::Provider)
             }
-        }
-    }
-
-    /// The longest silence a turn may keep mid-generation.
-    fn stall(&self) -> Option<Duration> {
-        match self {
-            Model::Engine(engine) => engine.grpc.stall(),
-            Model::Provider(upstream) => upstream.stall(),
         }
     }
 }
@@ -418,7 +409,7 @@ impl Runner {
                     writer.delta(delta);
                     writer.take_frames()
                 };
-                leg.drive(deadline, model.stall(), &mut sink, tx).await?
+                leg.drive(deadline, self.stall, &mut sink, tx).await?
             };
             usage = summed(usage, end.usage);
             let held = writer.take_held();

@@ -29,7 +29,7 @@ mod toolset;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
 use http::{HeaderMap, Method, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
@@ -43,6 +43,7 @@ use crate::http::error::GatewayError;
 use crate::mcp::{McpHttp, Session, SessionSettings, Tool, ToolOutcome};
 use crate::metrics::Metrics;
 use crate::pipeline::headers::X_GW_MCP;
+use crate::pipeline::is_sse;
 use crate::pipeline::transport::Answer;
 use crate::secret::Secret;
 
@@ -593,27 +594,13 @@ impl Loop {
                 .await
                 .map_err(|_| Failed::Gateway(GatewayError::UpstreamConnect))?;
             let status = resp.status();
-            let content_type = resp.headers().get(CONTENT_TYPE).cloned();
-            let streamed = content_type
-                .as_ref()
-                .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
-            if status.is_success() && streamed {
+            if status.is_success() && is_sse(&resp) {
                 return Ok(Answered::Stream(resp.into_body()));
             }
-            let mut body = resp.into_body();
-            let mut whole = BytesMut::new();
-            while let Some(frame) = body.frame().await {
-                let frame = frame.map_err(|_| Failed::Gateway(GatewayError::UpstreamBroken))?;
-                if let Ok(data) = frame.into_data() {
-                    if whole.len() + data.len() > MAX_ANSWER_BYTES {
-                        return Err(Failed::Gateway(GatewayError::ProviderParse {
-                            message: format!("the body is larger than {MAX_ANSWER_BYTES} bytes"),
-                        }));
-                    }
-                    whole.extend_from_slice(&data);
-                }
-            }
-            let body = whole.freeze();
+            let content_type = resp.headers().get(CONTENT_TYPE).cloned();
+            let body = super::read_incoming(resp.into_body(), MAX_ANSWER_BYTES)
+                .await
+                .map_err(Failed::Gateway)?;
             if !status.is_success() {
                 return Err(Failed::Provider(ProviderError {
                     status,

@@ -17,7 +17,7 @@ pub mod events;
 
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{HeaderMap, Method, Request, Response, Uri};
 use http_body_util::{BodyExt, Full};
@@ -32,6 +32,8 @@ use crate::fleet::Worker;
 use crate::http::body::{FrameSender, RespBody};
 use crate::http::error::GatewayError;
 use crate::mcp::McpHttp;
+use crate::pipeline::is_sse;
+use crate::pipeline::transport::provider::read_incoming;
 use events::Reading;
 
 /// Largest provider answer read in one turn, whole or streamed.
@@ -54,7 +56,6 @@ pub struct Upstream {
     uri: Uri,
     /// The worker's headers (credentials settled), with the JSON `Content-Type`.
     headers: HeaderMap,
-    stall: Option<Duration>,
 }
 
 /// A provider turn answered: its body whole, or its event stream still to be read.
@@ -69,23 +70,13 @@ impl Upstream {
         http: McpHttp,
         worker: &Worker,
         mut headers: HeaderMap,
-        stall: Option<Duration>,
     ) -> Result<Upstream, SendError> {
         let uri = format!("{}{RESPONSES_PATH}", worker.url.trim_end_matches('/'))
             .parse()
             .map_err(|_| SendError::Exchange(GatewayError::UpstreamConnect))?;
         headers.remove(CONTENT_LENGTH);
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        Ok(Upstream {
-            http,
-            uri,
-            headers,
-            stall,
-        })
-    }
-
-    pub fn stall(&self) -> Option<Duration> {
-        self.stall
+        Ok(Upstream { http, uri, headers })
     }
 
     /// Sends one turn's `request` and reads the answer's head (a whole body entirely).
@@ -119,14 +110,12 @@ impl Upstream {
             Ok(Ok(resp)) => resp,
         };
         let status = resp.status();
-        let content_type = resp.headers().get(CONTENT_TYPE).cloned();
-        let streamed = content_type
-            .as_ref()
-            .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
-        if status.is_success() && streamed {
+        if status.is_success() && is_sse(&resp) {
             return Ok(Leg::Stream(resp.into_body()));
         }
-        let whole = tokio::time::timeout_at(deadline, read_whole(resp.into_body()))
+        let content_type = resp.headers().get(CONTENT_TYPE).cloned();
+        let read = read_incoming(resp.into_body(), MAX_ANSWER_BYTES);
+        let whole = tokio::time::timeout_at(deadline, read)
             .await
             .map_err(|_| Refused::Send(SendError::Timeout))?
             .map_err(send)?;
@@ -237,23 +226,6 @@ fn broken(err: GatewayError) -> TurnEnd {
         error: Some(err),
         usage: Default::default(),
     }
-}
-
-/// The whole body of an answer, up to [`MAX_ANSWER_BYTES`].
-async fn read_whole(mut body: Incoming) -> Result<Bytes, GatewayError> {
-    let mut whole = BytesMut::new();
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|_| GatewayError::UpstreamBroken)?;
-        if let Ok(data) = frame.into_data() {
-            if whole.len() + data.len() > MAX_ANSWER_BYTES {
-                return Err(GatewayError::ProviderParse {
-                    message: format!("the answer is larger than {MAX_ANSWER_BYTES} bytes"),
-                });
-            }
-            whole.extend_from_slice(&data);
-        }
-    }
-    Ok(whole.freeze())
 }
 
 /// The request for one turn: the client's fields but those the gateway keeps, the whole
