@@ -12,6 +12,7 @@ import random
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -177,6 +178,25 @@ def start_grpc_adapter(proc: Proc, timeout: float = 30) -> Proc:
     proc.start()
     wait_log(proc, ("LISTENING",), timeout)
     return proc
+
+
+def python_server(logdir: Path, name: str, script: str, extra: list[str] | None = None) -> Proc:
+    """One of this suite's Python servers (mcp_tools_server.py, tool_model.py) on a free port;
+    it prints LISTENING once it accepts connections."""
+    port = free_port()
+    here = Path(__file__).resolve().parent
+    argv = [sys.executable, str(here / script), "--port", str(port), *(extra or [])]
+    return Proc(name, argv, logdir / f"{name}.log", port)
+
+
+def mcp_tools(logdir: Path, token: str) -> Proc:
+    """The official `mcp` SDK's Streamable HTTP server with the test tools, behind `token`."""
+    return python_server(logdir, "mcp-tools", "mcp_tools_server.py", ["--token", token])
+
+
+def tool_model(logdir: Path) -> Proc:
+    """The stand-in provider that answers like a model calling the tools its prompt names."""
+    return python_server(logdir, "tool-model", "tool_model.py")
 
 
 def gateway(logdir: Path, name: str, worker_urls: list[str], extra: list[str]) -> Proc:

@@ -12,7 +12,6 @@ max_tool_calls, the cap of 10, an unreachable server).
 
 from __future__ import annotations
 
-import sys
 import tempfile
 from pathlib import Path
 
@@ -22,7 +21,6 @@ from tokenizers import Tokenizer
 
 import harness
 
-HERE = Path(__file__).resolve().parent
 TOKEN = "mcp-test-token"
 
 
@@ -49,13 +47,7 @@ def setup():
         logdir / "grpc-engine-mock.log",
         port,
     )
-    mcp = harness.Proc(
-        "mcp-tools",
-        [sys.executable, str(HERE / "mcp_tools_server.py"), "--port", "{port}", "--token", TOKEN],
-        logdir / "mcp-tools.log",
-        harness.free_port(),
-    )
-    mcp.argv[3] = str(mcp.port)
+    mcp = harness.mcp_tools(logdir, TOKEN)
     gw = harness.gateway(
         logdir,
         "tollgate-responses",

@@ -17,7 +17,6 @@ provider's error relayed as is and an unreachable MCP server as 424.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -27,7 +26,6 @@ import pytest
 
 import harness
 
-HERE = Path(__file__).resolve().parent
 TOKEN = "mcp-test-token"
 MODEL = "tool-model"
 ADMIN_KEY = "tg-provider-responses-admin-key"
@@ -39,20 +37,8 @@ MINE = {"type": "function", "name": "mine",
 
 class Setup:
     def __init__(self, logdir: Path):
-        self.mcp = harness.Proc(
-            "mcp-tools",
-            [sys.executable, str(HERE / "mcp_tools_server.py"), "--port", "{port}", "--token", TOKEN],
-            logdir / "mcp-tools.log",
-            harness.free_port(),
-        )
-        self.mcp.argv[3] = str(self.mcp.port)
-        self.model = harness.Proc(
-            "tool-model",
-            [sys.executable, str(HERE / "tool_model.py"), "--port", "{port}"],
-            logdir / "tool-model.log",
-            harness.free_port(),
-        )
-        self.model.argv[3] = str(self.model.port)
+        self.mcp = harness.mcp_tools(logdir, TOKEN)
+        self.model = harness.tool_model(logdir)
         # web_search_preview runs through the MCP server's `echo` tool.
         config = logdir / "mcp-config.json"
         config.write_text(json.dumps({"builtins": [

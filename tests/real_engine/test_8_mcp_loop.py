@@ -14,7 +14,6 @@ mcp_connection_failed.
 from __future__ import annotations
 
 import concurrent.futures
-import sys
 import time
 from pathlib import Path
 
@@ -24,7 +23,6 @@ import pytest
 
 import harness
 
-HERE = Path(__file__).resolve().parent
 TOKEN = "mcp-test-token"
 MODEL = "tool-model"
 CALL_TIMEOUT_SECS = 2
@@ -33,20 +31,8 @@ MCP = {"X-GW-MCP": "enabled"}
 
 class Setup:
     def __init__(self, logdir: Path):
-        self.mcp = harness.Proc(
-            "mcp-tools",
-            [sys.executable, str(HERE / "mcp_tools_server.py"), "--port", "{port}", "--token", TOKEN],
-            logdir / "mcp-tools.log",
-            harness.free_port(),
-        )
-        self.mcp.argv[3] = str(self.mcp.port)
-        self.model = harness.Proc(
-            "tool-model",
-            [sys.executable, str(HERE / "tool_model.py"), "--port", "{port}"],
-            logdir / "tool-model.log",
-            harness.free_port(),
-        )
-        self.model.argv[3] = str(self.model.port)
+        self.mcp = harness.mcp_tools(logdir, TOKEN)
+        self.model = harness.tool_model(logdir)
         self.gw = harness.gateway(
             logdir,
             "tollgate-mcp",
