@@ -16,6 +16,19 @@ pub enum Mode {
     Llama { url: String },
 }
 
+/// The engine's part in prefill/decode disaggregation (`--disaggregation-mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Role {
+    /// A regular engine.
+    #[default]
+    Null,
+    /// Generates one token and keeps the prompt's KV cache for a decode engine, served on
+    /// its bootstrap port.
+    Prefill,
+    /// Takes a prefill's KV cache from the engine the request names, then generates.
+    Decode,
+}
+
 /// Which engine's gRPC service is served.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Service {
@@ -58,6 +71,11 @@ pub struct Flags {
     pub eos_token_ids: Vec<u32>,
     pub faults: Faults,
     pub timing: Timing,
+    pub role: Role,
+    /// `--bootstrap-port`: where a prefill engine serves its KV caches (0 picks one).
+    pub bootstrap_port: u16,
+    /// `--max-running-requests`: what GetLoads reports (the gateway's decode room window).
+    pub max_running_requests: Option<u32>,
 }
 
 /// Delays of the mock engine.
@@ -82,6 +100,8 @@ pub struct Faults {
     pub drop_after: Option<u32>,
     /// `GetTokenizer` sends a SHA-256 that does not match the archive.
     pub corrupt_tokenizer_sha: bool,
+    /// A vLLM-service prefill answers no `kv_transfer_params`.
+    pub omit_kv_params: bool,
 }
 
 /// Result of parsing: either run with these flags or print help.
@@ -142,6 +162,21 @@ Model info (GetModelInfo):
   --max-context N           max_context_length (mock default 4096; llama: from llama-server)
   --eos-token-id N          an EOS id, repeatable (mock: stops on it; llama: from llama-server)
 
+Prefill/decode disaggregation (sglang and vllm services, either mode):
+  --disaggregation-mode M   null (default), prefill or decode. A prefill engine generates one
+                            token, then keeps the prompt's ids (its KV cache) for one decode
+                            engine to fetch from its bootstrap port; a decode engine fetches
+                            them from the prefill the request names, checks they are its own
+                            prompt's, then generates. sglang: both legs carry
+                            disaggregated_params (host, port, room), the decode retries the
+                            fetch until the prefill has finished; vllm: the prefill is asked
+                            for kv_transfer_params {do_remote_decode: true} and answers where
+                            its cache is; a decode sent none recomputes the prompt
+  --bootstrap-port N        prefill: port of the KV side channel (default 0 picks one; printed
+                            as `BOOTSTRAP <ip>:<port>`)
+  --max-running-requests N  reported by GetLoads (default 4096)
+  --omit-kv-params          vllm prefill: answer no kv_transfer_params (a broken connector)
+
 Mock timing:
   --ttft-ms N               delay before the first token (default 0)
   --itl-ms N                delay between tokens (default 0)
@@ -165,6 +200,11 @@ Stdout, one line per event (request ids with spaces or control characters are es
   stop_profile                                          (sglang and tokenspeed services)
   get_tokenizer bytes=N chunks=M
   cancelled request_id=ID
+  BOOTSTRAP <ip>:<port>                            (prefill: the KV side channel is up)
+  handoff request_id=ID role=prefill|decode kv=bootstrap:HOST:PORT/ROOM|json:JSON|none
+  kv_stored key=KEY ids=N                          (prefill: the cache is kept)
+  kv_fetched key=KEY from=HOST:PORT ids=N          (decode: a matching cache arrived)
+  kv_recompute request_id=ID                       (decode: no handoff, the prompt recomputed)
   restored request_id=ID tokens=N   (llama: ids llama-server left out, put back)
   withheld request_id=ID tokens=N   (llama: ids lost at the end, counted only)
 
@@ -188,6 +228,9 @@ impl Default for Flags {
             eos_token_ids: Vec::new(),
             faults: Faults::default(),
             timing: Timing::default(),
+            role: Role::Null,
+            bootstrap_port: 0,
+            max_running_requests: None,
         }
     }
 }
@@ -252,6 +295,26 @@ where
             Long("generate-error") => {
                 flags.faults.generate_error = Some(string_value(&mut parser)?)
             }
+            Long("disaggregation-mode") => {
+                flags.role = match string_value(&mut parser)?.as_str() {
+                    "null" => Role::Null,
+                    "prefill" => Role::Prefill,
+                    "decode" => Role::Decode,
+                    other => {
+                        return Err(format!(
+                            "--disaggregation-mode takes null, prefill or decode, got '{other}'"
+                        ))
+                    }
+                }
+            }
+            Long("bootstrap-port") => {
+                flags.bootstrap_port = parsed_value(&mut parser, "--bootstrap-port")?
+            }
+            Long("max-running-requests") => {
+                flags.max_running_requests =
+                    Some(parsed_value(&mut parser, "--max-running-requests")?)
+            }
+            Long("omit-kv-params") => flags.faults.omit_kv_params = true,
             Long("drop-after") => {
                 flags.faults.drop_after = Some(parsed_value(&mut parser, "--drop-after")?)
             }
@@ -280,6 +343,12 @@ fn validate(flags: &Flags) -> Result<(), String> {
     if flags.max_context.is_some_and(|n| n > i32::MAX as u32) {
         return Err("--max-context does not fit the protocol's int32".to_string());
     }
+    if flags.role != Role::Null && !matches!(flags.service, Service::Sglang | Service::Vllm) {
+        return Err("--disaggregation-mode needs --service sglang or vllm".to_string());
+    }
+    if flags.max_running_requests == Some(0) {
+        return Err("--max-running-requests must be at least 1".to_string());
+    }
     if let Mode::Llama { url } = &flags.mode {
         if !url.starts_with("http://") {
             return Err(format!(
@@ -307,6 +376,30 @@ mod tests {
         assert_eq!(flags, Flags::default());
         assert_eq!(flags.mode, Mode::Mock);
         assert_eq!(flags.port, 0);
+    }
+
+    #[test]
+    fn disaggregation_flags() {
+        let flags = run(&[
+            "--disaggregation-mode",
+            "prefill",
+            "--bootstrap-port",
+            "9000",
+            "--max-running-requests",
+            "2",
+            "--omit-kv-params",
+            "--service",
+            "vllm",
+        ])
+        .unwrap();
+        assert_eq!(flags.role, Role::Prefill);
+        assert_eq!(flags.bootstrap_port, 9000);
+        assert_eq!(flags.max_running_requests, Some(2));
+        assert!(flags.faults.omit_kv_params);
+        let err = run(&["--disaggregation-mode", "decode", "--service", "mlx"]).unwrap_err();
+        assert!(err.contains("sglang or vllm"), "{err}");
+        let err = run(&["--disaggregation-mode", "both"]).unwrap_err();
+        assert!(err.contains("null, prefill or decode"), "{err}");
     }
 
     #[test]

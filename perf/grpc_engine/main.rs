@@ -9,6 +9,7 @@
 //! can check what the gateway sent. Run with `--help` for the flags.
 
 mod cli;
+mod disagg;
 mod llama;
 mod llama_api;
 mod mlx;
@@ -87,9 +88,14 @@ async fn run(flags: Flags) -> Result<(), String> {
         Some((cert, key)) => Some(shared::tls_acceptor(cert, key, &[b"h2"])?),
         None => None,
     };
-    let engine = Arc::new(Engine::new(backend, flags));
+    let disagg = disagg::Disagg::start(&flags).await?;
+    let bootstrap = disagg.bootstrap_port();
+    let engine = Arc::new(Engine::new(backend, flags, disagg));
     // The line tests wait for to learn the port (mock-worker's format).
     say::line(format_args!("LISTENING {addr}"));
+    if let Some(port) = bootstrap {
+        say::line(format_args!("BOOTSTRAP {}:{port}", addr.ip()));
+    }
     serve::serve(listener, engine, service, tls).await;
     Ok(())
 }

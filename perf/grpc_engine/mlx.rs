@@ -16,6 +16,7 @@ use tollgate::grpc::mlx::{
 use tollgate::grpc::sglang::{self, generate_complete::MatchedStop, OutputLogProbs};
 use tonic::{Request, Response, Status};
 
+use crate::disagg::Handoff;
 use crate::reshape::{Repeat, Reshaped, Reshaper, Step};
 use crate::service::Engine;
 
@@ -33,7 +34,7 @@ impl MlxEngine for MlxService {
     ) -> Result<Response<Self::GenerateStream>, Status> {
         let request = to_sglang(request.into_inner())?;
         let reshaper = Reshaper::new(request.stream, Repeat::Nothing);
-        let rx = self.0.start(request).await?;
+        let rx = self.0.start(request, Handoff::None).await?;
         Ok(Response::new(Reshaped::new(rx, reshaper, wrap)))
     }
 

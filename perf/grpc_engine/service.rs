@@ -24,6 +24,7 @@ use tollgate::grpc::sglang::{
 use tonic::{Request, Response, Status};
 
 use crate::cli::{Faults, Flags, Mode, DEFAULT_MOCK_CONTEXT};
+use crate::disagg::{Disagg, Handoff, Refusal};
 use crate::llama::{Facts, Llama};
 use crate::mock::Mock;
 use crate::say::{self, Id};
@@ -160,14 +161,16 @@ pub struct Engine {
     backend: Backend,
     flags: Flags,
     live: Arc<Live>,
+    disagg: Disagg,
 }
 
 impl Engine {
-    pub fn new(backend: Backend, flags: Flags) -> Engine {
+    pub fn new(backend: Backend, flags: Flags, disagg: Disagg) -> Engine {
         Engine {
             backend,
             flags,
             live: Arc::new(Live::default()),
+            disagg,
         }
     }
 
@@ -178,6 +181,7 @@ impl Engine {
     async fn run(
         &self,
         request: GenerateRequest,
+        leg: Leg,
         tx: mpsc::Sender<Item>,
         aborted: oneshot::Receiver<()>,
         registration: Registration,
@@ -189,8 +193,27 @@ impl Engine {
             request.stream,
             self.faults().drop_after,
         );
+        let prompt = request
+            .tokenized
+            .as_ref()
+            .map_or(&[][..], |t| &t.input_ids[..]);
+        let generation = async {
+            if let Err(Refusal(message)) = self
+                .disagg
+                .receive(&request.request_id, &leg.handoff, prompt)
+                .await
+            {
+                return sink.fail(&message, 500).await;
+            }
+            let result = self.backend.generate(&request, &mut sink).await;
+            // A prefill's cache is kept under the key its handoff names, once computed.
+            if let (Ok(()), Some(key)) = (&result, leg.keep_as) {
+                self.disagg.keep(key, prompt);
+            }
+            result
+        };
         let outcome = tokio::select! {
-            result = self.backend.generate(&request, &mut sink) => Outcome::Ended(result),
+            result = generation => Outcome::Ended(result),
             () = gone.closed() => Outcome::Ended(Err(Stop::Cancelled)),
             signal = aborted => match signal {
                 Ok(()) => Outcome::Aborted,
@@ -212,6 +235,13 @@ impl Engine {
     }
 }
 
+/// A generation's part in a prefill/decode pair.
+struct Leg {
+    handoff: Handoff,
+    /// A prefill's: the key its cache is kept under.
+    keep_as: Option<String>,
+}
+
 enum Outcome {
     Ended(Result<(), Stop>),
     Aborted,
@@ -228,22 +258,39 @@ pub struct Scheduler(pub Arc<Engine>);
 impl Engine {
     /// Starts one generation; its messages, shaped as SGLang sends them, arrive on the
     /// returned channel.
+    /// `handoff` is what the request says about its prefill/decode pair.
     pub async fn start(
         self: &Arc<Self>,
-        request: GenerateRequest,
+        mut request: GenerateRequest,
+        handoff: Handoff,
     ) -> Result<mpsc::Receiver<Item>, Status> {
         say::generate(&request);
         let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-        if let Some(message) = &self.faults().generate_error {
+        let admitted = self.disagg.admit(&mut request, &handoff);
+        let refused = match (&self.faults().generate_error, &admitted) {
+            (Some(message), _) => Some((message.clone(), 500)),
+            (None, Err(Refusal(message))) => Some((message.clone(), 400)),
+            (None, Ok(_)) => None,
+        };
+        if let Some((message, status)) = refused {
             let mut sink = Sink::new(tx, request.request_id.clone(), request.stream, None);
             // The channel is empty: the send cannot wait.
-            let _ = sink.fail(message, 500).await;
+            let _ = sink.fail(&message, status).await;
             return Ok(rx);
         }
         let (registration, aborted) = self.live.register(&request.request_id)?;
         let engine = self.clone();
-        tokio::spawn(async move { engine.run(request, tx, aborted, registration).await });
+        let leg = Leg {
+            handoff,
+            keep_as: admitted.ok().flatten(),
+        };
+        tokio::spawn(async move { engine.run(request, leg, tx, aborted, registration).await });
         Ok(rx)
+    }
+
+    /// What a vLLM prefill's complete tells its decode leg (see [`Disagg::answer_params`]).
+    pub fn answer_params(&self, request_id: &str, handoff: &Handoff) -> Option<String> {
+        self.disagg.answer_params(request_id, handoff)
     }
 
     /// HealthCheck's verdict: healthy or not, and a word on it.
@@ -295,7 +342,12 @@ impl Engine {
             dp_rank: 0,
             num_running_reqs: running,
             num_total_reqs: running,
-            max_running_requests: i32::try_from(MAX_LIVE).unwrap_or(i32::MAX),
+            max_running_requests: i32::try_from(
+                self.flags
+                    .max_running_requests
+                    .map_or(MAX_LIVE, |n| n as usize),
+            )
+            .unwrap_or(i32::MAX),
             ..SchedulerLoad::default()
         }
     }
@@ -390,7 +442,9 @@ impl SglangScheduler for Scheduler {
         &self,
         request: Request<GenerateRequest>,
     ) -> Result<Response<ReceiverStream>, Status> {
-        let rx = self.0.start(request.into_inner()).await?;
+        let request = request.into_inner();
+        let handoff = Handoff::of_sglang(&request);
+        let rx = self.0.start(request, handoff).await?;
         Ok(Response::new(ReceiverStream(rx)))
     }
 

@@ -20,6 +20,7 @@ use tollgate::grpc::tokenspeed::{
 };
 use tonic::{Request, Response, Status};
 
+use crate::disagg::Handoff;
 use crate::reshape::{Repeat, Reshaped, Reshaper, Step};
 use crate::service::Engine;
 
@@ -37,7 +38,7 @@ impl TokenSpeedScheduler for TsService {
     ) -> Result<Response<Self::GenerateStream>, Status> {
         let request = to_sglang(request.into_inner())?;
         let reshaper = Reshaper::new(request.stream, Repeat::LastChunk);
-        let rx = self.0.start(request).await?;
+        let rx = self.0.start(request, Handoff::None).await?;
         Ok(Response::new(Reshaped::new(rx, reshaper, wrap)))
     }
 

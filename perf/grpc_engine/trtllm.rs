@@ -18,6 +18,7 @@ use tollgate::grpc::trtllm::{
 };
 use tonic::{Request, Response, Status};
 
+use crate::disagg::Handoff;
 use crate::reshape::{Repeat, Reshaped, Reshaper, Step};
 use crate::service::Engine;
 
@@ -35,7 +36,7 @@ impl TrtllmService for TrtService {
     ) -> Result<Response<Self::GenerateStream>, Status> {
         let request = to_sglang(request.into_inner())?;
         let reshaper = Reshaper::new(request.stream, Repeat::Everything);
-        let rx = self.0.start(request).await?;
+        let rx = self.0.start(request, Handoff::None).await?;
         Ok(Response::new(Reshaped::new(rx, reshaper, wrap)))
     }
 

@@ -5,7 +5,10 @@
 //! then, streamed, a complete that repeats the last chunk's ids and scores, per sequence
 //! (`index`) when `n` > 1.
 
+use std::pin::Pin;
 use std::sync::Arc;
+
+use tonic::codegen::tokio_stream::{Stream, StreamExt};
 
 use tollgate::grpc::common::{FlushCacheRequest, FlushCacheResponse, GetTokenizerRequest};
 use tollgate::grpc::sglang::{self, generate_complete::MatchedStop};
@@ -18,6 +21,7 @@ use tollgate::grpc::vllm::{
 };
 use tonic::{Request, Response, Status};
 
+use crate::disagg::Handoff;
 use crate::reshape::{Repeat, Reshaped, Reshaper, Step};
 use crate::service::Engine;
 
@@ -27,16 +31,34 @@ pub struct VllmService(pub Arc<Engine>);
 
 #[tonic::async_trait]
 impl VllmEngine for VllmService {
-    type GenerateStream = Reshaped<GenerateResponse>;
+    type GenerateStream = Pin<Box<dyn Stream<Item = Result<GenerateResponse, Status>> + Send>>;
 
     async fn generate(
         &self,
         request: Request<vllm::GenerateRequest>,
     ) -> Result<Response<Self::GenerateStream>, Status> {
-        let request = to_sglang(request.into_inner())?;
+        let request = request.into_inner();
+        let handoff = request
+            .kv_transfer_params_json
+            .clone()
+            .map_or(Handoff::None, Handoff::KvTransfer);
+        let request = to_sglang(request)?;
+        let answer_params = self.0.answer_params(&request.request_id, &handoff);
         let reshaper = Reshaper::new(request.stream, Repeat::LastChunk);
-        let rx = self.0.start(request).await?;
-        Ok(Response::new(Reshaped::new(rx, reshaper, wrap)))
+        let rx = self.0.start(request, handoff).await?;
+        let stream = Reshaped::new(rx, reshaper, wrap);
+        Ok(Response::new(match answer_params {
+            // A prefill's completes say where its KV cache is.
+            Some(params) => Box::pin(stream.map(move |message| {
+                message.map(|mut message| {
+                    if let Some(VllmEvent::Complete(complete)) = &mut message.response {
+                        complete.kv_transfer_params_json = Some(params.clone());
+                    }
+                    message
+                })
+            })),
+            None => Box::pin(stream),
+        }))
     }
 
     async fn health_check(
@@ -221,6 +243,7 @@ fn wrap(step: Step) -> GenerateResponse {
                     vllm::generate_complete::MatchedStop::MatchedStopStr(s)
                 }
             }),
+            kv_transfer_params_json: None,
         }),
     };
     GenerateResponse {
@@ -260,6 +283,7 @@ mod tests {
             )),
             sampling_params: Some(params),
             stream: true,
+            kv_transfer_params_json: None,
         }
     }
 

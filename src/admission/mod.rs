@@ -49,6 +49,9 @@ pub struct AdmissionConfig {
     pub multimodal_max_inflight_bytes: Option<u64>,
     /// `--max-buffered-request-total-bytes`: request-body bytes held at once.
     pub max_buffered_request_total_bytes: u64,
+    /// `--pd-admission-wait-secs`: longest wait of a gRPC prefill/decode dispatch for
+    /// decode rooms (the `pd_admission` stage).
+    pub pd_admission_wait: Duration,
 }
 
 impl Default for AdmissionConfig {
@@ -60,6 +63,7 @@ impl Default for AdmissionConfig {
             rate_per_second: None,
             multimodal_max_inflight_bytes: None,
             max_buffered_request_total_bytes: 1024 * 1024 * 1024,
+            pd_admission_wait: Duration::from_secs(30),
         }
     }
 }

@@ -893,6 +893,19 @@ pub static FLAGS: &[Flag] = &[
         },
     ),
     Flag::one(
+        "pd-admission-wait-secs",
+        "SECS",
+        "30",
+        Group::Admission,
+        "Longest wait of a prefill/decode dispatch to gRPC engines for room on its decode \
+         worker (the worker's max_running_requests, else 256 at once) before 503 \
+         worker_overload_protection_shed",
+        |c, v| {
+            c.admission.pd_admission_wait = seconds(v, 0)?;
+            Ok(())
+        },
+    ),
+    Flag::one(
         "rate-limit-tokens-per-second",
         "RATE",
         "none",

@@ -10,6 +10,7 @@ pub mod dp;
 pub mod engine_load;
 pub mod overload;
 pub mod provider;
+pub mod rooms;
 pub mod spec;
 mod url;
 
@@ -358,6 +359,8 @@ pub struct Live {
     engine_load: ArcSwapOption<engine_load::EngineLoad>,
     /// Overload protection's verdict on the latest report (only with thresholds).
     overloaded: AtomicBool,
+    /// Decode rooms the gateway holds on this worker (gRPC prefill/decode).
+    rooms: Arc<rooms::RoomWindow>,
 }
 
 /// One registered worker: an immutable description plus shared live figures.
@@ -600,6 +603,24 @@ impl Worker {
         };
         reset.store(0, Ordering::Relaxed);
         hit.fetch_add(1, Ordering::Relaxed).saturating_add(1)
+    }
+
+    /// The decode rooms the gateway holds on this worker.
+    pub fn rooms(&self) -> &Arc<rooms::RoomWindow> {
+        &self.live.rooms
+    }
+
+    /// How many decode rooms this worker takes at once: what its engine last reported as
+    /// `max_running_requests` (every rank's), else [`rooms::DEFAULT_WINDOW`].
+    pub fn room_window(&self) -> u32 {
+        let reported: u64 = self.engine_load().map_or(0, |report| {
+            report.loads.iter().map(|l| l.max_running_requests).sum()
+        });
+        match u32::try_from(reported) {
+            Ok(0) => rooms::DEFAULT_WINDOW,
+            Ok(window) => window,
+            Err(_) => u32::MAX,
+        }
     }
 
     /// The engine's latest load report (lock-free; see [`load`]).

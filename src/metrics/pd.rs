@@ -1,7 +1,7 @@
-//! `gw_pd_*` (spec 3): prefill/decode dispatch over HTTP (the KV-transfer window and PD
-//! admission families belong to sequential PD on gRPC engines, not built yet). Created with the other families so a
-//! scrape lists them before the first pair; labelled by model (capped like every model
-//! label) and the prefill worker's runtime.
+//! `gw_pd_*` (spec 3): prefill/decode dispatch, over HTTP and to gRPC engines (the
+//! KV-transfer window and the `pd_admission` stage are gRPC's). Created with the other
+//! families so a scrape lists them before the first pair; labelled by model (capped like
+//! every model label) and the prefill worker's runtime.
 
 use std::sync::Arc;
 
@@ -9,26 +9,32 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-use super::{histograms, Counters, Histograms};
+use super::{histograms, Counters, Histograms, Labels};
 use crate::fleet::Worker;
 
 /// The prefill/decode families.
 pub struct PdMetrics {
     ttft: Histograms<3>,
     prefill_duration: Histograms<3>,
+    kv_transfer_duration: Histograms<3>,
     connector_mode: Counters<1>,
     bootstrap_failures: Counter,
     kv_transfer_failures: Counter,
+    admission_waits: Counter,
+    admission_sheds: Counter,
 }
 
 impl PdMetrics {
     pub(super) fn new(buckets: Arc<[f64]>) -> PdMetrics {
         PdMetrics {
             ttft: histograms(buckets.clone()),
-            prefill_duration: histograms(buckets),
+            prefill_duration: histograms(buckets.clone()),
+            kv_transfer_duration: histograms(buckets),
             connector_mode: Family::default(),
             bootstrap_failures: Counter::default(),
             kv_transfer_failures: Counter::default(),
+            admission_waits: Counter::default(),
+            admission_sheds: Counter::default(),
         }
     }
 
@@ -42,6 +48,11 @@ impl PdMetrics {
             "gw_pd_prefill_duration_seconds",
             "Prefill leg",
             self.prefill_duration.clone(),
+        );
+        registry.register(
+            "gw_pd_kv_transfer_duration_seconds",
+            "KV-transfer window (sequential PD on gRPC)",
+            self.kv_transfer_duration.clone(),
         );
         registry.register(
             "gw_pd_kv_connector_mode",
@@ -58,6 +69,17 @@ impl PdMetrics {
             "Prefill returned no kv_transfer_params; decode recomputes",
             self.kv_transfer_failures.clone(),
         );
+        registry.register(
+            "gw_pd_admission_waits",
+            "gRPC PD dispatches that waited for decode room",
+            self.admission_waits.clone(),
+        );
+        registry.register(
+            "gw_pd_admission_sheds",
+            "Dispatches shed with 503 worker_overload_protection_shed after \
+             --pd-admission-wait-secs or because the request needs more rooms than the window",
+            self.admission_sheds.clone(),
+        );
     }
 }
 
@@ -72,11 +94,7 @@ impl super::Metrics {
         prefill_secs: f64,
         ttft_secs: f64,
     ) {
-        let labels = [
-            ("backend_type", "pd".into()),
-            ("model", self.model(model)),
-            ("runtime", prefill.runtime.as_str().into()),
-        ];
+        let labels = self.pd_labels(model, prefill);
         self.pd
             .prefill_duration
             .get_or_create(&labels)
@@ -86,6 +104,37 @@ impl super::Metrics {
             .connector_mode
             .get_or_create(&[("mode", mode.into())])
             .inc();
+    }
+
+    /// A gRPC pair's KV-transfer window: from its prefill leg's end to decode's first
+    /// message.
+    pub fn pd_kv_transfer(&self, model: Option<&str>, prefill: &Worker, secs: f64) {
+        let labels = self.pd_labels(model, prefill);
+        self.pd
+            .kv_transfer_duration
+            .get_or_create(&labels)
+            .observe(secs);
+    }
+
+    /// The labels of the pair histograms: the model and the prefill worker's runtime.
+    fn pd_labels(&self, model: Option<&str>, prefill: &Worker) -> Labels<3> {
+        [
+            ("backend_type", "pd".into()),
+            ("model", self.model(model)),
+            ("runtime", prefill.runtime.as_str().into()),
+        ]
+    }
+
+    /// A gRPC PD dispatch that found its decode worker's rooms taken and waited.
+    pub fn pd_admission_wait(&self) {
+        self.pd.admission_waits.inc();
+    }
+
+    /// A gRPC PD dispatch shed at the `pd_admission` stage (also counted as an overload
+    /// shed of that stage).
+    pub fn pd_admission_shed(&self) {
+        self.pd.admission_sheds.inc();
+        self.overload_shed("pd_admission");
     }
 
     /// A body that could not take the bootstrap fields.

@@ -17,14 +17,19 @@ use uuid::Uuid;
 use super::prepare::{Payload, Prepared};
 use super::select::{self, NoPick};
 use super::send::{last_word, Failed};
+use super::transport::grpc::GrpcPair;
 use super::transport::pd::body::{BodyError, Rooms};
 use super::transport::pd::{self, Pair, PairAttempt, PairFailure, PrefillFailure};
-use super::transport::{Answer, SendError};
+use super::transport::{Answer, Attempt, SendError};
 use super::{Pipeline, Seen, ThreadClients};
 use crate::admission::Ticket;
+use crate::fleet::rooms::RoomsHeld;
 use crate::fleet::{ConnectionMode, LoadGuard, Worker};
+use crate::grpc::engine::Disaggregation;
 use crate::http::body::RespBody;
 use crate::http::error::GatewayError;
+use crate::http::guard::Guard;
+use crate::http::upload::LimitedBody;
 use crate::resilience::RetryConfig;
 use crate::routing::{Needs, Policy, RequestFacts};
 
@@ -36,6 +41,8 @@ pub struct PdDispatch {
     /// `--decode-policy` (else `--policy`).
     pub decode: Arc<dyn Policy>,
     pub rooms: Rooms,
+    /// `--pd-admission-wait-secs`.
+    pub admission_wait: std::time::Duration,
 }
 
 impl PdDispatch {
@@ -58,6 +65,14 @@ enum NoPair {
     Prefill,
     Decode,
     Overloaded,
+}
+
+/// How a pair's legs are carried.
+#[derive(Clone, Copy)]
+enum Carrier {
+    Http,
+    /// gRPC engines sharing a KV cache this way.
+    Grpc(Disaggregation),
 }
 
 /// Which leg an outcome belongs to.
@@ -104,32 +119,62 @@ impl Pipeline {
                 (Err(NoPair::Prefill), None) => return Err(GatewayError::NoPrefillServers),
                 (Err(NoPair::Decode), None) => return Err(GatewayError::NoAvailableWorkers),
             };
-            // Pairs are carried over HTTP; sequential PD on gRPC engines is not built yet.
-            let http = |w: &Worker| w.connection_mode() == ConnectionMode::Http;
-            if !http(&prefill) || !http(&decode) {
-                return Err(GatewayError::NotImplemented {
-                    route: "prefill/decode dispatch on gRPC engines",
-                });
-            }
+            let carrier = match (prefill.connection_mode(), decode.connection_mode()) {
+                (ConnectionMode::Http, ConnectionMode::Http) => Carrier::Http,
+                (ConnectionMode::Grpc, ConnectionMode::Grpc) => {
+                    Carrier::Grpc(clients.grpc.pairs(&prefill, &decode)?)
+                }
+                _ => {
+                    return Err(GatewayError::NotImplemented {
+                        route: "prefill/decode pairs of an HTTP and a gRPC worker",
+                    })
+                }
+            };
             seen.worker = Some(decode.clone());
+            // gRPC pairs take their decode rooms first (the `pd_admission` stage).
+            let rooms = match carrier {
+                Carrier::Grpc(_) => {
+                    Some(self.decode_rooms(pd, &decode, &body, req.deadline).await?)
+                }
+                Carrier::Http => None,
+            };
             let loads = [prefill.track(), decode.track()];
             let started = Instant::now();
-            let sent = pd::send(
-                &clients.http,
-                &pd.rooms,
-                Pair {
-                    prefill: &prefill,
-                    decode: &decode,
-                },
-                PairAttempt {
-                    head: &req.head,
-                    headers: req.headers.clone(),
-                    body: &body,
-                    deadline: req.deadline,
-                    arrived: req.arrived,
-                },
-            )
-            .await;
+            let sent = match carrier {
+                Carrier::Http => {
+                    pd::send(
+                        &clients.http,
+                        &pd.rooms,
+                        Pair {
+                            prefill: &prefill,
+                            decode: &decode,
+                        },
+                        PairAttempt {
+                            head: &req.head,
+                            headers: req.headers.clone(),
+                            body: &body,
+                            deadline: req.deadline,
+                            arrived: req.arrived,
+                        },
+                    )
+                    .await
+                }
+                Carrier::Grpc(how) => {
+                    let pair = GrpcPair {
+                        prefill: &prefill,
+                        decode: &decode,
+                        room: pd.rooms.take_one(),
+                    };
+                    let attempt = Attempt {
+                        head: &req.head,
+                        headers: req.headers.clone(),
+                        body: LimitedBody::whole(body.clone()),
+                        deadline: req.deadline,
+                        arrived: req.arrived,
+                    };
+                    clients.grpc.send_pair(pair, how, attempt).await
+                }
+            };
             let [prefill_load, decode_load] = loads;
             let (role, failed) = match sent {
                 Ok(paired) => {
@@ -142,11 +187,20 @@ impl Pipeline {
                         paired.prefill_secs,
                         started.elapsed().as_secs_f64(),
                     );
+                    if let Some(secs) = paired.kv_transfer_secs {
+                        self.metrics.pd_kv_transfer(facts.model, &prefill, secs);
+                    }
                     if paired.kv_missing {
                         self.metrics.pd_kv_transfer_failure();
                     }
                     match self.answered(&decode, paired.answer, decode_load) {
-                        Ok(answer) => return Ok(Pipeline::respond(answer.0, answer.1, ticket)),
+                        Ok(answer) => {
+                            let resp = Pipeline::respond(answer.0, answer.1, ticket);
+                            return Ok(match rooms {
+                                Some(rooms) => resp.map(|body| body.holding(Guard::new(rooms))),
+                                None => resp,
+                            });
+                        }
                         Err(failed) => (Role::Decode, failed),
                     }
                 }
@@ -200,6 +254,39 @@ impl Pipeline {
             last = Some(failed);
             tokio::time::sleep(backoff).await;
         }
+    }
+
+    /// The `pd_admission` stage: a room per sequence of `body` on `decode`, waiting for
+    /// rooms to free up for at most `--pd-admission-wait-secs` (and the request's
+    /// deadline). A request that needs more rooms than the window has, or whose wait runs
+    /// out, is shed (503, not retried); this stage does not depend on overload protection.
+    async fn decode_rooms(
+        &self,
+        pd: &PdDispatch,
+        decode: &Worker,
+        body: &[u8],
+        deadline: Instant,
+    ) -> Result<RoomsHeld, GatewayError> {
+        let needed = u32::try_from(pd::body::sequences(body)).unwrap_or(u32::MAX);
+        let window = decode.room_window();
+        let rooms = decode.rooms();
+        if needed <= window {
+            if let Some(held) = rooms.try_take(needed, window) {
+                return Ok(held);
+            }
+            self.metrics.pd_admission_wait();
+            let until = deadline.min(Instant::now() + pd.admission_wait);
+            if let Ok(held) =
+                tokio::time::timeout_at(until.into(), rooms.take(needed, window)).await
+            {
+                return Ok(held);
+            }
+        }
+        tracing::debug!(worker = %decode.url, needed, window, "shed at pd_admission");
+        self.metrics.pd_admission_shed();
+        Err(GatewayError::OverloadShed {
+            retry_after_secs: self.modes.overload_retry_after.as_secs(),
+        })
     }
 
     /// A prefill worker by its policy, then a decode worker it pairs with by theirs.
@@ -312,6 +399,7 @@ mod tests {
             prefill: prefill.clone(),
             decode: decode.clone(),
             rooms: Rooms::starting_at(0),
+            admission_wait: std::time::Duration::from_secs(30),
         };
         assert_eq!(dispatch(&cache, &rr).needs(), Needs::PromptText);
         assert_eq!(dispatch(&rr, &cache).needs(), Needs::PromptText);

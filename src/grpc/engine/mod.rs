@@ -94,6 +94,37 @@ impl Service {
     pub fn samples_many(self) -> bool {
         !matches!(self, Service::Mlx)
     }
+
+    /// How the service's engines hand a prefill's KV cache to a decode engine, for the
+    /// services whose request carries it (SGLang's bootstrap fields, vLLM's connector
+    /// parameters); `None`: the service has no prefill/decode fields spoken here.
+    pub fn disaggregation(self) -> Option<Disaggregation> {
+        match self {
+            Service::Sglang => Some(Disaggregation::Bootstrap),
+            Service::Vllm => Some(Disaggregation::KvTransfer),
+            Service::Trtllm | Service::Tokenspeed | Service::Mlx => None,
+        }
+    }
+}
+
+/// The two ways engines share a prefill's KV cache with a decode engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Disaggregation {
+    /// SGLang: both legs run at once and meet at the prefill's bootstrap server, in one
+    /// room.
+    Bootstrap,
+    /// vLLM's KV connectors: the prefill runs first and answers where its KV cache is;
+    /// the decode leg is sent that.
+    KvTransfer,
+}
+
+/// A generation's part in a prefill/decode pair.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Handoff {
+    /// SGLang's `disaggregated_params`, the same on both legs.
+    Bootstrap { host: String, port: u16, room: u32 },
+    /// vLLM's `kv_transfer_params`, a JSON object given to the engine as it is.
+    KvTransfer(String),
 }
 
 /// The sampling knobs, every value explicit (proto3 zeroes are not the engines'
@@ -152,6 +183,9 @@ pub struct Generate {
     /// known: the bound sent to engines that need one when the client gave no
     /// `max_tokens` (TensorRT-LLM has no "up to the window").
     pub room: Option<u32>,
+    /// Set on the legs of a prefill/decode pair; sent by the services that take it
+    /// ([`Service::disaggregation`]).
+    pub handoff: Option<Handoff>,
 }
 
 /// What the engine sent, in the gateway's terms.
@@ -183,6 +217,8 @@ pub struct Complete {
     /// `stop`, `length` or `abort`.
     pub finish_reason: String,
     pub prompt_tokens: u32,
+    /// A vLLM prefill's answer for its decode leg (`kv_transfer_params`, a JSON object).
+    pub kv_transfer_params: Option<String>,
 }
 
 impl Complete {
@@ -194,6 +230,7 @@ impl Complete {
             logprobs: Vec::new(),
             finish_reason,
             prompt_tokens,
+            kv_transfer_params: None,
         }
     }
 }
@@ -599,6 +636,7 @@ pub(super) mod tests {
             input_ids: vec![1, 2],
             params: params(),
             room: None,
+            handoff: None,
         }
     }
 

@@ -3,10 +3,10 @@
 //! chunk did.
 
 use super::scores::{aligned, Scores};
-use super::{Complete, EngineError, Event, Generate, ModelInfo};
+use super::{Complete, EngineError, Event, Generate, Handoff, ModelInfo};
 use crate::grpc::sglang::{
-    generate_response::Response, sampling_params::Constraint, AbortRequest, GenerateRequest,
-    GetLoadsRequest, GetModelInfoResponse, SamplingParams, TokenizedInput,
+    generate_response::Response, sampling_params::Constraint, AbortRequest, DisaggregatedParams,
+    GenerateRequest, GetLoadsRequest, GetModelInfoResponse, SamplingParams, TokenizedInput,
 };
 
 pub(super) fn request(job: Generate) -> GenerateRequest {
@@ -41,6 +41,15 @@ pub(super) fn request(job: Generate) -> GenerateRequest {
         top_logprobs_num: p
             .logprobs
             .map_or(0, |k| i32::try_from(k).unwrap_or(i32::MAX)),
+        disaggregated_params: match job.handoff {
+            Some(Handoff::Bootstrap { host, port, room }) => Some(DisaggregatedParams {
+                bootstrap_host: host,
+                bootstrap_port: i32::from(port),
+                // Rooms are drawn below 2^31 (the field is an int32).
+                bootstrap_room: i32::try_from(room).unwrap_or(i32::MAX),
+            }),
+            Some(Handoff::KvTransfer(_)) | None => None,
+        },
         stream: true,
         ..GenerateRequest::default()
     }
@@ -63,6 +72,7 @@ pub(super) fn event(response: Response) -> Event {
             ids: complete.output_ids,
             finish_reason: complete.finish_reason,
             prompt_tokens: u32::try_from(complete.prompt_tokens).unwrap_or(0),
+            kv_transfer_params: None,
         }),
         Response::Error(err) => Event::Error(EngineError {
             blames_request: err
@@ -117,6 +127,26 @@ mod tests {
         );
         assert_eq!(p.stop_token_ids, vec![3]);
         assert!(p.spaces_between_special_tokens && p.skip_special_tokens);
+        assert_eq!(r.disaggregated_params, None);
+    }
+
+    #[test]
+    fn bootstrap_fields_reach_the_engine() {
+        let mut j = job();
+        j.handoff = Some(Handoff::Bootstrap {
+            host: "10.0.0.7".into(),
+            port: 8998,
+            room: 42,
+        });
+        let d = request(j).disaggregated_params.unwrap();
+        assert_eq!(
+            (
+                d.bootstrap_host.as_str(),
+                d.bootstrap_port,
+                d.bootstrap_room
+            ),
+            ("10.0.0.7", 8998, 42)
+        );
     }
 
     #[test]
@@ -142,6 +172,7 @@ mod tests {
             panic!("complete expected");
         };
         assert_eq!(complete.ids, vec![9]);
+        assert_eq!(complete.kv_transfer_params, None);
         for (code, blames) in [("400", true), ("422", true), ("500", false), ("", false)] {
             let got = event(Response::Error(sglang::GenerateError {
                 message: "m".into(),

@@ -2,7 +2,7 @@
 //! and a streamed complete repeats the ids (and scores) of its sequence's last chunk.
 
 use super::scores::{aligned, Scores};
-use super::{Complete, Event, Generate, ModelInfo};
+use super::{Complete, Event, Generate, Handoff, ModelInfo};
 use crate::grpc::vllm::{
     generate_request, generate_response::Response, sampling_params::Constraint, AbortRequest,
     GenerateRequest, GetLoadsRequest, GetModelInfoResponse, SamplingParams, TokenizedInput,
@@ -37,6 +37,10 @@ pub(super) fn request(job: Generate) -> GenerateRequest {
             ..SamplingParams::default()
         }),
         stream: true,
+        kv_transfer_params_json: match job.handoff {
+            Some(Handoff::KvTransfer(params)) => Some(params),
+            Some(Handoff::Bootstrap { .. }) | None => None,
+        },
     }
 }
 
@@ -48,11 +52,14 @@ pub(super) fn event(response: Response) -> Event {
             ids: chunk.token_ids,
             prompt_tokens: chunk.prompt_tokens,
         },
-        Response::Complete(complete) => Event::Complete(Complete::streamed(
-            complete.index,
-            complete.finish_reason,
-            complete.prompt_tokens,
-        )),
+        Response::Complete(complete) => Event::Complete(Complete {
+            kv_transfer_params: complete.kv_transfer_params_json,
+            ..Complete::streamed(
+                complete.index,
+                complete.finish_reason,
+                complete.prompt_tokens,
+            )
+        }),
     }
 }
 
@@ -111,6 +118,28 @@ mod tests {
         let v = request(j).sampling_params.unwrap();
         assert_eq!((v.n, v.logprobs), (3, Some(2)));
         assert_eq!(request(job()).sampling_params.unwrap().logprobs, None);
+    }
+
+    #[test]
+    fn kv_transfer_params_go_out_and_come_back() {
+        let mut j = job();
+        j.handoff = Some(Handoff::KvTransfer(r#"{"do_remote_decode":true}"#.into()));
+        assert_eq!(
+            request(j).kv_transfer_params_json.as_deref(),
+            Some(r#"{"do_remote_decode":true}"#)
+        );
+        assert_eq!(request(job()).kv_transfer_params_json, None);
+        let Event::Complete(complete) = event(Response::Complete(vllm::GenerateComplete {
+            finish_reason: "length".into(),
+            kv_transfer_params_json: Some(r#"{"remote_port":7}"#.into()),
+            ..Default::default()
+        })) else {
+            panic!("complete expected");
+        };
+        assert_eq!(
+            complete.kv_transfer_params.as_deref(),
+            Some(r#"{"remote_port":7}"#)
+        );
     }
 
     #[test]

@@ -245,6 +245,7 @@ pub(super) mod tests {
             logprobs: vec![],
             finish_reason: reason.into(),
             prompt_tokens: 0,
+            kv_transfer_params: None,
         }
     }
 

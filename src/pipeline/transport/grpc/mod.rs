@@ -18,6 +18,7 @@
 mod choices;
 mod decode;
 mod messages;
+mod pair;
 mod parse;
 mod reply;
 pub mod request;
@@ -39,7 +40,7 @@ use crate::chat::language::Language;
 use crate::chat::stops::StopsError;
 use crate::chat::template::RenderInput;
 use crate::fleet::{Transport, Worker};
-use crate::grpc::engine::{EngineError, Event, Events, Generate};
+use crate::grpc::engine::{EngineError, Event, Events, Generate, Handoff};
 use crate::grpc::{self, Engine, Wire};
 use crate::http::body::{terminal, Dialect, FrameSender, RespBody};
 use crate::http::error::GatewayError;
@@ -58,6 +59,7 @@ use request::{Ask, Input, Invalid, Route};
 // What the gateway-run Responses API reads of the chat pipeline's output (and makes of a
 // provider's answer).
 pub use decode::Delta;
+pub use pair::GrpcPair;
 pub use parse::CallDelta;
 pub use reply::{Finish, Usage};
 
@@ -113,15 +115,7 @@ impl GrpcClient {
 
     /// Serves `attempt` on `worker` through the gateway's chat pipeline.
     pub async fn send(&self, worker: &Worker, attempt: Attempt<'_>) -> Result<Answer, SendError> {
-        let (Transport::Grpc { authority, tls }, Some(language), Some(service)) = (
-            &worker.transport,
-            worker.language.clone(),
-            worker.runtime.grpc_service(),
-        ) else {
-            return Err(SendError::Exchange(GatewayError::UnsupportedTransport {
-                transport: "grpc",
-            }));
-        };
+        let target = Target::of(worker).map_err(SendError::Exchange)?;
         let path = attempt.head.uri.path();
         let route = Route::of_path(path);
         let local = matches!(path, "/v1/tokenize" | "/v1/detokenize");
@@ -132,15 +126,6 @@ impl GrpcClient {
             }));
         }
         let body = super::whole_body(attempt.body).await?;
-        let target = Target {
-            context_window: worker.context_window,
-            parsers: worker.parsers.clone(),
-            model_id: worker.model_id.as_deref().map(Cow::Borrowed),
-            language,
-            service,
-            authority: authority.clone(),
-            tls: *tls,
-        };
         if responses {
             let model = Model::Engine(Box::new(EngineTurns {
                 grpc: self.clone(),
@@ -155,22 +140,34 @@ impl GrpcClient {
             return answer_locally(path, worker, &target.language, &body);
         };
         let (ask, prompt) = understand(&target.language, route, body).await?;
+        let started = self
+            .start(&target, route, &ask, prompt, attempt.deadline, None)
+            .await?;
+        self.answer(started, &ask, attempt.deadline, attempt.arrived)
+            .await
+    }
+
+    /// The client's answer from a generation whose engine has begun: streamed by a task
+    /// of its own, or collected whole.
+    async fn answer(
+        &self,
+        started: Started,
+        ask: &Ask,
+        deadline: Instant,
+        arrived: Instant,
+    ) -> Result<Answer, SendError> {
         let Started {
             mut generation,
             mut events,
             first,
             dispatched,
-        } = self
-            .start(&target, route, &ask, prompt, attempt.deadline)
-            .await?;
+        } = started;
         if ask.stream {
             let (tx, body) = RespBody::generated(STREAM_FRAMES);
             let stall = self.stall;
-            let deadline = attempt.deadline;
             let metrics = self.metrics.clone();
-            let arrived = attempt.arrived;
+            let include_usage = ask.include_usage;
             tokio::spawn(async move {
-                let include_usage = ask.include_usage;
                 generation
                     .stream(tx, events, first, deadline, stall, include_usage)
                     .await;
@@ -180,7 +177,7 @@ impl GrpcClient {
         } else {
             let stream = EngineStream {
                 events: &mut events,
-                deadline: attempt.deadline,
+                deadline,
                 stall: self.stall,
             };
             generation.collect(stream, first).await
@@ -196,31 +193,19 @@ impl GrpcClient {
         deadline: Instant,
     ) -> Result<Started, SendError> {
         let (ask, prompt) = understand(&target.language, Route::Chat, chat).await?;
-        self.start(target, Route::Chat, &ask, prompt, deadline)
+        self.start(target, Route::Chat, &ask, prompt, deadline, None)
             .await
     }
 
-    /// Checks `ask` against what the engine offers, sends the generation and waits for the
-    /// engine's first message, which settles whether this engine serves it (a refusal
-    /// until then can still go to another worker).
-    async fn start(
-        &self,
+    /// The generation `ask` makes on `target`, once checked against what the engine
+    /// offers (a refusal here can still go to another worker).
+    fn checked_job(
         target: &Target<'_>,
         route: Route,
         ask: &Ask,
         prompt: Vec<u32>,
-        deadline: Instant,
-    ) -> Result<Started, SendError> {
-        let Target {
-            context_window,
-            parsers,
-            model_id,
-            language,
-            service,
-            authority,
-            tls,
-        } = target;
-        let (service, tls) = (*service, *tls);
+    ) -> Result<Generate, SendError> {
+        let service = target.service;
         if ask.json_schema().is_some() && !service.constrains() {
             return Err(SendError::Refused(GatewayError::InvalidRequest {
                 message: format!(
@@ -248,7 +233,7 @@ impl GrpcClient {
         }
         // Checked before dispatch (spec 2): whether prompt plus max_tokens fits is the
         // engine's to say.
-        if let Some(window) = *context_window {
+        if let Some(window) = target.context_window {
             if prompt.len() > window as usize {
                 return Err(SendError::Refused(GatewayError::ContextLengthExceeded {
                     prompt_tokens: prompt.len(),
@@ -263,15 +248,45 @@ impl GrpcClient {
             Route::Generate => "",
             Route::Messages => "msg_",
         };
-        let id = format!("{prefix}{}", Uuid::new_v4().simple());
         let prompt_tokens = u32::try_from(prompt.len()).unwrap_or(u32::MAX);
-        let room = context_window.map(|window| window.saturating_sub(prompt_tokens));
-        let job = Generate {
-            request_id: id.clone(),
+        Ok(Generate {
+            request_id: format!("{prefix}{}", Uuid::new_v4().simple()),
             input_ids: prompt,
             params: ask.sampling_params(),
-            room,
-        };
+            room: target
+                .context_window
+                .map(|window| window.saturating_sub(prompt_tokens)),
+            handoff: None,
+        })
+    }
+
+    /// Checks `ask` against what the engine offers, sends the generation (a leg of a
+    /// prefill/decode pair with `handoff`) and waits for the engine's first message,
+    /// which settles whether this engine serves it (a refusal until then can still go to
+    /// another worker).
+    async fn start(
+        &self,
+        target: &Target<'_>,
+        route: Route,
+        ask: &Ask,
+        prompt: Vec<u32>,
+        deadline: Instant,
+        handoff: Option<Handoff>,
+    ) -> Result<Started, SendError> {
+        let mut job = Self::checked_job(target, route, ask, prompt)?;
+        job.handoff = handoff;
+        let Target {
+            parsers,
+            model_id,
+            language,
+            service,
+            authority,
+            tls,
+            ..
+        } = target;
+        let (service, tls) = (*service, *tls);
+        let id = job.request_id.clone();
+        let prompt_tokens = u32::try_from(job.input_ids.len()).unwrap_or(u32::MAX);
         let ending_ids = ask.ending_ids(&language.eos_ids);
         // Chat output goes through the worker's parsers; Harmony's are read from the
         // format's special tokens, so those stay in the text.
@@ -366,6 +381,29 @@ pub(super) struct Target<'a> {
     service: grpc::Service,
     authority: ::http::uri::Authority,
     tls: bool,
+}
+
+impl<'w> Target<'w> {
+    /// What of `worker` the pipeline reads; a worker that is not a gRPC engine of a
+    /// service the gateway speaks, with its tokenizer, is not one.
+    fn of(worker: &'w Worker) -> Result<Target<'w>, GatewayError> {
+        let (Transport::Grpc { authority, tls }, Some(language), Some(service)) = (
+            &worker.transport,
+            worker.language.clone(),
+            worker.runtime.grpc_service(),
+        ) else {
+            return Err(GatewayError::UnsupportedTransport { transport: "grpc" });
+        };
+        Ok(Target {
+            context_window: worker.context_window,
+            parsers: worker.parsers.clone(),
+            model_id: worker.model_id.as_deref().map(Cow::Borrowed),
+            language,
+            service,
+            authority: authority.clone(),
+            tls: *tls,
+        })
+    }
 }
 
 impl Target<'_> {

@@ -27,7 +27,7 @@ const BOOTSTRAP_FIELDS: [&str; 3] = ["bootstrap_host", "bootstrap_port", "bootst
 
 /// What vLLM's prefill leg is asked for besides one token: keep the KV cache for a remote
 /// decode (the values vLLM's own disaggregated proxy sends).
-const REMOTE_DECODE: &str = r#"{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}"#;
+pub const REMOTE_DECODE: &str = r#"{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}"#;
 
 /// Members the prefill leg of a vLLM pair must not keep: they would ask for more than one
 /// token or for a stream, or are replaced.
@@ -85,6 +85,11 @@ impl Rooms {
         }
     }
 
+    /// One room for a gRPC pair: SGLang's field is an int32, so it is kept below 2^31.
+    pub fn take_one(&self) -> u32 {
+        (self.take(1) & 0x7fff_ffff) as u32
+    }
+
     /// `count` consecutive rooms, the first returned.
     fn take(&self, count: usize) -> u64 {
         self.next.fetch_add(count as u64, Ordering::Relaxed) & (u64::MAX >> 1)
@@ -97,6 +102,15 @@ pub struct Bootstrap<'a> {
     pub host: &'a str,
     /// `None` is sent as `null` (the engine's default port).
     pub port: Option<u16>,
+}
+
+/// How many sequences a body asks for (`n`, or a batch's items): the decode rooms its
+/// dispatch takes. A body the gateway cannot read asks for one (it is refused later).
+pub fn sequences(body: &[u8]) -> usize {
+    Members::of(body)
+        .ok()
+        .and_then(|members| members.batch_size())
+        .unwrap_or(1)
 }
 
 /// The body both legs of an SGLang pair get, and the first room it uses.

@@ -88,6 +88,8 @@ pub struct PairAnswer {
     pub prefill_secs: f64,
     /// A KV-transfer prefill answered without `kv_transfer_params`: decode recomputed.
     pub kv_missing: bool,
+    /// gRPC pairs: from the prefill leg's end to decode's first message.
+    pub kv_transfer_secs: Option<f64>,
 }
 
 /// Why a pair produced no answer from decode.
@@ -158,7 +160,7 @@ async fn bootstrap(
             done = &mut prefill => break done,
             done = &mut decode, if early_decode.is_none() => match done {
                 Ok(answer) if answer.status().is_success() => early_decode = Some(answer),
-                Ok(answer) => return Ok(PairAnswer { answer, prefill_secs: 0.0, kv_missing: false }),
+                Ok(answer) => return Ok(PairAnswer { answer, prefill_secs: 0.0, kv_missing: false, kv_transfer_secs: None }),
                 Err(err) => return Err(PairFailure::Decode(err)),
             },
             () = tokio::time::sleep_until(deadline) => {
@@ -193,6 +195,7 @@ async fn bootstrap(
         answer,
         prefill_secs: started.elapsed().as_secs_f64(),
         kv_missing: false,
+        kv_transfer_secs: None,
     })
 }
 
@@ -235,6 +238,7 @@ async fn kv_transfer(
         answer,
         prefill_secs,
         kv_missing,
+        kv_transfer_secs: None,
     })
 }
 

@@ -1,0 +1,266 @@
+//! Prefill/decode pairs of gRPC engines ("sequential PD"). The gateway renders and
+//! tokenizes the request once and sends the same prompt ids to both workers; the legs run
+//! as the engines' service shares a KV cache ([`Disaggregation`]):
+//!
+//! - vLLM's connectors: the prefill leg generates one token and answers
+//!   `kv_transfer_params` (where its KV cache is), then the decode leg is sent those and
+//!   generates the client's answer. A prefill that answers none is counted and decode
+//!   computes the prompt itself.
+//! - SGLang's bootstrap: both legs go out at once naming the prefill's bootstrap server
+//!   and one room; decode's first token comes once it holds the prefill's KV cache. The
+//!   prefill leg must end well too: decode's answer is the client's only then.
+//!
+//! The KV-transfer window is the time from the prefill leg's end to decode's first
+//! message. A prefill that fails, refuses or stalls fails the exchange at once: the decode
+//! leg is a future of this task (or not started yet), so returning drops it, and its
+//! engine is told with `Abort`. Every wait is bounded by the attempt's deadline and the
+//! stall limit.
+
+use std::time::Instant;
+
+use super::super::pd::body::REMOTE_DECODE;
+use super::super::pd::{PairAnswer, PairFailure, PrefillFailure};
+use super::{
+    call_error, refusal, understand, AbortOnDrop, EngineStream, GrpcClient, Started, Target,
+};
+use crate::fleet::{Transport, Worker};
+use crate::grpc::engine::{Disaggregation, Event, Generate, Handoff};
+use crate::grpc::Engine;
+use crate::http::error::GatewayError;
+use crate::pipeline::transport::{Attempt, SendError};
+
+use super::request::{Ask, Route};
+
+/// SGLang's bootstrap port when the prefill worker's spec names none (spec 1).
+pub const DEFAULT_BOOTSTRAP_PORT: u16 = 8998;
+
+/// The two workers of one attempt, both gRPC engines.
+#[derive(Clone, Copy)]
+pub struct GrpcPair<'w> {
+    pub prefill: &'w Worker,
+    pub decode: &'w Worker,
+    /// The bootstrap room of this attempt (SGLang); below 2^31.
+    pub room: u32,
+}
+
+/// Decode's generation begun, and the legs' timings.
+struct PairStarted {
+    started: Started,
+    prefill_secs: f64,
+    kv_transfer_secs: f64,
+    kv_missing: bool,
+}
+
+impl GrpcClient {
+    /// How `prefill` and `decode` share a KV cache, or why the gateway cannot pair them:
+    /// both must be gRPC engines it serves, of one service that has disaggregation fields.
+    pub fn pairs(&self, prefill: &Worker, decode: &Worker) -> Result<Disaggregation, GatewayError> {
+        self.reaches(prefill)?;
+        self.reaches(decode)?;
+        let of = |w: &Worker| w.runtime.grpc_service().and_then(|s| s.disaggregation());
+        match (of(prefill), of(decode)) {
+            (Some(p), Some(d)) if p == d => Ok(p),
+            _ => Err(GatewayError::NotImplemented {
+                route: "prefill/decode dispatch on these gRPC engines (SGLang and vLLM pairs are served)",
+            }),
+        }
+    }
+
+    /// Serves `attempt` on a pair (chat, completions, generate, messages).
+    pub async fn send_pair(
+        &self,
+        pair: GrpcPair<'_>,
+        how: Disaggregation,
+        attempt: Attempt<'_>,
+    ) -> Result<PairAnswer, PairFailure> {
+        let refused = |err: GatewayError| PairFailure::Decode(SendError::Refused(err));
+        let prefill = Target::of(pair.prefill).map_err(refused)?;
+        let decode = Target::of(pair.decode).map_err(refused)?;
+        let Some(route) = Route::of_path(attempt.head.uri.path()) else {
+            return Err(refused(GatewayError::NotImplemented {
+                route: "this route on prefill/decode pairs of gRPC engines",
+            }));
+        };
+        let body = super::super::whole_body(attempt.body)
+            .await
+            .map_err(PairFailure::Decode)?;
+        let (ask, prompt) = understand(&decode.language, route, body)
+            .await
+            .map_err(PairFailure::Decode)?;
+        let begun = self
+            .start_pair(
+                &prefill,
+                &decode,
+                pair,
+                how,
+                route,
+                &ask,
+                prompt,
+                attempt.deadline,
+            )
+            .await?;
+        let answer = self
+            .answer(begun.started, &ask, attempt.deadline, attempt.arrived)
+            .await
+            .map_err(PairFailure::Decode)?;
+        Ok(PairAnswer {
+            answer,
+            prefill_secs: begun.prefill_secs,
+            kv_missing: begun.kv_missing,
+            kv_transfer_secs: Some(begun.kv_transfer_secs),
+        })
+    }
+
+    /// Runs the prefill leg and begins the decode leg, in the pair's protocol.
+    #[allow(clippy::too_many_arguments)]
+    async fn start_pair(
+        &self,
+        prefill: &Target<'_>,
+        decode: &Target<'_>,
+        pair: GrpcPair<'_>,
+        how: Disaggregation,
+        route: Route,
+        ask: &Ask,
+        prompt: Vec<u32>,
+        deadline: Instant,
+    ) -> Result<PairStarted, PairFailure> {
+        let began = Instant::now();
+        let prefill_failed = |err| PairFailure::Prefill(PrefillFailure::Send(err));
+        let mut job =
+            Self::checked_job(prefill, route, ask, prompt.clone()).map_err(prefill_failed)?;
+        match how {
+            Disaggregation::KvTransfer => {
+                job.params.max_tokens = Some(1);
+                job.params.n = 1;
+                job.params.logprobs = None;
+                job.handoff = Some(Handoff::KvTransfer(REMOTE_DECODE.to_owned()));
+                let params = self
+                    .prefill_leg(prefill, job, deadline)
+                    .await
+                    .map_err(prefill_failed)?;
+                let prefill_end = Instant::now();
+                let kv_missing = params.is_none();
+                let handoff = params.map(Handoff::KvTransfer);
+                let started = self
+                    .start(decode, route, ask, prompt, deadline, handoff)
+                    .await
+                    .map_err(PairFailure::Decode)?;
+                Ok(PairStarted {
+                    started,
+                    prefill_secs: (prefill_end - began).as_secs_f64(),
+                    kv_transfer_secs: prefill_end.elapsed().as_secs_f64(),
+                    kv_missing,
+                })
+            }
+            // One room per generation: SGLang's bootstrap fields name a single one.
+            Disaggregation::Bootstrap if ask.n > 1 => Err(PairFailure::Decode(SendError::Refused(
+                GatewayError::InvalidRequest {
+                    message: "n must be 1 on prefill/decode pairs of sglang gRPC engines: \
+                              the bootstrap handoff carries one room"
+                        .into(),
+                },
+            ))),
+            Disaggregation::Bootstrap => {
+                let handoff = Handoff::Bootstrap {
+                    host: pair_host(pair.prefill).to_owned(),
+                    port: pair
+                        .prefill
+                        .spec
+                        .bootstrap_port
+                        .unwrap_or(DEFAULT_BOOTSTRAP_PORT),
+                    room: pair.room,
+                };
+                job.handoff = Some(handoff.clone());
+                let prefill_leg = self.prefill_leg(prefill, job, deadline);
+                let decode_leg = self.start(decode, route, ask, prompt, deadline, Some(handoff));
+                tokio::pin!(prefill_leg);
+                tokio::pin!(decode_leg);
+                tokio::select! {
+                    done = &mut prefill_leg => {
+                        done.map_err(prefill_failed)?;
+                        let prefill_end = Instant::now();
+                        let started = decode_leg.await.map_err(PairFailure::Decode)?;
+                        Ok(PairStarted {
+                            started,
+                            prefill_secs: (prefill_end - began).as_secs_f64(),
+                            kv_transfer_secs: prefill_end.elapsed().as_secs_f64(),
+                            kv_missing: false,
+                        })
+                    }
+                    started = &mut decode_leg => {
+                        // Decode began first (its first message can come as soon as it
+                        // holds the KV cache); the prefill leg must still end well.
+                        let started = started.map_err(PairFailure::Decode)?;
+                        prefill_leg.await.map_err(prefill_failed)?;
+                        Ok(PairStarted {
+                            started,
+                            prefill_secs: began.elapsed().as_secs_f64(),
+                            kv_transfer_secs: 0.0,
+                            kv_missing: false,
+                        })
+                    }
+                }
+            }
+        }
+    }
+
+    /// The prefill leg, run to the end of its every sequence; a KV-transfer prefill's
+    /// `kv_transfer_params` when it answered them.
+    async fn prefill_leg(
+        &self,
+        target: &Target<'_>,
+        job: Generate,
+        deadline: Instant,
+    ) -> Result<Option<String>, SendError> {
+        let engine = Engine::new(
+            target.service,
+            self.wire.clone(),
+            &target.authority,
+            target.tls,
+        );
+        let sequences = job.params.n.max(1);
+        let request_id = job.request_id.clone();
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let mut events = engine
+            .generate(job, remaining)
+            .await
+            .map_err(|err| SendError::Exchange(call_error(err)))?;
+        let mut abort = AbortOnDrop {
+            engine,
+            request_id: Some(request_id),
+        };
+        let mut stream = EngineStream {
+            events: &mut events,
+            deadline,
+            stall: self.stall,
+        };
+        let mut ended = 0;
+        let mut params = None;
+        while ended < sequences {
+            match stream.next().await {
+                Ok(Some(Event::Error(err))) => return Err(refusal(&err)),
+                Ok(Some(Event::Chunk { .. })) => {}
+                Ok(Some(Event::Complete(complete))) => {
+                    ended += 1;
+                    params = params.or(complete.kv_transfer_params);
+                }
+                // An engine that ends its stream after a complete is done with it.
+                Ok(None) if ended > 0 => break,
+                Ok(None) => return Err(SendError::Exchange(GatewayError::UpstreamBroken)),
+                Err(GatewayError::UpstreamTimeout) => return Err(SendError::Timeout),
+                Err(err) => return Err(SendError::Exchange(err)),
+            }
+        }
+        abort.request_id = None;
+        Ok(params)
+    }
+}
+
+/// The host a decode engine reaches the prefill's bootstrap server at: the prefill
+/// worker's own host.
+fn pair_host(prefill: &Worker) -> &str {
+    match &prefill.transport {
+        Transport::Grpc { authority, .. } => authority.host(),
+        _ => "",
+    }
+}
