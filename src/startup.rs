@@ -115,7 +115,7 @@ fn pd_dispatch(config: &Config, policy: &Arc<dyn Policy>) -> Option<PdDispatch> 
     Some(PdDispatch {
         prefill: role(routing.prefill_policy),
         decode: role(routing.decode_policy),
-        rooms: Rooms::starting_at(crate::rng::next_u64()),
+        rooms: Arc::new(Rooms::starting_at(crate::rng::next_u64())),
         admission_wait: config.admission.pd_admission_wait,
     })
 }

@@ -494,3 +494,92 @@ async fn readiness_needs_a_ready_prefill_and_decode_engine() {
     .await;
     assert_gateway_error(&reply, 503, "no_available_workers");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_run_every_model_turn_on_the_pair_and_epd_fleets_refuse_them() {
+    let dir = temp_dir("responses");
+    let eos = write_tokenizer(&dir).token_to_id(IM_END).unwrap();
+    let p = engine("vllm", "prefill", eos, &[]);
+    let d = engine("vllm", "decode", eos, &[]);
+    let gw = pd_gateway(&p, &d, &dir, &[]).await;
+    let url = format!("{}/v1/responses", gw.url());
+
+    let first = post_json(
+        &url,
+        &json!({"model": "echo-model", "input": "hello there", "max_output_tokens": 200}),
+    )
+    .await;
+    assert_eq!(first.status, 200, "{}", first.text());
+    let first = first.json();
+    assert_eq!(first["status"], "completed", "{first}");
+    assert!(!support::response_text(&first).is_empty(), "{first}");
+    // A stored response chains: the next turn's prompt holds the first exchange.
+    let second = post_json(
+        &url,
+        &json!({"model": "echo-model", "input": "and again", "max_output_tokens": 200,
+                "previous_response_id": first["id"]}),
+    )
+    .await;
+    assert_eq!(second.status, 200, "{}", second.text());
+    assert_eq!(second.json()["previous_response_id"], first["id"]);
+    let c = client(false);
+    let streamed = start_json(
+        &c,
+        &url,
+        &json!({"model": "echo-model", "input": "hello", "max_output_tokens": 200, "stream": true}),
+    )
+    .await;
+    assert_eq!(streamed.status(), 200);
+    let frames = read_frames(&mut streamed.into_body(), Duration::from_secs(20)).await;
+    assert!(frames.clean_end(), "{frames:?}");
+    assert!(
+        frames.text().contains("response.completed"),
+        "{}",
+        frames.text()
+    );
+
+    // Each turn ran its prefill leg, and its decode fetched that prefill's cache.
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            lines(&d, "kv_fetched").len() == 3
+        })
+        .await,
+        "{}",
+        d.log_text()
+    );
+    assert_eq!(lines(&p, "handoff").len(), 3);
+    let metrics = scrape(&gw).await;
+    assert_eq!(
+        sample(
+            &metrics,
+            r#"gw_pd_prefill_duration_seconds_count{backend_type="pd",model="echo-model",runtime="vllm"}"#
+        ),
+        Some(3.0),
+        "{metrics}"
+    );
+
+    // An encode worker makes the fleet EPD: Responses are refused, the rest is served.
+    let encoder = common::grpc_engine(&["--service", "vllm", "--model", "echo-model"]);
+    let added = post_json(
+        &format!("{}/workers", gw.url()),
+        &json!({"url": grpc_url(&encoder), "worker_type": "encode"}),
+    )
+    .await;
+    assert_eq!(added.status, 202, "{}", added.text());
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            get(&format!("{}/workers", gw.url())).await.json()["total"] == 3
+        })
+        .await,
+        "the encode worker was not registered:\n{}",
+        gw.log_text()
+    );
+    let refused = post_json(&url, &json!({"model": "echo-model", "input": "hello"})).await;
+    assert_gateway_error(&refused, 501, "not_implemented");
+    let messages = post_json(
+        &format!("{}/v1/messages", gw.url()),
+        &generation_body("/v1/messages", false, Value::Null),
+    )
+    .await;
+    assert_eq!(messages.status, 200, "{}", messages.text());
+}

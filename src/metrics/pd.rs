@@ -94,7 +94,7 @@ impl super::Metrics {
         prefill_secs: f64,
         ttft_secs: f64,
     ) {
-        let labels = self.pd_labels(model, prefill);
+        let labels = self.pd_labels(model, prefill.runtime.as_str());
         self.pd
             .prefill_duration
             .get_or_create(&labels)
@@ -108,20 +108,40 @@ impl super::Metrics {
 
     /// A gRPC pair's KV-transfer window: from its prefill leg's end to decode's first
     /// message.
-    pub fn pd_kv_transfer(&self, model: Option<&str>, prefill: &Worker, secs: f64) {
-        let labels = self.pd_labels(model, prefill);
+    pub fn pd_kv_transfer(&self, model: Option<&str>, runtime: &'static str, secs: f64) {
+        let labels = self.pd_labels(model, runtime);
         self.pd
             .kv_transfer_duration
             .get_or_create(&labels)
             .observe(secs);
     }
 
+    /// Both legs' figures of one model turn of a gateway-run Responses request on a gRPC
+    /// pair.
+    pub fn pd_legs(
+        &self,
+        model: Option<&str>,
+        runtime: &'static str,
+        prefill_secs: f64,
+        kv_transfer_secs: f64,
+    ) {
+        let labels = self.pd_labels(model, runtime);
+        self.pd
+            .prefill_duration
+            .get_or_create(&labels)
+            .observe(prefill_secs);
+        self.pd
+            .kv_transfer_duration
+            .get_or_create(&labels)
+            .observe(kv_transfer_secs);
+    }
+
     /// The labels of the pair histograms: the model and the prefill worker's runtime.
-    fn pd_labels(&self, model: Option<&str>, prefill: &Worker) -> Labels<3> {
+    fn pd_labels(&self, model: Option<&str>, runtime: &'static str) -> Labels<3> {
         [
             ("backend_type", "pd".into()),
             ("model", self.model(model)),
-            ("runtime", prefill.runtime.as_str().into()),
+            ("runtime", runtime.into()),
         ]
     }
 

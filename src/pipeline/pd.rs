@@ -24,7 +24,7 @@ use super::transport::{Answer, Attempt, SendError};
 use super::{Pipeline, Seen, ThreadClients};
 use crate::admission::Ticket;
 use crate::fleet::rooms::RoomsHeld;
-use crate::fleet::{ConnectionMode, LoadGuard, Worker};
+use crate::fleet::{ConnectionMode, LoadGuard, Worker, WorkerType};
 use crate::grpc::engine::Disaggregation;
 use crate::http::body::RespBody;
 use crate::http::error::GatewayError;
@@ -40,7 +40,7 @@ pub struct PdDispatch {
     pub prefill: Arc<dyn Policy>,
     /// `--decode-policy` (else `--policy`).
     pub decode: Arc<dyn Policy>,
-    pub rooms: Rooms,
+    pub rooms: Arc<Rooms>,
     /// `--pd-admission-wait-secs`.
     pub admission_wait: std::time::Duration,
 }
@@ -100,6 +100,13 @@ impl Pipeline {
             Payload::Held(bytes) => bytes.clone(),
             Payload::Stream(_) => return Err(GatewayError::BufferBudgetFull),
         };
+        // Spec 2: a gRPC encode/prefill/decode fleet serves Messages and the other
+        // generation routes through its pairs, but not Responses.
+        if req.head.uri.path() == "/v1/responses" && self.grpc_encode_workers() {
+            return Err(GatewayError::NotImplemented {
+                route: "/v1/responses on encode/prefill/decode fleets of gRPC engines",
+            });
+        }
         let peeked = req.routing.peek();
         let facts = req.routing.facts(&peeked);
         if let Some(source) = req.routing.key_source(&peeked) {
@@ -163,7 +170,7 @@ impl Pipeline {
                     let pair = GrpcPair {
                         prefill: &prefill,
                         decode: &decode,
-                        room: pd.rooms.take_one(),
+                        rooms: &pd.rooms,
                     };
                     let attempt = Attempt {
                         head: &req.head,
@@ -180,15 +187,18 @@ impl Pipeline {
                 Ok(paired) => {
                     drop(prefill_load);
                     self.record_outcome(&prefill, crate::resilience::Outcome::Success);
-                    self.metrics.pd_pair(
-                        facts.model,
-                        &prefill,
-                        pd::Protocol::connector_mode(&prefill),
-                        paired.prefill_secs,
-                        started.elapsed().as_secs_f64(),
-                    );
+                    if let Some(prefill_secs) = paired.prefill_secs {
+                        self.metrics.pd_pair(
+                            facts.model,
+                            &prefill,
+                            pd::Protocol::connector_mode(&prefill),
+                            prefill_secs,
+                            started.elapsed().as_secs_f64(),
+                        );
+                    }
                     if let Some(secs) = paired.kv_transfer_secs {
-                        self.metrics.pd_kv_transfer(facts.model, &prefill, secs);
+                        self.metrics
+                            .pd_kv_transfer(facts.model, prefill.runtime.as_str(), secs);
                     }
                     if paired.kv_missing {
                         self.metrics.pd_kv_transfer_failure();
@@ -286,6 +296,13 @@ impl Pipeline {
         self.metrics.pd_admission_shed();
         Err(GatewayError::OverloadShed {
             retry_after_secs: self.modes.overload_retry_after.as_secs(),
+        })
+    }
+
+    /// Whether gRPC encode workers are registered (the fleet is EPD).
+    fn grpc_encode_workers(&self) -> bool {
+        self.registry.snapshot().all().iter().any(|w| {
+            w.worker_type == WorkerType::Encode && w.connection_mode() == ConnectionMode::Grpc
         })
     }
 
@@ -398,7 +415,7 @@ mod tests {
         let dispatch = |prefill: &Arc<dyn Policy>, decode: &Arc<dyn Policy>| PdDispatch {
             prefill: prefill.clone(),
             decode: decode.clone(),
-            rooms: Rooms::starting_at(0),
+            rooms: Arc::new(Rooms::starting_at(0)),
             admission_wait: std::time::Duration::from_secs(30),
         };
         assert_eq!(dispatch(&cache, &rr).needs(), Needs::PromptText);

@@ -60,6 +60,7 @@ use request::{Ask, Input, Invalid, Route};
 // provider's answer).
 pub use decode::Delta;
 pub use pair::GrpcPair;
+pub(super) use pair::PrefillSide;
 pub use parse::CallDelta;
 pub use reply::{Finish, Usage};
 
@@ -130,6 +131,7 @@ impl GrpcClient {
             let model = Model::Engine(Box::new(EngineTurns {
                 grpc: self.clone(),
                 target: target.into_owned(),
+                pair: None,
             }));
             return self
                 .responses
@@ -186,15 +188,22 @@ impl GrpcClient {
 
     /// One model turn of a gateway-run Responses request: `chat` (a chat completions body)
     /// rendered and sent, and the engine's first message in.
+    /// On a prefill/decode pair, `target` is the decode worker and `pair` the prefill side.
     pub(super) async fn chat_turn(
         &self,
         target: &Target<'_>,
+        pair: Option<&PrefillSide<'_>>,
         chat: Bytes,
         deadline: Instant,
     ) -> Result<Started, SendError> {
         let (ask, prompt) = understand(&target.language, Route::Chat, chat).await?;
-        self.start(target, Route::Chat, &ask, prompt, deadline, None)
-            .await
+        match pair {
+            Some(side) => self.pair_turn(side, target, &ask, prompt, deadline).await,
+            None => {
+                self.start(target, Route::Chat, &ask, prompt, deadline, None)
+                    .await
+            }
+        }
     }
 
     /// The generation `ask` makes on `target`, once checked against what the engine

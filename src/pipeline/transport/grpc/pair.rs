@@ -16,10 +16,12 @@
 //! engine is told with `Abort`. Every wait is bounded by the attempt's deadline and the
 //! stall limit.
 
+use std::sync::Arc;
 use std::time::Instant;
 
-use super::super::pd::body::REMOTE_DECODE;
+use super::super::pd::body::{Rooms, REMOTE_DECODE};
 use super::super::pd::{PairAnswer, PairFailure, PrefillFailure};
+use super::super::responses::{EngineTurns, Model};
 use super::{
     call_error, refusal, understand, AbortOnDrop, EngineStream, GrpcClient, Started, Target,
 };
@@ -34,13 +36,37 @@ use super::request::{Ask, Route};
 /// SGLang's bootstrap port when the prefill worker's spec names none (spec 1).
 pub const DEFAULT_BOOTSTRAP_PORT: u16 = 8998;
 
-/// The two workers of one attempt, both gRPC engines.
+/// The two workers of one attempt, both gRPC engines, and where SGLang's bootstrap rooms
+/// come from.
 #[derive(Clone, Copy)]
 pub struct GrpcPair<'w> {
     pub prefill: &'w Worker,
     pub decode: &'w Worker,
-    /// The bootstrap room of this attempt (SGLang); below 2^31.
-    pub room: u32,
+    pub rooms: &'w Arc<Rooms>,
+}
+
+/// The prefill side of a pair, as its legs need it: kept by a gateway-run Responses
+/// request for each of its model turns.
+#[derive(Clone)]
+pub(in crate::pipeline::transport) struct PrefillSide<'a> {
+    target: Target<'a>,
+    how: Disaggregation,
+    /// The prefill's bootstrap server (SGLang).
+    host: String,
+    port: u16,
+    rooms: Arc<Rooms>,
+}
+
+impl PrefillSide<'_> {
+    pub(in crate::pipeline::transport) fn into_owned(self) -> PrefillSide<'static> {
+        PrefillSide {
+            target: self.target.into_owned(),
+            how: self.how,
+            host: self.host,
+            port: self.port,
+            rooms: self.rooms,
+        }
+    }
 }
 
 /// Decode's generation begun, and the legs' timings.
@@ -66,7 +92,8 @@ impl GrpcClient {
         }
     }
 
-    /// Serves `attempt` on a pair (chat, completions, generate, messages).
+    /// Serves `attempt` on a pair: every generation route, and `/v1/responses` run by the
+    /// gateway with each model turn on the pair.
     pub async fn send_pair(
         &self,
         pair: GrpcPair<'_>,
@@ -74,9 +101,42 @@ impl GrpcClient {
         attempt: Attempt<'_>,
     ) -> Result<PairAnswer, PairFailure> {
         let refused = |err: GatewayError| PairFailure::Decode(SendError::Refused(err));
-        let prefill = Target::of(pair.prefill).map_err(refused)?;
+        let side = PrefillSide {
+            target: Target::of(pair.prefill).map_err(refused)?,
+            how,
+            host: pair_host(pair.prefill).to_owned(),
+            port: pair
+                .prefill
+                .spec
+                .bootstrap_port
+                .unwrap_or(DEFAULT_BOOTSTRAP_PORT),
+            rooms: pair.rooms.clone(),
+        };
         let decode = Target::of(pair.decode).map_err(refused)?;
-        let Some(route) = Route::of_path(attempt.head.uri.path()) else {
+        let path = attempt.head.uri.path();
+        if path == "/v1/responses" {
+            let body = super::super::whole_body(attempt.body)
+                .await
+                .map_err(PairFailure::Decode)?;
+            let model = Model::Engine(Box::new(EngineTurns {
+                grpc: self.clone(),
+                target: decode.into_owned(),
+                pair: Some(side.into_owned()),
+            }));
+            let answer = self
+                .responses
+                .serve(model, attempt.head, attempt.deadline, body)
+                .await
+                .map_err(PairFailure::Decode)?;
+            // Each turn's legs were counted as they ran.
+            return Ok(PairAnswer {
+                answer,
+                prefill_secs: None,
+                kv_missing: false,
+                kv_transfer_secs: None,
+            });
+        }
+        let Some(route) = Route::of_path(path) else {
             return Err(refused(GatewayError::NotImplemented {
                 route: "this route on prefill/decode pairs of gRPC engines",
             }));
@@ -88,16 +148,7 @@ impl GrpcClient {
             .await
             .map_err(PairFailure::Decode)?;
         let begun = self
-            .start_pair(
-                &prefill,
-                &decode,
-                pair,
-                how,
-                route,
-                &ask,
-                prompt,
-                attempt.deadline,
-            )
+            .start_pair(&side, &decode, route, &ask, prompt, attempt.deadline)
             .await?;
         let answer = self
             .answer(begun.started, &ask, attempt.deadline, attempt.arrived)
@@ -105,20 +156,46 @@ impl GrpcClient {
             .map_err(PairFailure::Decode)?;
         Ok(PairAnswer {
             answer,
-            prefill_secs: begun.prefill_secs,
+            prefill_secs: Some(begun.prefill_secs),
             kv_missing: begun.kv_missing,
             kv_transfer_secs: Some(begun.kv_transfer_secs),
         })
     }
 
+    /// One model turn of a gateway-run Responses request on a pair (the turn's legs
+    /// counted here: the request's exchange has many).
+    pub(in crate::pipeline::transport) async fn pair_turn(
+        &self,
+        side: &PrefillSide<'_>,
+        decode: &Target<'_>,
+        ask: &Ask,
+        prompt: Vec<u32>,
+        deadline: Instant,
+    ) -> Result<Started, SendError> {
+        let begun = self
+            .start_pair(side, decode, Route::Chat, ask, prompt, deadline)
+            .await
+            .map_err(|failure| match failure {
+                PairFailure::Prefill(PrefillFailure::Send(err)) | PairFailure::Decode(err) => err,
+                PairFailure::Prefill(PrefillFailure::Status(_)) | PairFailure::Body(_) => {
+                    SendError::Exchange(GatewayError::UpstreamBroken)
+                }
+            })?;
+        let model = ask.model.as_deref();
+        let runtime = side.target.service.runtime();
+        self.metrics
+            .pd_legs(model, runtime, begun.prefill_secs, begun.kv_transfer_secs);
+        if begun.kv_missing {
+            self.metrics.pd_kv_transfer_failure();
+        }
+        Ok(begun.started)
+    }
+
     /// Runs the prefill leg and begins the decode leg, in the pair's protocol.
-    #[allow(clippy::too_many_arguments)]
     async fn start_pair(
         &self,
-        prefill: &Target<'_>,
+        side: &PrefillSide<'_>,
         decode: &Target<'_>,
-        pair: GrpcPair<'_>,
-        how: Disaggregation,
         route: Route,
         ask: &Ask,
         prompt: Vec<u32>,
@@ -126,9 +203,10 @@ impl GrpcClient {
     ) -> Result<PairStarted, PairFailure> {
         let began = Instant::now();
         let prefill_failed = |err| PairFailure::Prefill(PrefillFailure::Send(err));
+        let prefill = &side.target;
         let mut job =
             Self::checked_job(prefill, route, ask, prompt.clone()).map_err(prefill_failed)?;
-        match how {
+        match side.how {
             Disaggregation::KvTransfer => {
                 job.params.max_tokens = Some(1);
                 job.params.n = 1;
@@ -162,13 +240,9 @@ impl GrpcClient {
             ))),
             Disaggregation::Bootstrap => {
                 let handoff = Handoff::Bootstrap {
-                    host: pair_host(pair.prefill).to_owned(),
-                    port: pair
-                        .prefill
-                        .spec
-                        .bootstrap_port
-                        .unwrap_or(DEFAULT_BOOTSTRAP_PORT),
-                    room: pair.room,
+                    host: side.host.clone(),
+                    port: side.port,
+                    room: side.rooms.take_one(),
                 };
                 job.handoff = Some(handoff.clone());
                 let prefill_leg = self.prefill_leg(prefill, job, deadline);

@@ -84,8 +84,9 @@ pub struct PairAttempt<'a> {
 /// the prefill leg went.
 pub struct PairAnswer {
     pub answer: Answer,
-    /// From the start of the exchange to the prefill's success.
-    pub prefill_secs: f64,
+    /// From the start of the exchange to the prefill's success; `None` for a gRPC
+    /// Responses exchange, whose model turns count their own legs.
+    pub prefill_secs: Option<f64>,
     /// A KV-transfer prefill answered without `kv_transfer_params`: decode recomputed.
     pub kv_missing: bool,
     /// gRPC pairs: from the prefill leg's end to decode's first message.
@@ -160,7 +161,7 @@ async fn bootstrap(
             done = &mut prefill => break done,
             done = &mut decode, if early_decode.is_none() => match done {
                 Ok(answer) if answer.status().is_success() => early_decode = Some(answer),
-                Ok(answer) => return Ok(PairAnswer { answer, prefill_secs: 0.0, kv_missing: false, kv_transfer_secs: None }),
+                Ok(answer) => return Ok(PairAnswer { answer, prefill_secs: Some(0.0), kv_missing: false, kv_transfer_secs: None }),
                 Err(err) => return Err(PairFailure::Decode(err)),
             },
             () = tokio::time::sleep_until(deadline) => {
@@ -193,7 +194,7 @@ async fn bootstrap(
     };
     Ok(PairAnswer {
         answer,
-        prefill_secs: started.elapsed().as_secs_f64(),
+        prefill_secs: Some(started.elapsed().as_secs_f64()),
         kv_missing: false,
         kv_transfer_secs: None,
     })
@@ -236,7 +237,7 @@ async fn kv_transfer(
         .map_err(PairFailure::Decode)?;
     Ok(PairAnswer {
         answer,
-        prefill_secs,
+        prefill_secs: Some(prefill_secs),
         kv_missing,
         kv_transfer_secs: None,
     })

@@ -30,7 +30,8 @@ use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
 use super::grpc::{
-    sse_response, unix_now, Delta, Finish, GrpcClient, Started, Target, Usage, STREAM_FRAMES,
+    sse_response, unix_now, Delta, Finish, GrpcClient, PrefillSide, Started, Target, Usage,
+    STREAM_FRAMES,
 };
 use super::{whole_body, Answer, Attempt, SendError};
 use crate::fleet::Worker;
@@ -142,10 +143,12 @@ pub(super) enum Model {
     Provider(Box<provider::Upstream>),
 }
 
-/// A gRPC engine's client and the worker it generates on.
+/// A gRPC engine's client and the worker it generates on: the decode worker of a pair
+/// when `pair` is set, whose prefill side runs each turn's prefill leg.
 pub(super) struct EngineTurns {
     pub grpc: GrpcClient,
     pub target: Target<'static>,
+    pub pair: Option<PrefillSide<'static>>,
 }
 
 /// One model turn, started.
@@ -177,7 +180,7 @@ impl Model {
                 let chat = Bytes::from(serde_json::to_vec(&chat).unwrap_or_default());
                 engine
                     .grpc
-                    .chat_turn(&engine.target, chat, deadline)
+                    .chat_turn(&engine.target, engine.pair.as_ref(), chat, deadline)
                     .await
                     .map(|started| Leg::Engine(Box::new(started)))
                     .map_err(Refused::Send)
