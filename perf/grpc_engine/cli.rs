@@ -168,8 +168,8 @@ Prefill/decode disaggregation (sglang and vllm services, either mode):
                             engine to fetch from its bootstrap port; a decode engine fetches
                             them from the prefill the request names, checks they are its own
                             prompt's, then generates. sglang: both legs carry
-                            disaggregated_params (host, port, room), the decode retries the
-                            fetch until the prefill has finished; vllm: the prefill is asked
+                            disaggregated_params (host, port, room), the decode's fetch waits
+                            until the prefill has finished; vllm: the prefill is asked
                             for kv_transfer_params {do_remote_decode: true} and answers where
                             its cache is; a decode sent none recomputes the prompt
   --bootstrap-port N        prefill: port of the KV side channel (default 0 picks one; printed

@@ -7,7 +7,8 @@
 //! side channel on the prefill's bootstrap port and compares it with its own prompt, so a
 //! gateway that sends the legs different prompts, different rooms or no handoff at all is
 //! caught. The side channel speaks one line each way: `FETCH <key>` is answered
-//! `KV <id>,<id>,...` (the entry is handed over once) or `MISSING`.
+//! `KV <id>,<id>,...` (the entry is handed over once) or `MISSING`; `AWAIT <key>` (SGLang's
+//! legs run at once) is answered once the prefill has kept the entry.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -23,9 +24,9 @@ use crate::say::{self, Id};
 
 /// Caches kept at once; the oldest goes first (a decode that never came).
 const MAX_KEPT: usize = 4096;
-/// How long a decode engine keeps asking for a cache its prefill is still computing.
+/// How long a prefill holds a decode's request for a cache it is still computing.
 const FETCH_PATIENCE: Duration = Duration::from_secs(10);
-const FETCH_PAUSE: Duration = Duration::from_millis(10);
+const FETCH_PAUSE: Duration = Duration::from_millis(1);
 /// The longest side-channel line read.
 const MAX_LINE: usize = 4 * 1024 * 1024;
 
@@ -293,33 +294,24 @@ fn remote_source(json: &str) -> Option<Source> {
     })
 }
 
-/// Asks the prefill at `source` for its cache; `patient`: until it is there.
+/// Asks the prefill at `source` for its cache; `patient`: the prefill waits until it is
+/// there (up to [`FETCH_PATIENCE`]) before it answers.
 async fn fetch(source: &Source, patient: bool) -> Result<Vec<u32>, Refusal> {
-    let deadline = tokio::time::Instant::now() + FETCH_PATIENCE;
-    loop {
-        match ask(source).await {
-            Ok(Some(ids)) => return Ok(ids),
-            Ok(None) if patient && tokio::time::Instant::now() < deadline => {
-                tokio::time::sleep(FETCH_PAUSE).await;
-            }
-            Ok(None) => {
-                return Err(Refusal(format!(
-                    "no KV cache under {} at {}:{}",
-                    source.key, source.host, source.port
-                )))
-            }
-            Err(e) => {
-                return Err(Refusal(format!(
-                    "KV side channel {}:{}: {e}",
-                    source.host, source.port
-                )))
-            }
-        }
+    match ask(source, patient).await {
+        Ok(Some(ids)) => Ok(ids),
+        Ok(None) => Err(Refusal(format!(
+            "no KV cache under {} at {}:{}",
+            source.key, source.host, source.port
+        ))),
+        Err(e) => Err(Refusal(format!(
+            "KV side channel {}:{}: {e}",
+            source.host, source.port
+        ))),
     }
 }
 
 /// One side-channel exchange: `Some(ids)`, or `None` for `MISSING`.
-async fn ask(source: &Source) -> std::io::Result<Option<Vec<u32>>> {
+async fn ask(source: &Source, patient: bool) -> std::io::Result<Option<Vec<u32>>> {
     let stream = tokio::time::timeout(
         Duration::from_secs(5),
         TcpStream::connect((source.host.as_str(), source.port)),
@@ -327,14 +319,18 @@ async fn ask(source: &Source) -> std::io::Result<Option<Vec<u32>>> {
     .await
     .map_err(|_| std::io::Error::other("connect timed out"))??;
     let (read, mut write) = stream.into_split();
+    let verb = if patient { "AWAIT" } else { "FETCH" };
     write
-        .write_all(format!("FETCH {}\n", source.key).as_bytes())
+        .write_all(format!("{verb} {}\n", source.key).as_bytes())
         .await?;
     let mut line = String::new();
     let mut reader = BufReader::new(read.take(MAX_LINE as u64));
-    tokio::time::timeout(Duration::from_secs(5), reader.read_line(&mut line))
-        .await
-        .map_err(|_| std::io::Error::other("answer timed out"))??;
+    tokio::time::timeout(
+        FETCH_PATIENCE + Duration::from_secs(5),
+        reader.read_line(&mut line),
+    )
+    .await
+    .map_err(|_| std::io::Error::other("answer timed out"))??;
     parse_answer(line.trim_end())
 }
 
@@ -352,7 +348,8 @@ fn parse_answer(line: &str) -> std::io::Result<Option<Vec<u32>>> {
         .map(Some)
 }
 
-/// The prefill's side channel: one `FETCH` per connection.
+/// The prefill's side channel: one `FETCH` (answered at once) or `AWAIT` (answered once
+/// the cache is kept, or `MISSING` after [`FETCH_PATIENCE`]) per connection.
 async fn serve(listener: TcpListener, kept: Arc<Mutex<Kept>>) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
@@ -366,11 +363,26 @@ async fn serve(listener: TcpListener, kept: Arc<Mutex<Kept>>) {
             if reader.read_line(&mut line).await.is_err() {
                 return;
             }
-            let key = line.trim_end().strip_prefix("FETCH ").unwrap_or_default();
-            let ids = kept.lock().ok().and_then(|mut kept| {
-                kept.order.retain(|k| k != key);
-                kept.by_key.remove(key)
-            });
+            let line = line.trim_end();
+            let (key, patient) = match (line.strip_prefix("FETCH "), line.strip_prefix("AWAIT ")) {
+                (Some(key), _) => (key, false),
+                (None, Some(key)) => (key, true),
+                (None, None) => ("", false),
+            };
+            let until = tokio::time::Instant::now() + FETCH_PATIENCE;
+            let ids = loop {
+                let taken = kept.lock().ok().and_then(|mut kept| {
+                    let ids = kept.by_key.remove(key);
+                    if ids.is_some() {
+                        kept.order.retain(|k| k != key);
+                    }
+                    ids
+                });
+                if taken.is_some() || !patient || tokio::time::Instant::now() >= until {
+                    break taken;
+                }
+                tokio::time::sleep(FETCH_PAUSE).await;
+            };
             let answer = match ids {
                 Some(ids) => {
                     let list: Vec<String> = ids.iter().map(u32::to_string).collect();
