@@ -103,6 +103,21 @@ fn lines(engine: &Proc, word: &str) -> Vec<String> {
         .collect()
 }
 
+/// Waits until `engine` has logged `count` lines starting with `word` (its output is read
+/// by a background thread, which may lag behind the answers under load).
+async fn logged_lines(engine: &Proc, word: &str, count: usize) -> Vec<String> {
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            lines(engine, word).len() >= count
+        })
+        .await,
+        "{} {word} lines of {count}:\n{}",
+        lines(engine, word).len(),
+        engine.log_text()
+    );
+    lines(engine, word)
+}
+
 /// The value of `key=` in `line`.
 fn field<'l>(line: &'l str, key: &str) -> &'l str {
     line.split(' ')
@@ -170,23 +185,23 @@ async fn sglang_pairs_meet_in_one_room_per_request_on_every_route() {
 
     let workers = common::listed_workers(&gw).await;
     assert_eq!(workers.len(), 2, "{workers:?}");
+    // Information routes go to an HTTP prefill worker; a gRPC deployment has none (spec 1).
+    for path in ["/get_model_info", "/get_server_info"] {
+        assert_gateway_error(
+            &get(&format!("{}{path}", gw.url())).await,
+            501,
+            "not_implemented",
+        );
+    }
     every_route_is_served(&gw, &dir).await;
     let served = ROUTES.len() * 2 + 1;
 
     // Both legs named the prefill's bootstrap server and the same room; the decode found
     // the prefill's cache there, for its own prompt; every request had a room of its own.
     let port = bootstrap_port(&p).await;
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            lines(&d, "kv_fetched").len() == served
-        })
-        .await,
-        "decode fetched {} caches of {served}:\n{}",
-        lines(&d, "kv_fetched").len(),
-        d.log_text()
-    );
-    let prefill_legs = lines(&p, "handoff");
-    let decode_legs = lines(&d, "handoff");
+    assert_eq!(logged_lines(&d, "kv_fetched", served).await.len(), served);
+    let prefill_legs = logged_lines(&p, "handoff", served).await;
+    let decode_legs = logged_lines(&d, "handoff", served).await;
     assert_eq!(prefill_legs.len(), served, "{prefill_legs:?}");
     let rooms: std::collections::HashSet<String> = prefill_legs
         .iter()
@@ -208,7 +223,7 @@ async fn sglang_pairs_meet_in_one_room_per_request_on_every_route() {
         );
     }
     // The prefill generated one token per leg.
-    let generated = lines(&p, "finish");
+    let generated = logged_lines(&p, "finish", served).await;
     assert!(
         generated
             .iter()
@@ -243,7 +258,7 @@ async fn vllm_pairs_prefill_one_token_then_decode_with_its_kv_transfer_params() 
     every_route_is_served(&gw, &dir).await;
     let served = ROUTES.len() * 2 + 1;
 
-    let prefill_legs = lines(&p, "handoff");
+    let prefill_legs = logged_lines(&p, "handoff", served).await;
     assert_eq!(prefill_legs.len(), served, "{prefill_legs:?}");
     for leg in &prefill_legs {
         assert!(
@@ -251,19 +266,13 @@ async fn vllm_pairs_prefill_one_token_then_decode_with_its_kv_transfer_params() 
             "{leg}"
         );
     }
-    assert!(lines(&p, "generate")
+    assert!(logged_lines(&p, "generate", served)
+        .await
         .iter()
         .all(|l| field(l, "max_new_tokens") == "1"));
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            lines(&d, "kv_fetched").len() == served
-        })
-        .await,
-        "{}",
-        d.log_text()
-    );
+    assert_eq!(logged_lines(&d, "kv_fetched", served).await.len(), served);
     // Each decode leg named the prefill request its cache came from.
-    for leg in lines(&d, "handoff") {
+    for leg in logged_lines(&d, "handoff", served).await {
         assert!(
             field(&leg, "kv").contains(r#""do_remote_prefill":true"#),
             "{leg}"
@@ -539,15 +548,8 @@ async fn responses_run_every_model_turn_on_the_pair_and_epd_fleets_refuse_them()
     );
 
     // Each turn ran its prefill leg, and its decode fetched that prefill's cache.
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            lines(&d, "kv_fetched").len() == 3
-        })
-        .await,
-        "{}",
-        d.log_text()
-    );
-    assert_eq!(lines(&p, "handoff").len(), 3);
+    assert_eq!(logged_lines(&d, "kv_fetched", 3).await.len(), 3);
+    assert_eq!(logged_lines(&p, "handoff", 3).await.len(), 3);
     let metrics = scrape(&gw).await;
     assert_eq!(
         sample(
@@ -582,4 +584,74 @@ async fn responses_run_every_model_turn_on_the_pair_and_epd_fleets_refuse_them()
     )
     .await;
     assert_eq!(messages.status, 200, "{}", messages.text());
+}
+
+/// The listed worker of `role`.
+async fn listed(gw: &Proc, role: &str) -> Value {
+    common::listed_workers(gw)
+        .await
+        .into_iter()
+        .find(|w| w["worker_type"] == role)
+        .unwrap_or(Value::Null)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vllm_engines_kv_configuration_is_read_and_its_engine_id_reread_on_recovery() {
+    let dir = temp_dir("kv-facts");
+    let eos = write_tokenizer(&dir).token_to_id(IM_END).unwrap();
+    let kv = |id: &'static str| ["--kv-connector", "NixlConnector", "--kv-engine-id", id];
+    let p = engine("vllm", "prefill", eos, &kv("eng-p1"));
+    let port = common::free_port().to_string();
+    let decode_at = |id: &'static str| {
+        engine(
+            "vllm",
+            "decode",
+            eos,
+            &[&kv(id)[..], &["--port", &port]].concat(),
+        )
+    };
+    let mut d = decode_at("eng-d1");
+    let gw = pd_gateway(&p, &d, &dir, &[]).await;
+
+    // What the engines report fills the spec fields left empty (spec 1).
+    let prefill = listed(&gw, "prefill").await;
+    assert_eq!(prefill["kv_connector"], "NixlConnector", "{prefill}");
+    assert_eq!(prefill["kv_role"], "kv_producer", "{prefill}");
+    assert_eq!(prefill["kv_engine_id"], "eng-p1", "{prefill}");
+    let decode = listed(&gw, "decode").await;
+    assert_eq!(decode["kv_role"], "kv_consumer", "{decode}");
+    assert_eq!(decode["kv_engine_id"], "eng-d1", "{decode}");
+    let reply = post_json(
+        &format!("{}/v1/chat/completions", gw.url()),
+        &generation_body("/v1/chat/completions", false, Value::Null),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(
+        sample(
+            &scrape(&gw).await,
+            r#"gw_pd_kv_connector_mode_total{mode="conn_a"}"#
+        ),
+        Some(1.0)
+    );
+
+    // The decode engine restarts with another engine id: read again once it recovers.
+    d.terminate(Duration::from_secs(5));
+    assert!(
+        eventually(Duration::from_secs(15), || async {
+            listed(&gw, "decode").await["status"] != "ready"
+        })
+        .await,
+        "the dead decode engine stayed ready"
+    );
+    let _restarted = decode_at("eng-d2");
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            let decode = listed(&gw, "decode").await;
+            decode["status"] == "ready" && decode["kv_engine_id"] == "eng-d2"
+        })
+        .await,
+        "the recovered decode worker kept its old engine id: {}",
+        listed(&gw, "decode").await
+    );
 }

@@ -76,6 +76,9 @@ pub struct Flags {
     pub bootstrap_port: u16,
     /// `--max-running-requests`: what GetLoads reports (the gateway's decode room window).
     pub max_running_requests: Option<u32>,
+    /// `--kv-connector` / `--kv-engine-id`: what vLLM's GetServerInfo reports.
+    pub kv_connector: Option<String>,
+    pub kv_engine_id: Option<String>,
 }
 
 /// Delays of the mock engine.
@@ -176,6 +179,9 @@ Prefill/decode disaggregation (sglang and vllm services, either mode):
                             as `BOOTSTRAP <ip>:<port>`)
   --max-running-requests N  reported by GetLoads (default 4096)
   --omit-kv-params          vllm prefill: answer no kv_transfer_params (a broken connector)
+  --kv-connector NAME       vllm: the kv_connector GetServerInfo reports (default none)
+  --kv-engine-id ID         vllm: the kv_engine_id GetServerInfo reports (default none); its
+                            kv_role is kv_producer for a prefill, kv_consumer for a decode
 
 Mock timing:
   --ttft-ms N               delay before the first token (default 0)
@@ -231,6 +237,8 @@ impl Default for Flags {
             role: Role::Null,
             bootstrap_port: 0,
             max_running_requests: None,
+            kv_connector: None,
+            kv_engine_id: None,
         }
     }
 }
@@ -315,6 +323,8 @@ where
                     Some(parsed_value(&mut parser, "--max-running-requests")?)
             }
             Long("omit-kv-params") => flags.faults.omit_kv_params = true,
+            Long("kv-connector") => flags.kv_connector = Some(string_value(&mut parser)?),
+            Long("kv-engine-id") => flags.kv_engine_id = Some(string_value(&mut parser)?),
             Long("drop-after") => {
                 flags.faults.drop_after = Some(parsed_value(&mut parser, "--drop-after")?)
             }

@@ -174,6 +174,11 @@ impl Engine {
         }
     }
 
+    /// The command line it was started with.
+    pub fn flags(&self) -> &Flags {
+        &self.flags
+    }
+
     fn faults(&self) -> &Faults {
         &self.flags.faults
     }

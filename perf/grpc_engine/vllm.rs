@@ -16,11 +16,12 @@ use tollgate::grpc::vllm::generate_response::Response as VllmEvent;
 use tollgate::grpc::vllm::vllm_engine_server::VllmEngine;
 use tollgate::grpc::vllm::{
     self, AbortRequest, AbortResponse, GenerateResponse, GetLoadsRequest, GetLoadsResponse,
-    GetModelInfoRequest, GetModelInfoResponse, HealthCheckRequest, HealthCheckResponse,
-    SchedulerLoad,
+    GetModelInfoRequest, GetModelInfoResponse, GetServerInfoRequest, GetServerInfoResponse,
+    HealthCheckRequest, HealthCheckResponse, SchedulerLoad,
 };
 use tonic::{Request, Response, Status};
 
+use crate::cli::Role;
 use crate::disagg::Handoff;
 use crate::reshape::{Repeat, Reshaped, Reshaper, Step};
 use crate::service::Engine;
@@ -118,6 +119,23 @@ impl VllmEngine for VllmService {
                 max_running_requests: l.max_running_requests,
                 ..SchedulerLoad::default()
             }],
+        }))
+    }
+
+    async fn get_server_info(
+        &self,
+        _request: Request<GetServerInfoRequest>,
+    ) -> Result<Response<GetServerInfoResponse>, Status> {
+        let flags = self.0.flags();
+        let kv_role = match flags.role {
+            Role::Prefill => "kv_producer",
+            Role::Decode => "kv_consumer",
+            Role::Null => "",
+        };
+        Ok(Response::new(GetServerInfoResponse {
+            kv_connector: flags.kv_connector.clone().unwrap_or_default(),
+            kv_role: kv_role.to_owned(),
+            kv_engine_id: flags.kv_engine_id.clone().unwrap_or_default(),
         }))
     }
 

@@ -113,6 +113,7 @@ pub async fn detect(
         http2: false,
         language: None,
         parsers: None,
+        kv: Default::default(),
     }
 }
 

@@ -14,8 +14,10 @@ use std::time::{Duration, Instant};
 
 use crate::chat::language::{Language, Sources};
 use crate::fleet::spec::WorkerSpec;
-use crate::fleet::{Discovered, LanguageRef, ParsersRef, RuntimeType, Transport, Worker};
-use crate::grpc::engine::ModelInfo;
+use crate::fleet::{
+    Discovered, LanguageRef, ParsersRef, RuntimeType, Transport, Worker, WorkerType,
+};
+use crate::grpc::engine::{KvFacts, ModelInfo};
 use crate::grpc::{self, Engine, Service, Wire};
 
 use super::engine_tokenizer::{self, Fetched};
@@ -201,7 +203,19 @@ pub async fn discover(
         Service::Mlx => RuntimeType::Mlx,
     };
     let parsers = parsers(spec, flags, served.as_deref())?;
+    let kv = match spec.worker_type {
+        WorkerType::Prefill | WorkerType::Decode => {
+            let engine = &engines
+                .iter()
+                .find(|(s, _)| *s == service)
+                .ok_or("detected service not among the candidates")?
+                .1;
+            kv_facts(engine, &spec.url.normalized, timeout).await
+        }
+        _ => KvFacts::default(),
+    };
     Ok(Discovered {
+        kv,
         runtime,
         models: served.into_iter().collect(),
         labels,
@@ -310,6 +324,37 @@ pub async fn probe(control: &Control, worker: &Worker) -> bool {
         Ok(engine) => engine.health(worker.health.timeout).await.unwrap_or(false),
         Err(_) => false,
     }
+}
+
+/// A prefill or decode engine's KV-transfer configuration; an engine that cannot say
+/// (an older servicer without the RPC, a failed call) reports nothing, and the spec's
+/// values stand.
+async fn kv_facts(engine: &Engine, url: &str, timeout: Duration) -> KvFacts {
+    match engine.kv_facts(timeout).await {
+        Ok(facts) => facts.unwrap_or_default(),
+        Err(err) => {
+            tracing::warn!(worker = %url, error = %err, "the engine did not report its KV-transfer configuration");
+            KvFacts::default()
+        }
+    }
+}
+
+/// Spec 1: when a gRPC prefill or decode worker recovers from `failed` or `not_ready`, its
+/// KV engine id is read again (an engine restarted with a new one pairs under it); the
+/// worker version carrying the engine's value, when it changed.
+pub async fn reread_kv_engine_id(control: &Control, worker: &Worker) -> Option<Worker> {
+    if !matches!(worker.worker_type, WorkerType::Prefill | WorkerType::Decode) {
+        return None;
+    }
+    let engine = control
+        .grpc
+        .engine(worker.runtime.grpc_service()?, &worker.transport)
+        .ok()?;
+    let reported = kv_facts(&engine, &worker.url, worker.health.timeout)
+        .await
+        .engine_id?;
+    (worker.spec.kv_engine_id.as_ref() != Some(&reported))
+        .then(|| worker.with_kv_engine_id(reported))
 }
 
 /// The name a worker's tokenizer source is looked up by in the tokenizer registry: its

@@ -507,6 +507,16 @@ async fn watch(control: Arc<Control>, client: CallClient, registered: Arc<Worker
         };
         if let Some(next) = next {
             if !worker.is_retired() {
+                let recovered = next == Status::Ready
+                    && matches!(status, Status::NotReady | Status::Failed)
+                    && matches!(worker.transport, Transport::Grpc { .. });
+                if recovered {
+                    if let Some(reread) = super::grpc::reread_kv_engine_id(&control, &worker).await
+                    {
+                        tracing::info!(worker = %worker.url, kv_engine_id = ?reread.spec.kv_engine_id, "the engine reports a new KV engine id");
+                        control.registry.upsert(Arc::new(reread));
+                    }
+                }
                 control.registry.set_status(&worker, next);
                 tracing::info!(worker = %worker.url, id = %id, status = next.as_str(), "worker health changed");
             }

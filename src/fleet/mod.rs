@@ -313,6 +313,8 @@ pub struct Discovered {
     pub language: Option<LanguageRef>,
     /// A gRPC engine's output parsers.
     pub parsers: Option<ParsersRef>,
+    /// A gRPC engine's KV-transfer configuration, as it reports it (prefill/decode).
+    pub kv: crate::grpc::engine::KvFacts,
 }
 
 /// The `max_context_length` label as a number of tokens.
@@ -363,8 +365,9 @@ pub struct Live {
     rooms: Arc<rooms::RoomWindow>,
 }
 
-/// One registered worker: an immutable description plus shared live figures.
-#[derive(Debug)]
+/// One registered worker: an immutable description plus shared live figures. A clone is
+/// another version of the same worker (it shares the live figures).
+#[derive(Clone, Debug)]
 pub struct Worker {
     pub id: Uuid,
     /// The URL exactly as registered (normalised: no trailing slash).
@@ -419,10 +422,16 @@ impl Worker {
     /// Builds a worker from its spec and what registration discovered.
     pub fn new(
         id: Uuid,
-        spec: WorkerSpec,
+        mut spec: WorkerSpec,
         discovered: Discovered,
         defaults: &WorkerDefaults,
     ) -> Worker {
+        // Spec 1: a connector or role given in the spec overrides the engine's; the
+        // engine's KV engine id wins over the spec's.
+        let kv = discovered.kv;
+        spec.kv_connector = spec.kv_connector.take().or(kv.connector);
+        spec.kv_role = spec.kv_role.take().or(kv.role);
+        spec.kv_engine_id = kv.engine_id.or(spec.kv_engine_id.take());
         let runtime = match spec.effective_runtime() {
             RuntimeType::Unspecified => discovered.runtime,
             explicit => explicit,
@@ -532,6 +541,14 @@ impl Worker {
             Discovered::default(),
             &WorkerDefaults::default(),
         ))
+    }
+
+    /// The worker with the KV engine id its engine reports now (re-read when a gRPC
+    /// prefill or decode worker recovers): same live figures, same breaker.
+    pub fn with_kv_engine_id(&self, engine_id: String) -> Worker {
+        let mut worker = self.clone();
+        worker.spec.kv_engine_id = Some(engine_id);
+        worker
     }
 
     /// The worker after a PATCH: new description, same live figures.
@@ -1144,6 +1161,44 @@ mod tests {
         );
         w.set_status(Status::Ready);
         Arc::new(w)
+    }
+
+    #[test]
+    fn the_spec_names_the_connector_and_role_the_engine_its_engine_id() {
+        let reported = crate::grpc::engine::KvFacts {
+            connector: Some("NixlConnector".into()),
+            role: Some("kv_producer".into()),
+            engine_id: Some("engine-side".into()),
+        };
+        let mut given = spec("grpc://127.0.0.1:7");
+        given.kv_connector = Some("MooncakeConnector".into());
+        given.kv_engine_id = Some("spec-side".into());
+        let discovered = Discovered {
+            kv: reported.clone(),
+            ..Discovered::default()
+        };
+        let w = Worker::new(
+            Uuid::new_v4(),
+            given,
+            discovered,
+            &WorkerDefaults::default(),
+        );
+        assert_eq!(w.spec.kv_connector.as_deref(), Some("MooncakeConnector"));
+        assert_eq!(w.spec.kv_role.as_deref(), Some("kv_producer"));
+        assert_eq!(w.spec.kv_engine_id.as_deref(), Some("engine-side"));
+        let plain = Worker::new(
+            Uuid::new_v4(),
+            spec("grpc://127.0.0.1:7"),
+            Discovered {
+                kv: reported,
+                ..Discovered::default()
+            },
+            &WorkerDefaults::default(),
+        );
+        assert_eq!(plain.spec.kv_connector.as_deref(), Some("NixlConnector"));
+        let renamed = plain.with_kv_engine_id("after-restart".into());
+        assert_eq!(renamed.spec.kv_engine_id.as_deref(), Some("after-restart"));
+        assert!(renamed.same_live(&plain));
     }
 
     #[test]

@@ -252,6 +252,15 @@ pub struct EngineError {
     pub blames_request: bool,
 }
 
+/// An engine's KV-transfer configuration as it reports it (vLLM's `GetServerInfo`); a
+/// field the engine leaves empty is `None`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KvFacts {
+    pub connector: Option<String>,
+    pub role: Option<String>,
+    pub engine_id: Option<String>,
+}
+
 /// What an engine serves.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ModelInfo {
@@ -406,6 +415,18 @@ impl Engine {
             }
             Client::Mlx(rpc) => Stream::Mlx(call!(rpc, generate, mlx::request(job), timeout)?),
         }))
+    }
+
+    /// The engine's KV-transfer configuration: vLLM's `GetServerInfo`; `None` for the
+    /// services that report none.
+    pub async fn kv_facts(&self, timeout: Duration) -> Result<Option<KvFacts>, CallError> {
+        match &self.0 {
+            Client::Vllm(rpc) => {
+                let info = call!(rpc, get_server_info, Default::default(), timeout)?;
+                Ok(Some(vllm::kv_facts(info)))
+            }
+            _ => Ok(None),
+        }
     }
 
     /// `GetLoads`: the engine's load per DP rank (core figures). Services without the

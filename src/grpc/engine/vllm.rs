@@ -2,10 +2,11 @@
 //! and a streamed complete repeats the ids (and scores) of its sequence's last chunk.
 
 use super::scores::{aligned, Scores};
-use super::{Complete, Event, Generate, Handoff, ModelInfo};
+use super::{Complete, Event, Generate, Handoff, KvFacts, ModelInfo};
 use crate::grpc::vllm::{
     generate_request, generate_response::Response, sampling_params::Constraint, AbortRequest,
-    GenerateRequest, GetLoadsRequest, GetModelInfoResponse, SamplingParams, TokenizedInput,
+    GenerateRequest, GetLoadsRequest, GetModelInfoResponse, GetServerInfoResponse, SamplingParams,
+    TokenizedInput,
 };
 
 pub(super) fn request(job: Generate) -> GenerateRequest {
@@ -72,6 +73,15 @@ pub(super) fn model_info(info: GetModelInfoResponse) -> ModelInfo {
     }
 }
 
+pub(super) fn kv_facts(info: GetServerInfoResponse) -> KvFacts {
+    let given = |s: String| Some(s).filter(|s| !s.is_empty());
+    KvFacts {
+        connector: given(info.kv_connector),
+        role: given(info.kv_role),
+        engine_id: given(info.kv_engine_id),
+    }
+}
+
 /// vLLM reports one rank, core figures only.
 pub(super) fn loads_request() -> GetLoadsRequest {
     GetLoadsRequest {
@@ -118,6 +128,20 @@ mod tests {
         let v = request(j).sampling_params.unwrap();
         assert_eq!((v.n, v.logprobs), (3, Some(2)));
         assert_eq!(request(job()).sampling_params.unwrap().logprobs, None);
+    }
+
+    #[test]
+    fn empty_kv_fields_are_not_reported() {
+        let facts = kv_facts(GetServerInfoResponse {
+            kv_connector: "NixlConnector".into(),
+            kv_role: String::new(),
+            kv_engine_id: "e-1".into(),
+        });
+        assert_eq!(facts.connector.as_deref(), Some("NixlConnector"));
+        assert_eq!(
+            (facts.role, facts.engine_id.as_deref()),
+            (None, Some("e-1"))
+        );
     }
 
     #[test]
