@@ -348,8 +348,17 @@ async fn count_tokens_under_pd_goes_to_one_prefill_worker() {
         "random",
         "--prefill-policy",
         "round_robin",
+        "--health-check-interval-secs",
+        "1",
     ]);
-    common::wait_ready(&gw).await;
+    // Readiness needs one worker of each role: wait for both prefill workers, or round
+    // robin has only one to take.
+    let all_ready = common::eventually(std::time::Duration::from_secs(20), || async {
+        let workers = common::listed_workers(&gw).await;
+        workers.len() == 3 && workers.iter().all(|w| w["status"] == "ready")
+    })
+    .await;
+    assert!(all_ready, "{:?}", common::listed_workers(&gw).await);
     let url = format!("{}/v1/messages/count_tokens", gw.url());
     for _ in 0..4 {
         assert_eq!(post_json(&url, &count).await.status, 200);
