@@ -812,6 +812,8 @@ pub struct Snapshot {
     any_model: bool,
     /// Regular workers are registered and every one is a gRPC engine.
     all_grpc: bool,
+    /// A gRPC encode worker is registered: the fleet is encode/prefill/decode (EPD).
+    grpc_encode: bool,
 }
 
 /// Workers by URL. Rank targets are found under their own `URL@rank` and, the first
@@ -880,6 +882,9 @@ impl Snapshot {
         let any_model = regular().any(|w| w.model_names.is_empty());
         let all_grpc = regular().next().is_some()
             && regular().all(|w| w.connection_mode() == ConnectionMode::Grpc);
+        let grpc_encode = workers.iter().any(|w| {
+            w.worker_type == WorkerType::Encode && w.connection_mode() == ConnectionMode::Grpc
+        });
         for (alias, canonical) in aliases {
             if known_models.contains(canonical) {
                 known_models.insert(alias.clone());
@@ -897,6 +902,7 @@ impl Snapshot {
             known_models,
             any_model,
             all_grpc,
+            grpc_encode,
         }
     }
 
@@ -904,6 +910,11 @@ impl Snapshot {
     /// every request whole to do the language work).
     pub fn all_grpc(&self) -> bool {
         self.all_grpc
+    }
+
+    /// A gRPC encode worker is registered (the fleet is EPD).
+    pub fn grpc_encode(&self) -> bool {
+        self.grpc_encode
     }
 
     /// Every registered worker, in registration order.

@@ -24,7 +24,7 @@ use super::transport::{Answer, Attempt, SendError};
 use super::{Pipeline, Seen, ThreadClients};
 use crate::admission::Ticket;
 use crate::fleet::rooms::RoomsHeld;
-use crate::fleet::{ConnectionMode, LoadGuard, Worker, WorkerType};
+use crate::fleet::{ConnectionMode, LoadGuard, Worker};
 use crate::grpc::engine::Disaggregation;
 use crate::http::body::RespBody;
 use crate::http::error::GatewayError;
@@ -102,7 +102,7 @@ impl Pipeline {
         };
         // Spec 2: a gRPC encode/prefill/decode fleet serves Messages and the other
         // generation routes through its pairs, but not Responses.
-        if req.head.uri.path() == "/v1/responses" && self.grpc_encode_workers() {
+        if req.head.uri.path() == "/v1/responses" && self.registry.snapshot().grpc_encode() {
             return Err(GatewayError::NotImplemented {
                 route: "/v1/responses on encode/prefill/decode fleets of gRPC engines",
             });
@@ -296,13 +296,6 @@ impl Pipeline {
         self.metrics.pd_admission_shed();
         Err(GatewayError::OverloadShed {
             retry_after_secs: self.modes.overload_retry_after.as_secs(),
-        })
-    }
-
-    /// Whether gRPC encode workers are registered (the fleet is EPD).
-    fn grpc_encode_workers(&self) -> bool {
-        self.registry.snapshot().all().iter().any(|w| {
-            w.worker_type == WorkerType::Encode && w.connection_mode() == ConnectionMode::Grpc
         })
     }
 

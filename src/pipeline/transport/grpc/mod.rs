@@ -288,12 +288,8 @@ impl GrpcClient {
             parsers,
             model_id,
             language,
-            service,
-            authority,
-            tls,
             ..
         } = target;
-        let (service, tls) = (*service, *tls);
         let id = job.request_id.clone();
         let prompt_tokens = u32::try_from(job.input_ids.len()).unwrap_or(u32::MAX);
         let ending_ids = ask.ending_ids(&language.eos_ids);
@@ -321,17 +317,8 @@ impl GrpcClient {
                     message: err.to_string(),
                 })
             })?;
-        let engine = Engine::new(service, self.wire.clone(), authority, tls);
         let dispatched = Instant::now();
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        let mut events = engine
-            .generate(job, remaining)
-            .await
-            .map_err(|err| SendError::Exchange(call_error(err)))?;
-        let abort = AbortOnDrop {
-            engine,
-            request_id: Some(id.clone()),
-        };
+        let (mut events, abort) = self.launch(target, job, deadline).await?;
         let mut stream = EngineStream {
             events: &mut events,
             deadline,
@@ -374,6 +361,35 @@ impl GrpcClient {
             first,
             dispatched,
         })
+    }
+}
+
+impl GrpcClient {
+    /// Sends `job` to `target`'s engine; its stream once the engine answered the call,
+    /// and the guard that aborts the generation if it is dropped unfinished.
+    async fn launch(
+        &self,
+        target: &Target<'_>,
+        job: Generate,
+        deadline: Instant,
+    ) -> Result<(Events, AbortOnDrop), SendError> {
+        let engine = Engine::new(
+            target.service,
+            self.wire.clone(),
+            &target.authority,
+            target.tls,
+        );
+        let request_id = job.request_id.clone();
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let events = engine
+            .generate(job, remaining)
+            .await
+            .map_err(|err| SendError::Exchange(call_error(err)))?;
+        let abort = AbortOnDrop {
+            engine,
+            request_id: Some(request_id),
+        };
+        Ok((events, abort))
     }
 }
 

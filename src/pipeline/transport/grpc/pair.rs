@@ -22,12 +22,9 @@ use std::time::Instant;
 use super::super::pd::body::{Rooms, REMOTE_DECODE};
 use super::super::pd::{PairAnswer, PairFailure, PrefillFailure};
 use super::super::responses::{EngineTurns, Model};
-use super::{
-    call_error, refusal, understand, AbortOnDrop, EngineStream, GrpcClient, Started, Target,
-};
+use super::{refusal, understand, EngineStream, GrpcClient, Started, Target};
 use crate::fleet::{Transport, Worker};
 use crate::grpc::engine::{Disaggregation, Event, Generate, Handoff};
-use crate::grpc::Engine;
 use crate::http::error::GatewayError;
 use crate::pipeline::transport::{Attempt, SendError};
 
@@ -114,10 +111,16 @@ impl GrpcClient {
         };
         let decode = Target::of(pair.decode).map_err(refused)?;
         let path = attempt.head.uri.path();
-        if path == "/v1/responses" {
-            let body = super::super::whole_body(attempt.body)
-                .await
-                .map_err(PairFailure::Decode)?;
+        let route = Route::of_path(path);
+        if route.is_none() && path != "/v1/responses" {
+            return Err(refused(GatewayError::NotImplemented {
+                route: "this route on prefill/decode pairs of gRPC engines",
+            }));
+        }
+        let body = super::super::whole_body(attempt.body)
+            .await
+            .map_err(PairFailure::Decode)?;
+        let Some(route) = route else {
             let model = Model::Engine(Box::new(EngineTurns {
                 grpc: self.clone(),
                 target: decode.into_owned(),
@@ -135,15 +138,7 @@ impl GrpcClient {
                 kv_missing: false,
                 kv_transfer_secs: None,
             });
-        }
-        let Some(route) = Route::of_path(path) else {
-            return Err(refused(GatewayError::NotImplemented {
-                route: "this route on prefill/decode pairs of gRPC engines",
-            }));
         };
-        let body = super::super::whole_body(attempt.body)
-            .await
-            .map_err(PairFailure::Decode)?;
         let (ask, prompt) = understand(&decode.language, route, body)
             .await
             .map_err(PairFailure::Decode)?;
@@ -286,23 +281,8 @@ impl GrpcClient {
         job: Generate,
         deadline: Instant,
     ) -> Result<Option<String>, SendError> {
-        let engine = Engine::new(
-            target.service,
-            self.wire.clone(),
-            &target.authority,
-            target.tls,
-        );
         let sequences = job.params.n.max(1);
-        let request_id = job.request_id.clone();
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        let mut events = engine
-            .generate(job, remaining)
-            .await
-            .map_err(|err| SendError::Exchange(call_error(err)))?;
-        let mut abort = AbortOnDrop {
-            engine,
-            request_id: Some(request_id),
-        };
+        let (mut events, mut abort) = self.launch(target, job, deadline).await?;
         let mut stream = EngineStream {
             events: &mut events,
             deadline,
