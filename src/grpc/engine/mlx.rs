@@ -2,7 +2,7 @@
 //! request, refusals as `INVALID_ARGUMENT` statuses, and a streamed complete without ids.
 
 use super::scores::{aligned, Scores};
-use super::{Complete, Event, Generate, ModelInfo};
+use super::{Complete, Event, Generate, Matched, ModelInfo};
 use crate::grpc::mlx::{
     generate_request, generate_response::Response, AbortRequest, GenerateRequest,
     GetModelInfoResponse, SamplingParams, TokenizedInput,
@@ -45,11 +45,16 @@ pub(super) fn event(response: Response) -> Event {
             ids: chunk.token_ids,
             prompt_tokens: chunk.prompt_tokens,
         },
-        Response::Complete(complete) => Event::Complete(Complete::streamed(
-            complete.index,
-            complete.finish_reason,
-            complete.prompt_tokens,
-        )),
+        Response::Complete(complete) => Event::Complete(Complete {
+            completion_tokens: complete.completion_tokens,
+            cached_tokens: complete.cached_tokens,
+            matched: complete.matched_stop_token_id.map(Matched::TokenId),
+            ..Complete::new(
+                complete.index,
+                complete.finish_reason,
+                complete.prompt_tokens,
+            )
+        }),
     }
 }
 
@@ -106,10 +111,7 @@ mod tests {
             prompt_tokens: 2,
             ..Default::default()
         }));
-        assert_eq!(
-            got,
-            Event::Complete(Complete::streamed(0, "length".into(), 2))
-        );
+        assert_eq!(got, Event::Complete(Complete::new(0, "length".into(), 2)));
     }
 
     #[test]

@@ -4,10 +4,14 @@
 //! the admin fan-out and the load monitor do not know which engine they talk to.
 //!
 //! The services differ in more than field names. SGLang reports a refused request as a
-//! `GenerateError` message; the others refuse with an `INVALID_ARGUMENT` status. Streamed,
-//! SGLang ends a sequence with the ids no chunk carried, while vLLM and TokenSpeed repeat
-//! the last chunk's ids in the complete, TensorRT-LLM repeats every id and MLX sends none.
-//! All of it becomes the same [`Event`]s.
+//! `GenerateError` message; the others refuse with an `INVALID_ARGUMENT` status. The
+//! gateway always asks for a streamed generation, and streamed, no service's complete
+//! carries an id that a chunk did not: SGLang's, vLLM's and TokenSpeed's repeat their
+//! sequence's last chunk, TensorRT-LLM's every id, MLX's none (each module names the
+//! servicer function it follows). A complete's ids are therefore never decoded. What a
+//! complete counts differs too: SGLang, TokenSpeed and TensorRT-LLM report the sequence's
+//! whole `completion_tokens`, vLLM only its last delta's, so [`Events`] counts the ids the
+//! chunks carried and hands every complete the sequence's true total.
 //!
 //! With `n` > 1 the engines interleave the sequences' messages, each chunk and complete
 //! naming its sequence by index, and send one complete per sequence (MLX generates one
@@ -205,34 +209,52 @@ pub enum Event {
     Error(EngineError),
 }
 
-/// The end of one sequence of a generation.
+/// The end of one sequence of a generation. It carries no ids: streamed, every service
+/// sent them in chunks already (see the module's doc).
 #[derive(Debug, PartialEq)]
 pub struct Complete {
     pub index: u32,
-    /// Ids no chunk carried (SGLang sends the last step's here; the other services repeat
-    /// ids already streamed or send none, so this is empty for them).
-    pub ids: Vec<u32>,
-    /// Empty or one entry per id of `ids`.
-    pub logprobs: Vec<Option<TokenLogprob>>,
     /// `stop`, `length` or `abort`.
     pub finish_reason: String,
     pub prompt_tokens: u32,
+    /// The ids the engine generated for this sequence, as it counts them (the EOS or stop
+    /// id it ended on included). The service modules leave it 0 where the complete does
+    /// not report the whole sequence; [`Events`] then fills in the ids the chunks carried.
+    pub completion_tokens: u32,
+    /// Prompt tokens the engine found in its prefix cache (0 when it does not say).
+    pub cached_tokens: u32,
+    /// The stop token or stop string the engine ended on, when it says.
+    pub matched: Option<Matched>,
     /// A vLLM prefill's answer for its decode leg (`kv_transfer_params`, a JSON object).
     pub kv_transfer_params: Option<String>,
 }
 
+/// What an engine's own stop check matched.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Matched {
+    TokenId(u32),
+    Text(String),
+}
+
 impl Complete {
-    /// A complete whose ids were all streamed before it.
-    fn streamed(index: u32, finish_reason: String, prompt_tokens: u32) -> Complete {
+    /// A complete with no counts beyond the prompt's; the service modules fill in what
+    /// their message carries.
+    fn new(index: u32, finish_reason: String, prompt_tokens: u32) -> Complete {
         Complete {
             index,
-            ids: Vec::new(),
-            logprobs: Vec::new(),
             finish_reason,
             prompt_tokens,
+            completion_tokens: 0,
+            cached_tokens: 0,
+            matched: None,
             kv_transfer_params: None,
         }
     }
+}
+
+/// Counts a non-negative int32 the way the gateway counts (a negative one is 0).
+fn count(n: i32) -> u32 {
+    u32::try_from(n).unwrap_or(0)
 }
 
 /// A generated token's log probability and the likeliest tokens at its position.
@@ -402,7 +424,7 @@ impl Engine {
 
     /// `Generate`, streamed; the stream is returned once the engine answered the call.
     pub async fn generate(&self, job: Generate, timeout: Duration) -> Result<Events, CallError> {
-        Ok(Events(match &self.0 {
+        Ok(Events::new(match &self.0 {
             Client::Sglang(rpc) => {
                 Stream::Sglang(call!(rpc, generate, sglang::request(job), timeout)?)
             }
@@ -573,8 +595,16 @@ fn refused_unless(success: bool, rpc: &str, message: &str) -> Result<(), AdminFa
     }
 }
 
-/// A generation's messages as [`Event`]s.
-pub struct Events(Stream);
+/// A generation's messages as [`Event`]s, with the ids each sequence's chunks carried
+/// (the count of a complete that does not report its sequence's whole).
+pub struct Events {
+    stream: Stream,
+    streamed: Vec<u32>,
+}
+
+/// Most sequences whose ids are counted; a request asks for at most 16 (`n`), so an index
+/// beyond this is the engine's error, reported by the pipeline, and not counted here.
+const MAX_SEQUENCES: usize = 64;
 
 enum Stream {
     Sglang(Streaming<super::sglang::GenerateResponse>),
@@ -596,12 +626,19 @@ macro_rules! next_of {
 }
 
 impl Events {
+    fn new(stream: Stream) -> Events {
+        Events {
+            stream,
+            streamed: Vec::new(),
+        }
+    }
+
     /// The next event; `None` when the engine ended the stream. Messages without a body
     /// carry nothing and are skipped. Not bounded in time: the caller waits with its own
     /// deadline.
     pub async fn next(&mut self) -> Result<Option<Event>, Status> {
         loop {
-            let event = match &mut self.0 {
+            let event = match &mut self.stream {
                 Stream::Sglang(stream) => next_of!(stream, sglang::event),
                 Stream::Vllm(stream) => next_of!(stream, vllm::event),
                 Stream::Trtllm(stream) => next_of!(stream, trtllm::event),
@@ -618,10 +655,36 @@ impl Events {
                 }
                 Err(status) => return Err(status),
                 Ok(None) => return Ok(None),
-                Ok(Some(Some(event))) => return Ok(Some(event)),
+                Ok(Some(Some(event))) => return Ok(Some(self.tally(event))),
                 Ok(Some(None)) => continue,
             }
         }
+    }
+
+    /// Counts a chunk's ids under its sequence; gives a complete that did not report its
+    /// sequence's whole count the ids its chunks carried.
+    fn tally(&mut self, mut event: Event) -> Event {
+        match &mut event {
+            Event::Chunk { index, ids, .. } => {
+                let index = *index as usize;
+                if index < MAX_SEQUENCES {
+                    if self.streamed.len() <= index {
+                        self.streamed.resize(index + 1, 0);
+                    }
+                    let added = u32::try_from(ids.len()).unwrap_or(u32::MAX);
+                    self.streamed[index] = self.streamed[index].saturating_add(added);
+                }
+            }
+            Event::Complete(complete) if complete.completion_tokens == 0 => {
+                complete.completion_tokens = self
+                    .streamed
+                    .get(complete.index as usize)
+                    .copied()
+                    .unwrap_or(0);
+            }
+            Event::Complete(_) | Event::Error(_) => {}
+        }
+        event
     }
 }
 

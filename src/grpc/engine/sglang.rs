@@ -1,12 +1,21 @@
 //! SGLang's scheduler service: top_k "off" is -1, a refusal is a `GenerateError` message
-//! with an HTTP status, and a streamed complete carries the last step's ids, which no
-//! chunk did.
+//! with an HTTP status.
+//!
+//! Streamed (`smg_grpc_servicer/sglang/servicer.py`, `Generate`): every scheduler output
+//! becomes a chunk (`_create_chunk_response`) with that step's ids and scores; the output
+//! that finishes a sequence is sent as a chunk **and then** as a complete built from the
+//! same output (`_create_completion_response`), so the complete's `output_ids` and
+//! `output_logprobs` repeat the last chunk's and are not read here. Its `completion_tokens`
+//! is the scheduler's cumulative count (`meta_info`), the sequence's whole. With `n` > 1
+//! (`request_manager.py`, `generate_request`) the sub-requests' outputs are interleaved and
+//! each carries its `index`.
 
 use super::scores::{aligned, Scores};
-use super::{Complete, EngineError, Event, Generate, Handoff, ModelInfo};
+use super::{count, Complete, EngineError, Event, Generate, Handoff, Matched, ModelInfo};
 use crate::grpc::sglang::{
-    generate_response::Response, sampling_params::Constraint, AbortRequest, DisaggregatedParams,
-    GenerateRequest, GetLoadsRequest, GetModelInfoResponse, SamplingParams, TokenizedInput,
+    generate_complete::MatchedStop, generate_response::Response, sampling_params::Constraint,
+    AbortRequest, DisaggregatedParams, GenerateRequest, GetLoadsRequest, GetModelInfoResponse,
+    SamplingParams, TokenizedInput,
 };
 
 pub(super) fn request(job: Generate) -> GenerateRequest {
@@ -64,15 +73,17 @@ pub(super) fn event(response: Response) -> Event {
             prompt_tokens: u32::try_from(chunk.prompt_tokens).unwrap_or(0),
         },
         Response::Complete(complete) => Event::Complete(Complete {
-            index: complete.index,
-            logprobs: aligned(
-                &complete.output_ids,
-                complete.output_logprobs.map(Scores::from),
-            ),
-            ids: complete.output_ids,
-            finish_reason: complete.finish_reason,
-            prompt_tokens: u32::try_from(complete.prompt_tokens).unwrap_or(0),
-            kv_transfer_params: None,
+            completion_tokens: count(complete.completion_tokens),
+            cached_tokens: count(complete.cached_tokens),
+            matched: complete.matched_stop.map(|m| match m {
+                MatchedStop::MatchedTokenId(id) => Matched::TokenId(id),
+                MatchedStop::MatchedStopStr(text) => Matched::Text(text),
+            }),
+            ..Complete::new(
+                complete.index,
+                complete.finish_reason,
+                count(complete.prompt_tokens),
+            )
         }),
         Response::Error(err) => Event::Error(EngineError {
             blames_request: err
@@ -162,17 +173,33 @@ mod tests {
     }
 
     #[test]
-    fn complete_keeps_the_last_step_and_errors_say_who_is_to_blame() {
+    fn complete_repeats_the_last_chunk_and_reports_the_whole_count() {
+        // `_create_completion_response` of the finishing output: the last chunk's ids
+        // again, the scheduler's cumulative counts, the matched stop token.
         let Event::Complete(complete) = event(Response::Complete(sglang::GenerateComplete {
             output_ids: vec![9],
             finish_reason: "stop".into(),
             prompt_tokens: 2,
+            completion_tokens: 32,
+            cached_tokens: 1,
+            matched_stop: Some(MatchedStop::MatchedTokenId(9)),
             ..Default::default()
         })) else {
             panic!("complete expected");
         };
-        assert_eq!(complete.ids, vec![9]);
-        assert_eq!(complete.kv_transfer_params, None);
+        assert_eq!(
+            complete,
+            Complete {
+                completion_tokens: 32,
+                cached_tokens: 1,
+                matched: Some(Matched::TokenId(9)),
+                ..Complete::new(0, "stop".into(), 2)
+            }
+        );
+    }
+
+    #[test]
+    fn errors_say_who_is_to_blame() {
         for (code, blames) in [("400", true), ("422", true), ("500", false), ("", false)] {
             let got = event(Response::Error(sglang::GenerateError {
                 message: "m".into(),

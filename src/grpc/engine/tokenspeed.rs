@@ -3,10 +3,10 @@
 //! `INVALID_ARGUMENT` statuses, and a streamed complete that repeats its step's ids.
 
 use super::scores::{aligned, Scores};
-use super::{Complete, Event, Generate, ModelInfo};
+use super::{Complete, Event, Generate, Matched, ModelInfo};
 use crate::grpc::tokenspeed::{
-    generate_response::Response, AbortRequest, GenerateRequest, GetLoadsRequest,
-    GetModelInfoResponse, SamplingParams, TokenizedInput,
+    generate_complete::MatchedStop, generate_response::Response, AbortRequest, GenerateRequest,
+    GetLoadsRequest, GetModelInfoResponse, SamplingParams, TokenizedInput,
 };
 
 pub(super) fn request(job: Generate) -> GenerateRequest {
@@ -53,11 +53,19 @@ pub(super) fn event(response: Response) -> Event {
             ids: chunk.token_ids,
             prompt_tokens: chunk.prompt_tokens,
         },
-        Response::Complete(complete) => Event::Complete(Complete::streamed(
-            complete.index,
-            complete.finish_reason,
-            complete.prompt_tokens,
-        )),
+        Response::Complete(complete) => Event::Complete(Complete {
+            completion_tokens: complete.completion_tokens,
+            cached_tokens: complete.cached_tokens,
+            matched: complete.matched_stop.map(|m| match m {
+                MatchedStop::MatchedTokenId(id) => Matched::TokenId(id),
+                MatchedStop::MatchedStopStr(text) => Matched::Text(text),
+            }),
+            ..Complete::new(
+                complete.index,
+                complete.finish_reason,
+                complete.prompt_tokens,
+            )
+        }),
     }
 }
 
@@ -124,10 +132,7 @@ mod tests {
             index: 2,
             ..Default::default()
         }));
-        assert_eq!(
-            got,
-            Event::Complete(Complete::streamed(2, "stop".into(), 3))
-        );
+        assert_eq!(got, Event::Complete(Complete::new(2, "stop".into(), 3)));
         let Event::Chunk { ids, index, .. } =
             event(Response::Chunk(tokenspeed::GenerateStreamChunk {
                 token_ids: vec![8],

@@ -3,10 +3,10 @@
 //! token, a streamed complete repeats every generated id, and health is a status word.
 
 use super::scores::{aligned, Scores};
-use super::{Complete, Event, Generate, ModelInfo};
+use super::{Complete, Event, Generate, Matched, ModelInfo};
 use crate::grpc::trtllm::{
-    generate_response::Response, AbortRequest, GenerateRequest, GetModelInfoResponse,
-    HealthCheckResponse, OutputConfig, SamplingConfig, TokenizedInput,
+    generate_complete::MatchedStop, generate_response::Response, AbortRequest, GenerateRequest,
+    GetModelInfoResponse, HealthCheckResponse, OutputConfig, SamplingConfig, TokenizedInput,
 };
 
 /// `max_tokens` when neither the client nor the worker's context window gives one: the
@@ -64,17 +64,23 @@ pub(super) fn event(response: Response) -> Event {
                 "stop_word" => "stop".to_owned(),
                 _ => complete.finish_reason,
             };
-            Event::Complete(Complete::streamed(
-                complete.sequence_index,
-                finish_reason,
-                complete.prompt_tokens,
-            ))
+            Event::Complete(Complete {
+                completion_tokens: complete.completion_tokens,
+                cached_tokens: complete.cached_tokens,
+                matched: complete.matched_stop.map(|m| match m {
+                    MatchedStop::MatchedTokenId(id) => Matched::TokenId(id),
+                    MatchedStop::MatchedStopStr(text) => Matched::Text(text),
+                }),
+                ..Complete::new(
+                    complete.sequence_index,
+                    finish_reason,
+                    complete.prompt_tokens,
+                )
+            })
         }
     }
 }
 
-/// The service reports no served name apart from the model's identifier, and the
-/// context window as `max_seq_len` (prompt and generated tokens together).
 pub(super) fn model_info(info: GetModelInfoResponse) -> ModelInfo {
     ModelInfo {
         served_model_name: info.model_id.clone(),
@@ -143,10 +149,7 @@ mod tests {
             prompt_tokens: 5,
             ..Default::default()
         }));
-        assert_eq!(
-            got,
-            Event::Complete(Complete::streamed(1, "stop".into(), 5))
-        );
+        assert_eq!(got, Event::Complete(Complete::new(1, "stop".into(), 5)));
         let Event::Chunk {
             index,
             ids,

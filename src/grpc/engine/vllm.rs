@@ -1,12 +1,20 @@
-//! vLLM's engine service: top_k "off" is 0, a refusal is an `INVALID_ARGUMENT` status,
-//! and a streamed complete repeats the ids (and scores) of its sequence's last chunk.
+//! vLLM's engine service: top_k "off" is 0, a refusal is an `INVALID_ARGUMENT` status.
+//!
+//! Streamed (`smg_grpc_servicer/vllm/servicer.py`, `Generate` with `output_kind=DELTA`):
+//! every engine output is a chunk per sequence (`_chunk_response`) with the new ids, their
+//! scores and `completion_tokens` = the number of those ids; a sequence with a
+//! `finish_reason` is then also sent as a complete (`_complete_response`) built from the
+//! same delta: its ids and scores repeat the chunk's and its `completion_tokens` counts only
+//! them. The sequence's whole count is the sum over its chunks, which [`super::Events`]
+//! keeps; the complete's figure is not read. `stop_reason` (an int: a stop token, a
+//! string: a stop string) is the complete's `matched_stop`.
 
 use super::scores::{aligned, Scores};
-use super::{Complete, Event, Generate, Handoff, KvFacts, ModelInfo};
+use super::{Complete, Event, Generate, Handoff, KvFacts, Matched, ModelInfo};
 use crate::grpc::vllm::{
-    generate_request, generate_response::Response, sampling_params::Constraint, AbortRequest,
-    GenerateRequest, GetLoadsRequest, GetModelInfoResponse, GetServerInfoResponse, SamplingParams,
-    TokenizedInput,
+    generate_complete::MatchedStop, generate_request, generate_response::Response,
+    sampling_params::Constraint, AbortRequest, GenerateRequest, GetLoadsRequest,
+    GetModelInfoResponse, GetServerInfoResponse, SamplingParams, TokenizedInput,
 };
 
 pub(super) fn request(job: Generate) -> GenerateRequest {
@@ -54,8 +62,15 @@ pub(super) fn event(response: Response) -> Event {
             prompt_tokens: chunk.prompt_tokens,
         },
         Response::Complete(complete) => Event::Complete(Complete {
+            // The last delta's count, not the sequence's: left for the chunks' tally.
+            completion_tokens: 0,
+            cached_tokens: complete.cached_tokens,
+            matched: complete.matched_stop.map(|m| match m {
+                MatchedStop::MatchedTokenId(id) => Matched::TokenId(id),
+                MatchedStop::MatchedStopStr(text) => Matched::Text(text),
+            }),
             kv_transfer_params: complete.kv_transfer_params_json,
-            ..Complete::streamed(
+            ..Complete::new(
                 complete.index,
                 complete.finish_reason,
                 complete.prompt_tokens,
@@ -167,22 +182,31 @@ mod tests {
     }
 
     #[test]
-    fn complete_drops_the_repeated_ids_and_scores() {
+    fn complete_leaves_the_count_to_the_chunks() {
+        // `_complete_response` of a streamed (DELTA) output: the last delta again, counted
+        // as that delta alone.
         let got = event(Response::Complete(vllm::GenerateComplete {
             output_ids: vec![5, 6],
-            finish_reason: "length".into(),
+            finish_reason: "stop".into(),
             prompt_tokens: 4,
+            completion_tokens: 2,
+            cached_tokens: 3,
             index: 1,
             output_logprobs: Some(vllm::OutputLogProbs {
                 token_logprobs: vec![-0.5, -0.1],
                 token_ids: vec![5, 6],
                 top_logprobs: vec![],
             }),
+            matched_stop: Some(MatchedStop::MatchedStopStr("END".into())),
             ..Default::default()
         }));
         assert_eq!(
             got,
-            Event::Complete(Complete::streamed(1, "length".into(), 4))
+            Event::Complete(Complete {
+                cached_tokens: 3,
+                matched: Some(Matched::Text("END".into())),
+                ..Complete::new(1, "stop".into(), 4)
+            })
         );
     }
 }

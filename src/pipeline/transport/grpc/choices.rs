@@ -21,6 +21,10 @@ pub struct Choice {
     pub finish: Option<Finish>,
     /// The engine sent this sequence's complete.
     completed: bool,
+    /// The ids the engine says it generated, when it ended the sequence itself: the
+    /// answer's count (the gateway's own count stands where a stop string of its own ended
+    /// the sequence, or where the engine does not say).
+    generated: Option<u32>,
 }
 
 /// What an engine event did.
@@ -72,6 +76,7 @@ impl Choices {
                     delta: Delta::default(),
                     finish: None,
                     completed: false,
+                    generated: None,
                 })
                 .collect(),
             finished: 0,
@@ -102,11 +107,12 @@ impl Choices {
         self.completed == self.list.len()
     }
 
-    /// Completion tokens over all choices.
+    /// Completion tokens over all choices: each as the engine counted it when it ended
+    /// the choice, else the ids the choice consumed.
     pub fn tokens(&self) -> u32 {
-        self.list
-            .iter()
-            .fold(0u32, |sum, c| sum.saturating_add(c.decoding.tokens))
+        self.list.iter().fold(0u32, |sum, c| {
+            sum.saturating_add(c.generated.unwrap_or(c.decoding.tokens))
+        })
     }
 
     /// New ids of sequence `index`.
@@ -148,29 +154,28 @@ impl Choices {
         if choice.finish.is_some() {
             return Ok(Applied::Ignored);
         }
-        // The complete may carry ids no chunk carried (SGLang's last step).
+        // Every id came in chunks (a streamed complete carries none that is new): what the
+        // stop matcher held back is final now.
         let from = choice.delta.text.len();
-        let stopped = choice
-            .decoding
-            .push(&complete.ids, complete.logprobs, &mut choice.delta);
-        let finish = if stopped {
+        choice.decoding.finish(&mut choice.delta);
+        let finish = if choice.decoding.stopped() {
             Finish::Stop
         } else {
-            choice.decoding.finish(&mut choice.delta);
-            if choice.decoding.stopped() {
-                Finish::Stop
-            } else {
-                match complete.finish_reason.as_str() {
-                    "length" => Finish::Length,
-                    "abort" => {
-                        return Err(GatewayError::EngineFailed {
-                            message: "the engine aborted the generation".into(),
-                        })
-                    }
-                    _ => Finish::Stop,
+            match complete.finish_reason.as_str() {
+                "length" => Finish::Length,
+                // The engine ended the sequence for its own reasons (SGLang and vLLM
+                // `abort`, vLLM `error`, TensorRT-LLM `cancelled` and `timeout`).
+                reason @ ("abort" | "cancelled" | "error" | "timeout") => {
+                    return Err(GatewayError::EngineFailed {
+                        message: format!("the engine ended the generation: {reason}"),
+                    })
                 }
+                _ => Finish::Stop,
             }
         };
+        if !choice.decoding.stopped() && complete.completion_tokens > 0 {
+            choice.generated = Some(complete.completion_tokens);
+        }
         if let Some(parsing) = &mut choice.parsing {
             parsing.push(&mut choice.delta, from);
         }
@@ -241,10 +246,11 @@ pub(super) mod tests {
     fn complete(index: u32, reason: &str) -> Complete {
         Complete {
             index,
-            ids: vec![],
-            logprobs: vec![],
             finish_reason: reason.into(),
             prompt_tokens: 0,
+            completion_tokens: 0,
+            cached_tokens: 0,
+            matched: None,
             kv_transfer_params: None,
         }
     }
@@ -291,11 +297,31 @@ pub(super) mod tests {
     }
 
     #[test]
+    fn the_engine_counts_what_it_generated() {
+        let mut c = choices(2, &[]);
+        c.chunk(0, &[0, 1], vec![]).unwrap();
+        c.chunk(1, &[2], vec![]).unwrap();
+        // Sequence 0 ended on an EOS id the engine counted and sent no chunk for (a
+        // service that does); sequence 1's engine did not say.
+        let counted = Complete {
+            completion_tokens: 3,
+            ..complete(0, "stop")
+        };
+        c.complete(counted).unwrap();
+        c.complete(complete(1, "length")).unwrap();
+        assert_eq!(c.tokens(), 4);
+    }
+
+    #[test]
     fn bad_indexes_and_aborts_fail_the_generation() {
         let mut c = choices(2, &[]);
         assert!(c.chunk(2, &[0], vec![]).is_err());
         assert!(c.complete(complete(5, "stop")).is_err());
         assert!(c.complete(complete(0, "abort")).is_err());
+        for reason in ["cancelled", "error", "timeout"] {
+            let mut c = choices(1, &[]);
+            assert!(c.complete(complete(0, reason)).is_err(), "{reason}");
+        }
         assert!(c.complete(complete(0, "stop")).is_err(), "completed twice");
         assert!(!c.engine_done());
     }

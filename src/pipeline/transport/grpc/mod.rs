@@ -712,18 +712,11 @@ impl Generation {
                 if complete.prompt_tokens > 0 {
                     self.prompt_tokens = complete.prompt_tokens;
                 }
-                // `/generate` shows the ids; the complete may carry some (SGLang's last step).
-                let ids = if self.keep.is_some() {
-                    complete.ids.clone()
-                } else {
-                    Vec::new()
-                };
                 let applied = self.choices.complete(complete);
                 if self.choices.engine_done() {
                     // The engine finished every sequence: nothing to abort.
                     self.abort.request_id = None;
                 }
-                self.keep_ids(&ids);
                 applied
             }
             Event::Error(err) => Err(GatewayError::EngineFailed {
