@@ -106,7 +106,8 @@ async fn mock_streams_the_prompt_back_and_logs_what_it_was_asked() {
     let done = g.complete();
     assert_eq!(done.finish_reason, "length");
     assert_eq!((done.prompt_tokens, done.completion_tokens), (3, 5));
-    assert!(done.output_ids.is_empty());
+    // `_create_completion_response` of the last step: its ids again.
+    assert_eq!(done.output_ids, [6]);
 
     let line = wait_for_line(&engine, "generate request_id=", Duration::from_secs(5)).await;
     assert_eq!(
@@ -170,19 +171,24 @@ async fn mock_unstreamed_is_one_complete() {
 
 #[tokio::test]
 async fn mock_generate_error() {
+    // smg's SGLang servicer fails a generation with a status (`context.abort`); its proto
+    // has no `GenerateError` any more.
     let engine = grpc_engine(&["--generate-error", "engine on fire"]);
     let mut c = connect(engine.addr).await;
     let g = generate(&mut c, request("e", &[1], params(Some(4)), true)).await;
     match g.end {
-        End::Error(e) => assert_eq!(e.message, "engine on fire"),
+        End::Status(status) => {
+            assert_eq!(status.code(), tonic::Code::Internal);
+            assert_eq!(status.message(), "engine on fire");
+        }
         other => panic!("{other:?}"),
     }
-    // And a request the engine refuses is a GenerateError too, with a 400.
+    // And a request the engine refuses is INVALID_ARGUMENT (its 400).
     let engine = grpc_engine(&["--max-context", "4"]);
     let mut c = connect(engine.addr).await;
     let g = generate(&mut c, request("long", &[1, 2, 3, 4], params(None), true)).await;
     match g.end {
-        End::Error(e) => assert_eq!(e.http_status_code, "400"),
+        End::Status(status) => assert_eq!(status.code(), tonic::Code::InvalidArgument),
         other => panic!("{other:?}"),
     }
 }
@@ -227,15 +233,19 @@ async fn mock_abort_ends_the_generation_and_is_logged() {
         .unwrap()
         .into_inner();
     assert!(aborted.success);
-    let done = loop {
-        match stream.message().await.unwrap().unwrap().response {
-            Some(Response::Chunk(_)) => continue,
-            Some(Response::Complete(done)) => break done,
-            other => panic!("{other:?}"),
+    // SGLang's servicer marks the request finished and drops its last output
+    // (`abort_request`, `_handle_batch_output`): nothing more comes, and the call stays
+    // open until the client leaves.
+    let next = tokio::time::timeout(Duration::from_millis(300), async {
+        loop {
+            match stream.message().await {
+                Ok(Some(m)) if matches!(m.response, Some(Response::Chunk(_))) => continue,
+                other => return other,
+            }
         }
-    };
-    assert_eq!(done.finish_reason, "abort");
-    assert!(stream.message().await.unwrap().is_none());
+    })
+    .await;
+    assert!(next.is_err(), "{next:?}");
     wait_for_line(
         &engine,
         "abort request_id=slow found=true",
@@ -564,14 +574,17 @@ mod llama {
                     .unwrap()
                     .into_inner();
                 assert!(r.success);
-                let done = loop {
-                    match stream.message().await.unwrap().unwrap().response {
-                        Some(Response::Complete(done)) => break done,
-                        Some(Response::Chunk(_)) => continue,
-                        other => panic!("{other:?}"),
+                // SGLang's servicer sends nothing more after an Abort.
+                let next = tokio::time::timeout(Duration::from_millis(300), async {
+                    loop {
+                        match stream.message().await {
+                            Ok(Some(m)) if matches!(m.response, Some(Response::Chunk(_))) => {}
+                            other => return other,
+                        }
                     }
-                };
-                assert_eq!(done.finish_reason, "abort");
+                })
+                .await;
+                assert!(next.is_err(), "{next:?}");
                 wait_for_line(
                     &engine,
                     &format!("abort request_id={id}"),
@@ -608,7 +621,7 @@ mod llama {
         let ids = vec![504u32; 3000];
         let g = generate(&mut c, request("too-long", &ids, params(Some(8)), true)).await;
         match g.end {
-            End::Error(e) => assert_eq!(e.http_status_code, "400", "{e:?}"),
+            End::Status(s) => assert_eq!(s.code(), tonic::Code::InvalidArgument, "{s:?}"),
             other => panic!("{other:?}"),
         }
         let p = SamplingParams {
@@ -616,6 +629,10 @@ mod llama {
             ..params(Some(8))
         };
         let g = generate(&mut c, request("regex", &[504], p, true)).await;
-        assert!(matches!(g.end, End::Error(ref e) if e.http_status_code == "400"));
+        assert!(
+            matches!(g.end, End::Status(ref s) if s.code() == tonic::Code::InvalidArgument),
+            "{:?}",
+            g.end
+        );
     }
 }

@@ -230,7 +230,9 @@ mod tests {
         assert_eq!(chunks, [[5], [6], [7], [5], [6]]);
         assert_eq!(done.finish_reason, "length");
         assert_eq!((done.prompt_tokens, done.completion_tokens), (3, 5));
-        assert!(done.output_ids.is_empty() && done.matched_stop.is_none());
+        // The last step again, as SGLang's servicer repeats it in the complete.
+        assert_eq!(done.output_ids, [6]);
+        assert!(done.matched_stop.is_none());
     }
 
     #[tokio::test]

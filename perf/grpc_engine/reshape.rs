@@ -1,12 +1,25 @@
-//! The generation's messages, produced in SGLang's shape by the backends, reshaped as the
-//! other services send them. The services differ in what a streamed complete carries:
-//! vLLM and TokenSpeed repeat the last chunk's ids, TensorRT-LLM every id of the
-//! sequence, MLX none. A non-streamed sequence gets one complete with every id whatever
-//! the service. A refusal (SGLang's 4xx `GenerateError`) becomes an `INVALID_ARGUMENT`
-//! status and any other error `INTERNAL`, since these services have no error message.
+//! The generation's messages, produced in one neutral SGLang-like shape by the backends
+//! (`sink.rs`), sent as each service's published servicer sends them. Every rule here
+//! names the servicer function it mirrors (`smg_grpc_servicer/<engine>/servicer.py` in
+//! lightseekorg/smg for SGLang, vLLM, TokenSpeed and MLX; `tensorrt_llm/grpc/smg/
+//! servicer.py` in NVIDIA/TensorRT-LLM). Streamed, per sequence:
 //!
-//! Each service turns the neutral [`Step`]s into its own messages with a plain function,
-//! so this module holds every rule they share.
+//! | | chunk ids | chunk `completion_tokens` | complete ids | complete `completion_tokens` | the gateway's Abort |
+//! |---|---|---|---|---|---|
+//! | SGLang | delta | cumulative | the last chunk's again | cumulative | nothing more, stream left open |
+//! | vLLM | delta | the delta's | the last chunk's again | the last chunk's | an empty chunk, a complete `abort` |
+//! | TokenSpeed | delta, the matched stop token trimmed | cumulative | the last chunk's again | cumulative | nothing more, stream left open |
+//! | TensorRT-LLM | delta | cumulative | every id (with `n` > 1 all completes at the end) | cumulative | a complete `cancelled` with every id |
+//! | MLX | one id per chunk | cumulative | none | cumulative | the stream ends, no complete |
+//!
+//! Not streamed, each sequence is one complete with every id and score; SGLang's name
+//! index 0 whatever the sequence (`request_manager.py`, `generate_request`, never sets the
+//! index on that path). Errors are gRPC statuses on every service (smg's servicers call
+//! `context.abort`; SGLang's `GenerateError` message is gone from its proto): a 400 is
+//! `INVALID_ARGUMENT`, a 503 `UNAVAILABLE`, anything else `INTERNAL`.
+//!
+//! Each service turns the neutral [`Step`]s into its own messages with a plain function;
+//! the counts it puts in them are its own rule (vLLM's are per message).
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -15,23 +28,25 @@ use std::task::{Context, Poll};
 use tokio::sync::mpsc;
 use tollgate::grpc::sglang::generate_complete::MatchedStop;
 use tollgate::grpc::sglang::generate_response::Response as SglangEvent;
-use tollgate::grpc::sglang::OutputLogProbs;
+use tollgate::grpc::sglang::{
+    GenerateComplete, GenerateRequest, GenerateStreamChunk, OutputLogProbs,
+};
 use tonic::Status;
 
 use crate::sink::Item;
 
-/// What a streamed complete repeats.
+/// The servicer whose message sequence a stream follows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Repeat {
-    /// The ids of the sequence's last chunk (vLLM, TokenSpeed).
-    LastChunk,
-    /// Every id of the sequence (TensorRT-LLM).
-    Everything,
-    /// None (MLX).
-    Nothing,
+pub enum Servicer {
+    Sglang,
+    Vllm,
+    Tokenspeed,
+    Trtllm,
+    Mlx,
 }
 
-/// One message of a generation, in no service's shape.
+/// One message of a generation, in no service's shape. Counts are the sequence's, as
+/// the engine's scheduler keeps them (cumulative).
 #[derive(Debug, PartialEq)]
 pub enum Step {
     Chunk {
@@ -39,6 +54,7 @@ pub enum Step {
         ids: Vec<u32>,
         scores: Option<OutputLogProbs>,
         prompt_tokens: u32,
+        completion_tokens: u32,
         cached_tokens: u32,
     },
     Complete {
@@ -56,37 +72,57 @@ pub enum Step {
 /// Most sequences one stream tracks (the backends allow fewer).
 const MAX_SEQUENCES: usize = 64;
 
-/// One sequence's ids so far: the last chunk's, and all of them when the service's
-/// complete repeats everything.
+/// One sequence's ids so far: the last chunk's, and all of them.
 #[derive(Default)]
 struct Seq {
     last: Vec<u32>,
     last_scores: Option<OutputLogProbs>,
     all: Vec<u32>,
     all_scores: Option<OutputLogProbs>,
-    completion_tokens: u32,
+    /// Ids sent (MLX's one-id chunks count from it).
+    sent: u32,
 }
 
-/// SGLang-shaped messages in, [`Step`]s out.
+/// SGLang-like messages from the sink in, [`Step`]s out.
 pub struct Reshaper {
+    servicer: Servicer,
     stream: bool,
-    repeat: Repeat,
+    /// Sequences the request asked for.
+    n: usize,
     seqs: Vec<Seq>,
+    /// TokenSpeed's latest chunk, held until the next message says whether it ended its
+    /// sequence on a stop token (which TokenSpeed trims).
+    held: Option<GenerateStreamChunk>,
+    /// TensorRT-LLM's completes of a generation of several sequences, sent when the last
+    /// sequence ends.
+    deferred: Vec<Step>,
+    ended: usize,
+    /// The gateway aborted a servicer that then sends nothing more and leaves the stream
+    /// open: the stream stays pending until the gateway drops it.
+    silent: bool,
 }
 
 impl Reshaper {
-    pub fn new(stream: bool, repeat: Repeat) -> Reshaper {
+    pub fn new(servicer: Servicer, stream: bool, n: u32) -> Reshaper {
         Reshaper {
+            servicer,
             stream,
-            repeat,
+            n: usize::try_from(n.max(1)).unwrap_or(1),
             seqs: Vec::new(),
+            held: None,
+            deferred: Vec::new(),
+            ended: 0,
+            silent: false,
         }
     }
 
-    /// Appends what one SGLang message becomes.
+    /// Appends what one sink message becomes.
     pub fn reshape(&mut self, item: Item, out: &mut VecDeque<Result<Step, Status>>) {
         let event = match item {
-            Err(status) => return out.push_back(Err(status)),
+            Err(status) => {
+                self.release(None, out);
+                return out.push_back(Err(status));
+            }
             Ok(message) => match message.response {
                 Some(event) => event,
                 None => return,
@@ -94,98 +130,198 @@ impl Reshaper {
         };
         match event {
             SglangEvent::Chunk(chunk) => {
-                let prompt_tokens = unsigned(chunk.prompt_tokens);
-                let cached_tokens = unsigned(chunk.cached_tokens);
-                let scores = chunk.output_logprobs;
-                match self.record(chunk.index, &chunk.token_ids, scores.as_ref()) {
-                    Some(()) => out.push_back(Ok(Step::Chunk {
-                        index: chunk.index,
-                        ids: chunk.token_ids,
-                        scores,
-                        prompt_tokens,
-                        cached_tokens,
-                    })),
-                    None => out.push_back(Err(too_many(chunk.index))),
+                if self
+                    .record(
+                        chunk.index,
+                        &chunk.token_ids,
+                        chunk.output_logprobs.as_ref(),
+                    )
+                    .is_none()
+                {
+                    return out.push_back(Err(too_many(chunk.index)));
+                }
+                match self.servicer {
+                    Servicer::Tokenspeed => {
+                        self.release(None, out);
+                        self.held = Some(chunk);
+                    }
+                    Servicer::Mlx => self.one_id_each(chunk, out),
+                    _ => out.push_back(Ok(chunk_step(chunk))),
                 }
             }
-            SglangEvent::Complete(complete) => {
-                let index = complete.index;
-                let prompt_tokens = unsigned(complete.prompt_tokens);
-                let cached_tokens = unsigned(complete.cached_tokens);
-                let scores = complete.output_logprobs;
-                let (ids, scores) = if self.stream {
-                    // SGLang's streamed complete carries the last step's ids: the other
-                    // services send them as a chunk first.
-                    if !complete.output_ids.is_empty() {
-                        if self
-                            .record(index, &complete.output_ids, scores.as_ref())
-                            .is_none()
-                        {
-                            return out.push_back(Err(too_many(index)));
-                        }
-                        out.push_back(Ok(Step::Chunk {
-                            index,
-                            ids: complete.output_ids,
-                            scores,
-                            prompt_tokens,
-                            cached_tokens,
-                        }));
-                    }
-                    let seq = self.seq(index).map(std::mem::take).unwrap_or_default();
-                    match self.repeat {
-                        Repeat::LastChunk => (seq.last, seq.last_scores),
-                        Repeat::Everything => (seq.all, seq.all_scores),
-                        Repeat::Nothing => (Vec::new(), None),
-                    }
-                } else {
-                    (complete.output_ids, scores)
-                };
-                let completion_tokens = if self.stream {
-                    self.seq(index).map_or(0, |s| s.completion_tokens)
-                } else {
-                    u32::try_from(ids.len()).unwrap_or(u32::MAX)
-                };
-                out.push_back(Ok(Step::Complete {
-                    index,
-                    completion_tokens: completion_tokens.max(len(&ids)),
-                    ids,
-                    scores,
-                    finish_reason: complete.finish_reason,
-                    matched_stop: complete.matched_stop,
-                    prompt_tokens,
-                    cached_tokens,
-                }));
+            SglangEvent::Complete(complete) if self.stream && complete.finish_reason == "abort" => {
+                self.aborted(complete, out)
+            }
+            SglangEvent::Complete(complete) if self.stream => self.streamed_end(complete, out),
+            SglangEvent::Complete(mut complete) => {
+                if self.servicer == Servicer::Sglang {
+                    // `_create_completion_response`: `output.get("index", 0)`, unset here.
+                    complete.index = 0;
+                }
+                out.push_back(Ok(complete_step(complete)));
             }
             SglangEvent::Error(err) => {
-                out.push_back(Err(if err.http_status_code.starts_with('4') {
-                    Status::invalid_argument(err.message)
-                } else {
-                    Status::internal(err.message)
-                }))
+                self.release(None, out);
+                let code = match err.http_status_code.as_str() {
+                    "400" => tonic::Code::InvalidArgument,
+                    "503" => tonic::Code::Unavailable,
+                    _ => tonic::Code::Internal,
+                };
+                out.push_back(Err(Status::new(code, err.message)))
             }
+        }
+    }
+
+    /// A streamed sequence's natural end.
+    fn streamed_end(
+        &mut self,
+        complete: GenerateComplete,
+        out: &mut VecDeque<Result<Step, Status>>,
+    ) {
+        let index = complete.index;
+        let matched = match &complete.matched_stop {
+            Some(MatchedStop::MatchedTokenId(id)) => Some(*id),
+            _ => None,
+        };
+        self.release(matched, out);
+        let seq = self.seq(index).map(std::mem::take).unwrap_or_default();
+        let mut step = complete_step(complete);
+        if let Step::Complete { ids, scores, .. } = &mut step {
+            (*ids, *scores) = match self.servicer {
+                // `_create_completion_response` / `_complete_response` of the same output
+                // as the last chunk.
+                Servicer::Sglang | Servicer::Vllm => (seq.last, seq.last_scores),
+                // `_complete_response` with `_generated_output_ids`: the last delta, the
+                // matched stop token trimmed.
+                Servicer::Tokenspeed => {
+                    let mut last = seq.last;
+                    let mut scores = seq.last_scores;
+                    if matched.is_some() && last.last().copied() == matched {
+                        last.pop();
+                        scores = scores.map(|s| first_scores(s, last.len()));
+                    }
+                    (last, scores)
+                }
+                // `_complete_responses`: every id of the sequence.
+                Servicer::Trtllm => (seq.all, seq.all_scores),
+                // `_complete_response(output_ids=[])`, no scores.
+                Servicer::Mlx => (Vec::new(), None),
+            };
+        }
+        self.ended += 1;
+        if self.servicer == Servicer::Trtllm && self.n > 1 {
+            // `Generate` sends completes once `gen_result.finished`: all at the end.
+            self.deferred.push(step);
+            if self.ended >= self.n {
+                out.extend(self.deferred.drain(..).map(Ok));
+            }
+        } else {
+            out.push_back(Ok(step));
+        }
+    }
+
+    /// The gateway's Abort ended a streamed sequence.
+    fn aborted(&mut self, complete: GenerateComplete, out: &mut VecDeque<Result<Step, Status>>) {
+        self.release(None, out);
+        let index = complete.index;
+        let seq = self.seq(index).map(std::mem::take).unwrap_or_default();
+        match self.servicer {
+            // SGLang's `abort_request` marks the request finished, so its last output is
+            // dropped (`_handle_batch_output`); TokenSpeed's deletes its state and streams
+            // no finish: nothing more comes, and the call stays open.
+            Servicer::Sglang | Servicer::Tokenspeed => self.silent = true,
+            // vLLM's output processor answers an abort with a final empty output: an empty
+            // chunk, then its complete (`Generate`).
+            Servicer::Vllm => {
+                let counts = (
+                    unsigned(complete.prompt_tokens),
+                    unsigned(complete.cached_tokens),
+                );
+                out.push_back(Ok(Step::Chunk {
+                    index,
+                    ids: Vec::new(),
+                    scores: None,
+                    prompt_tokens: counts.0,
+                    completion_tokens: unsigned(complete.completion_tokens),
+                    cached_tokens: counts.1,
+                }));
+                out.push_back(Ok(complete_step(complete)));
+            }
+            // The executor's CANCELLED final response: a complete with every id so far.
+            Servicer::Trtllm => {
+                out.extend(self.deferred.drain(..).map(Ok));
+                let mut step = complete_step(complete);
+                if let Step::Complete {
+                    ids,
+                    scores,
+                    finish_reason,
+                    ..
+                } = &mut step
+                {
+                    (*ids, *scores) = (seq.all, seq.all_scores);
+                    *finish_reason = "cancelled".to_owned();
+                }
+                out.push_back(Ok(step));
+            }
+            // The generation loop's `None` sentinel: the stream ends with no complete.
+            Servicer::Mlx => {}
+        }
+    }
+
+    /// Whether the stream has ended its say and stays open until the gateway drops it.
+    fn silent(&self) -> bool {
+        self.silent
+    }
+
+    /// Sends TokenSpeed's held chunk, its last id trimmed when it is the stop token
+    /// `matched` the sequence ended on (`_generated_output_ids`).
+    fn release(&mut self, matched: Option<u32>, out: &mut VecDeque<Result<Step, Status>>) {
+        let Some(mut chunk) = self.held.take() else {
+            return;
+        };
+        if matched.is_some() && chunk.token_ids.last().copied() == matched {
+            chunk.token_ids.pop();
+            let keep = chunk.token_ids.len();
+            chunk.output_logprobs = chunk.output_logprobs.map(|s| first_scores(s, keep));
+        }
+        out.push_back(Ok(chunk_step(chunk)));
+    }
+
+    /// MLX's generation loop yields one token per step: a chunk per id, each with the
+    /// sequence's count so far.
+    fn one_id_each(
+        &mut self,
+        chunk: GenerateStreamChunk,
+        out: &mut VecDeque<Result<Step, Status>>,
+    ) {
+        let index = chunk.index;
+        let Some(seq) = self.seq(index) else {
+            return out.push_back(Err(too_many(index)));
+        };
+        for (at, id) in chunk.token_ids.iter().enumerate() {
+            seq.sent = seq.sent.saturating_add(1);
+            out.push_back(Ok(Step::Chunk {
+                index,
+                ids: vec![*id],
+                scores: chunk.output_logprobs.as_ref().map(|s| nth_score(s, at)),
+                prompt_tokens: unsigned(chunk.prompt_tokens),
+                completion_tokens: seq.sent,
+                cached_tokens: 0,
+            }));
         }
     }
 
     /// Notes a chunk of sequence `index`; `None` past [`MAX_SEQUENCES`].
     fn record(&mut self, index: u32, ids: &[u32], scores: Option<&OutputLogProbs>) -> Option<()> {
-        let repeat = self.repeat;
         let seq = self.seq(index)?;
-        seq.completion_tokens = seq.completion_tokens.saturating_add(len(ids));
-        match repeat {
-            Repeat::LastChunk => {
-                seq.last = ids.to_vec();
-                seq.last_scores = scores.cloned();
-            }
-            Repeat::Everything => {
-                seq.all.extend_from_slice(ids);
-                if let Some(scores) = scores {
-                    let all = seq.all_scores.get_or_insert_with(OutputLogProbs::default);
-                    all.token_logprobs.extend_from_slice(&scores.token_logprobs);
-                    all.token_ids.extend_from_slice(&scores.token_ids);
-                    all.top_logprobs.extend(scores.top_logprobs.iter().cloned());
-                }
-            }
-            Repeat::Nothing => {}
+        seq.last = ids.to_vec();
+        seq.last_scores = scores.cloned();
+        seq.all.extend_from_slice(ids);
+        if let Some(scores) = scores {
+            let all = seq.all_scores.get_or_insert_with(OutputLogProbs::default);
+            all.token_logprobs.extend_from_slice(&scores.token_logprobs);
+            all.token_ids.extend_from_slice(&scores.token_ids);
+            all.top_logprobs.extend(scores.top_logprobs.iter().cloned());
         }
         Some(())
     }
@@ -201,6 +337,55 @@ impl Reshaper {
     }
 }
 
+/// The `n` a request asked for (the backends read it from the same field).
+pub fn sequences(request: &GenerateRequest) -> u32 {
+    request
+        .sampling_params
+        .as_ref()
+        .map_or(1, |p| u32::try_from(p.n).unwrap_or(1).max(1))
+}
+
+fn chunk_step(chunk: GenerateStreamChunk) -> Step {
+    Step::Chunk {
+        index: chunk.index,
+        ids: chunk.token_ids,
+        scores: chunk.output_logprobs,
+        prompt_tokens: unsigned(chunk.prompt_tokens),
+        completion_tokens: unsigned(chunk.completion_tokens),
+        cached_tokens: unsigned(chunk.cached_tokens),
+    }
+}
+
+fn complete_step(complete: GenerateComplete) -> Step {
+    Step::Complete {
+        index: complete.index,
+        ids: complete.output_ids,
+        scores: complete.output_logprobs,
+        finish_reason: complete.finish_reason,
+        matched_stop: complete.matched_stop,
+        prompt_tokens: unsigned(complete.prompt_tokens),
+        completion_tokens: unsigned(complete.completion_tokens),
+        cached_tokens: unsigned(complete.cached_tokens),
+    }
+}
+
+/// The first `n` entries of `scores`.
+fn first_scores(mut scores: OutputLogProbs, n: usize) -> OutputLogProbs {
+    scores.token_logprobs.truncate(n);
+    scores.token_ids.truncate(n);
+    scores.top_logprobs.truncate(n);
+    scores
+}
+
+/// Entry `at` of `scores` alone.
+fn nth_score(scores: &OutputLogProbs, at: usize) -> OutputLogProbs {
+    OutputLogProbs {
+        token_logprobs: scores.token_logprobs.get(at).copied().into_iter().collect(),
+        token_ids: scores.token_ids.get(at).copied().into_iter().collect(),
+        top_logprobs: scores.top_logprobs.get(at).cloned().into_iter().collect(),
+    }
+}
+
 fn too_many(index: u32) -> Status {
     Status::internal(format!(
         "grpc-engine: sequence {index}, at most {MAX_SEQUENCES}"
@@ -209,10 +394,6 @@ fn too_many(index: u32) -> Status {
 
 fn unsigned(n: i32) -> u32 {
     u32::try_from(n).unwrap_or(0)
-}
-
-fn len(ids: &[u32]) -> u32 {
-    u32::try_from(ids.len()).unwrap_or(u32::MAX)
 }
 
 /// A generation's messages in one service's shape: `wrap` makes that service's message
@@ -244,9 +425,16 @@ impl<M> tonic::codegen::tokio_stream::Stream for Reshaped<M> {
             if let Some(next) = this.steps.pop_front() {
                 return Poll::Ready(Some(next.map(this.wrap)));
             }
+            if this.reshaper.silent() {
+                // Nothing will wake this: the gateway drops the call.
+                return Poll::Pending;
+            }
             match this.rx.poll_recv(cx) {
                 Poll::Ready(Some(item)) => this.reshaper.reshape(item, &mut this.steps),
-                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Ready(None) => {
+                    this.reshaper.release(None, &mut this.steps);
+                    return Poll::Ready(this.steps.pop_front().map(|next| next.map(this.wrap)));
+                }
                 Poll::Pending => return Poll::Pending,
             }
         }
@@ -265,11 +453,13 @@ mod tests {
         })
     }
 
-    fn chunk(index: u32, ids: &[u32]) -> Item {
+    /// A step of sequence `index` with `ids`, `count` ids generated so far.
+    fn chunk(index: u32, ids: &[u32], count: i32) -> Item {
         message(SglangEvent::Chunk(sglang::GenerateStreamChunk {
             token_ids: ids.to_vec(),
             index,
             prompt_tokens: 3,
+            completion_tokens: count,
             output_logprobs: Some(OutputLogProbs {
                 token_logprobs: vec![-1.0; ids.len()],
                 token_ids: ids.to_vec(),
@@ -279,95 +469,142 @@ mod tests {
         }))
     }
 
-    fn complete(index: u32, ids: &[u32]) -> Item {
+    /// The sink's end of sequence `index` (streamed: the last chunk's ids again).
+    fn complete(index: u32, ids: &[u32], count: i32, reason: &str, stop: Option<u32>) -> Item {
         message(SglangEvent::Complete(sglang::GenerateComplete {
             output_ids: ids.to_vec(),
-            finish_reason: "length".into(),
+            finish_reason: reason.into(),
             prompt_tokens: 3,
+            completion_tokens: count,
             index,
+            matched_stop: stop.map(MatchedStop::MatchedTokenId),
             ..Default::default()
         }))
     }
 
-    /// `(is_complete, index, ids)` of every step.
-    fn run(stream: bool, repeat: Repeat, items: Vec<Item>) -> Vec<(bool, u32, Vec<u32>)> {
-        let mut r = Reshaper::new(stream, repeat);
+    /// `(is_complete, index, ids, completion_tokens)` of a step.
+    type Seen = (bool, u32, Vec<u32>, u32);
+
+    /// Every step, and whether the stream went silent.
+    fn run(servicer: Servicer, stream: bool, n: u32, items: Vec<Item>) -> (Vec<Seen>, bool) {
+        let mut r = Reshaper::new(servicer, stream, n);
         let mut out = VecDeque::new();
         for item in items {
             r.reshape(item, &mut out);
         }
-        out.into_iter()
-            .map(|step| match step.expect("a step") {
-                Step::Chunk { index, ids, .. } => (false, index, ids),
-                Step::Complete { index, ids, .. } => (true, index, ids),
-            })
-            .collect()
-    }
-
-    #[test]
-    fn each_service_repeats_what_it_repeats() {
-        let items = || vec![chunk(0, &[1, 2]), chunk(0, &[3]), complete(0, &[4])];
-        let streamed = |ids: &[u32]| {
-            vec![
-                (false, 0, vec![1, 2]),
-                (false, 0, vec![3]),
-                (false, 0, vec![4]),
-                (true, 0, ids.to_vec()),
-            ]
-        };
-        assert_eq!(run(true, Repeat::LastChunk, items()), streamed(&[4]));
-        assert_eq!(
-            run(true, Repeat::Everything, items()),
-            streamed(&[1, 2, 3, 4])
-        );
-        assert_eq!(run(true, Repeat::Nothing, items()), streamed(&[]));
-        // Not streamed: one complete with every id, whatever the service.
-        let whole = vec![complete(0, &[1, 2, 3])];
-        assert_eq!(
-            run(false, Repeat::Nothing, whole),
-            vec![(true, 0, vec![1, 2, 3])]
-        );
-    }
-
-    #[test]
-    fn sequences_are_kept_apart_with_their_scores() {
-        let mut r = Reshaper::new(true, Repeat::Everything);
-        let mut out = VecDeque::new();
-        for item in [chunk(0, &[5]), chunk(1, &[6]), chunk(0, &[7])] {
-            r.reshape(item, &mut out);
-        }
-        r.reshape(complete(1, &[]), &mut out);
-        r.reshape(complete(0, &[]), &mut out);
-        let completes: Vec<(u32, Vec<u32>, Vec<u32>, u32)> = out
+        r.release(None, &mut out);
+        let steps = out
             .into_iter()
-            .filter_map(|s| match s.ok()? {
+            .map(|step| match step.expect("a step") {
+                Step::Chunk {
+                    index,
+                    ids,
+                    completion_tokens,
+                    ..
+                } => (false, index, ids, completion_tokens),
                 Step::Complete {
                     index,
                     ids,
-                    scores,
                     completion_tokens,
                     ..
-                } => Some((
-                    index,
-                    ids,
-                    scores.map(|s| s.token_ids).unwrap_or_default(),
-                    completion_tokens,
-                )),
-                Step::Chunk { .. } => None,
+                } => (true, index, ids, completion_tokens),
             })
             .collect();
+        (steps, r.silent())
+    }
+
+    /// Three ids, the last an EOS (id 2) the sequence stopped on.
+    fn eos_run() -> Vec<Item> {
+        vec![
+            chunk(0, &[7, 8], 2),
+            chunk(0, &[2], 3),
+            complete(0, &[2], 3, "stop", Some(2)),
+        ]
+    }
+
+    #[test]
+    fn each_servicer_ends_a_streamed_sequence_its_own_way() {
+        let c = |ids: &[u32], n| (false, 0, ids.to_vec(), n);
+        let x = |ids: &[u32], n| (true, 0, ids.to_vec(), n);
+        // SGLang and vLLM: the last chunk again (vLLM's counts are the wrapper's).
+        for servicer in [Servicer::Sglang, Servicer::Vllm] {
+            let (steps, _) = run(servicer, true, 1, eos_run());
+            assert_eq!(
+                steps,
+                [c(&[7, 8], 2), c(&[2], 3), x(&[2], 3)],
+                "{servicer:?}"
+            );
+        }
+        // TokenSpeed: the stop token trimmed from the chunk and the complete, still counted.
+        let (steps, _) = run(Servicer::Tokenspeed, true, 1, eos_run());
+        assert_eq!(steps, [c(&[7, 8], 2), c(&[], 3), x(&[], 3)]);
+        // TensorRT-LLM: every id in the complete.
+        let (steps, _) = run(Servicer::Trtllm, true, 1, eos_run());
+        assert_eq!(steps, [c(&[7, 8], 2), c(&[2], 3), x(&[7, 8, 2], 3)]);
+        // MLX: one id per chunk, a complete without ids.
+        let (steps, _) = run(Servicer::Mlx, true, 1, eos_run());
+        assert_eq!(steps, [c(&[7], 1), c(&[8], 2), c(&[2], 3), x(&[], 3)]);
+    }
+
+    #[test]
+    fn unstreamed_sequences_come_whole_and_sglang_names_them_all_zero() {
+        let items = || {
+            vec![
+                complete(0, &[1, 2], 2, "length", None),
+                complete(1, &[3, 4], 2, "length", None),
+            ]
+        };
+        let (steps, _) = run(Servicer::Sglang, false, 2, items());
+        assert_eq!(steps, [(true, 0, vec![1, 2], 2), (true, 0, vec![3, 4], 2)]);
+        let (steps, _) = run(Servicer::Vllm, false, 2, items());
+        assert_eq!(steps, [(true, 0, vec![1, 2], 2), (true, 1, vec![3, 4], 2)]);
+    }
+
+    #[test]
+    fn trtllm_sends_the_completes_of_several_sequences_at_the_end() {
+        let items = vec![
+            chunk(0, &[5], 1),
+            chunk(1, &[6], 1),
+            complete(1, &[6], 1, "length", None),
+            chunk(0, &[7], 2),
+            complete(0, &[7], 2, "length", None),
+        ];
+        let (steps, _) = run(Servicer::Trtllm, true, 2, items);
         assert_eq!(
-            completes,
-            [(1, vec![6], vec![6], 1), (0, vec![5, 7], vec![5, 7], 2)]
+            steps,
+            [
+                (false, 0, vec![5], 1),
+                (false, 1, vec![6], 1),
+                (false, 0, vec![7], 2),
+                (true, 1, vec![6], 1),
+                (true, 0, vec![5, 7], 2),
+            ]
         );
+    }
+
+    #[test]
+    fn an_abort_ends_each_servicer_its_own_way() {
+        let items = || vec![chunk(0, &[5, 6], 2), complete(0, &[], 2, "abort", None)];
+        let (steps, silent) = run(Servicer::Sglang, true, 1, items());
+        assert_eq!((steps.len(), silent), (1, true));
+        let (steps, silent) = run(Servicer::Tokenspeed, true, 1, items());
+        assert_eq!((steps.len(), silent), (1, true));
+        let (steps, silent) = run(Servicer::Vllm, true, 1, items());
+        assert!(!silent);
+        assert_eq!(steps[1..], [(false, 0, vec![], 2), (true, 0, vec![], 2)]);
+        let (steps, _) = run(Servicer::Trtllm, true, 1, items());
+        assert_eq!(steps[1], (true, 0, vec![5, 6], 2));
+        let (steps, silent) = run(Servicer::Mlx, true, 1, items());
+        assert_eq!((steps.len(), silent), (2, false));
     }
 
     #[test]
     fn errors_become_statuses() {
-        let mut r = Reshaper::new(true, Repeat::LastChunk);
+        let mut r = Reshaper::new(Servicer::Sglang, true, 1);
         let mut out = VecDeque::new();
         for (code, expected) in [
             ("400", tonic::Code::InvalidArgument),
+            ("503", tonic::Code::Unavailable),
             ("500", tonic::Code::Internal),
         ] {
             r.reshape(
@@ -381,7 +618,7 @@ mod tests {
             let status = out.pop_front().and_then(Result::err).expect("a status");
             assert_eq!(status.code(), expected);
         }
-        r.reshape(chunk(64, &[1]), &mut out);
+        r.reshape(chunk(64, &[1], 1), &mut out);
         assert!(out.pop_front().is_some_and(|s| s.is_err()));
     }
 }

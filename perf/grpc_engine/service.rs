@@ -1,8 +1,9 @@
 //! The `SglangScheduler` service: what both modes share around the backend that generates.
 //!
 //! Each Generate runs in its own task feeding a small channel that is the response
-//! stream. The task races the backend against two ends: Abort (the generation closes with
-//! finish_reason "abort") and the gateway dropping the stream (noticed as the channel's
+//! stream. The task races the backend against two ends: Abort (the sink closes the
+//! generation with finish_reason "abort", which each service's reshaper turns into what
+//! its servicer sends then) and the gateway dropping the stream (noticed as the channel's
 //! receiver going away, even while the backend waits). Dropping the backend's future is
 //! what stops it; for llama-server that drops the upstream request.
 
@@ -15,7 +16,9 @@ use tollgate::grpc::common::{
     FlushCacheRequest, FlushCacheResponse, GetTokenizerRequest, ProfileResponse,
     StartProfileRequest, StopProfileRequest,
 };
+use tollgate::grpc::sglang::generate_response::Response as SglangEvent;
 use tollgate::grpc::sglang::sglang_scheduler_server::SglangScheduler;
+use tollgate::grpc::sglang::{self};
 use tollgate::grpc::sglang::{
     AbortRequest, AbortResponse, GenerateRequest, GetLoadsRequest, GetLoadsResponse,
     GetModelInfoRequest, GetModelInfoResponse, HealthCheckRequest, HealthCheckResponse,
@@ -27,8 +30,9 @@ use crate::cli::{Faults, Flags, Mode, DEFAULT_MOCK_CONTEXT};
 use crate::disagg::{Disagg, Handoff, Refusal};
 use crate::llama::{Facts, Llama};
 use crate::mock::Mock;
+use crate::reshape::{sequences, Reshaped, Reshaper, Servicer, Step};
 use crate::say::{self, Id};
-use crate::sink::{Finish, Item, ReceiverStream, Sink, Stop, CHANNEL_CAPACITY};
+use crate::sink::{Finish, Item, Sink, Stop, CHANNEL_CAPACITY};
 use crate::vocab::Vocab;
 
 /// Generations at once; past it Generate answers RESOURCE_EXHAUSTED.
@@ -256,6 +260,54 @@ fn cancelled(request_id: &str) {
     say::line(format_args!("cancelled request_id={}", Id(request_id)));
 }
 
+/// A step as SGLang's message (`_create_chunk_response`, `_create_completion_response`).
+fn sglang_message(step: Step) -> sglang::GenerateResponse {
+    let response = match step {
+        Step::Chunk {
+            index,
+            ids,
+            scores,
+            prompt_tokens,
+            completion_tokens,
+            cached_tokens,
+        } => SglangEvent::Chunk(sglang::GenerateStreamChunk {
+            token_ids: ids,
+            prompt_tokens: to_i32(prompt_tokens),
+            completion_tokens: to_i32(completion_tokens),
+            cached_tokens: to_i32(cached_tokens),
+            output_logprobs: scores,
+            index,
+        }),
+        Step::Complete {
+            index,
+            ids,
+            scores,
+            finish_reason,
+            matched_stop,
+            prompt_tokens,
+            completion_tokens,
+            cached_tokens,
+        } => SglangEvent::Complete(sglang::GenerateComplete {
+            output_ids: ids,
+            finish_reason,
+            prompt_tokens: to_i32(prompt_tokens),
+            completion_tokens: to_i32(completion_tokens),
+            cached_tokens: to_i32(cached_tokens),
+            output_logprobs: scores,
+            index,
+            matched_stop,
+        }),
+    };
+    sglang::GenerateResponse {
+        request_id: String::new(),
+        response: Some(response),
+    }
+}
+
+fn to_i32(n: u32) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
 /// The tonic service: a cheap handle on the shared [`Engine`].
 #[derive(Clone)]
 pub struct Scheduler(pub Arc<Engine>);
@@ -441,16 +493,17 @@ impl Engine {
 
 #[tonic::async_trait]
 impl SglangScheduler for Scheduler {
-    type GenerateStream = ReceiverStream;
+    type GenerateStream = Reshaped<sglang::GenerateResponse>;
 
     async fn generate(
         &self,
         request: Request<GenerateRequest>,
-    ) -> Result<Response<ReceiverStream>, Status> {
+    ) -> Result<Response<Self::GenerateStream>, Status> {
         let request = request.into_inner();
         let handoff = Handoff::of_sglang(&request);
+        let reshaper = Reshaper::new(Servicer::Sglang, request.stream, sequences(&request));
         let rx = self.0.start(request, handoff).await?;
-        Ok(Response::new(ReceiverStream(rx)))
+        Ok(Response::new(Reshaped::new(rx, reshaper, sglang_message)))
     }
 
     async fn health_check(

@@ -1,14 +1,19 @@
 //! One generation's way out: token chunks, then one complete per sequence or one error,
-//! shaped the way SGLang's scheduler answers `Generate`.
+//! shaped the way SGLang's servicer answers `Generate` (`smg_grpc_servicer/sglang/
+//! servicer.py`, `Generate`, with `request_manager.py`'s `_handle_single_request`).
 //!
 //! Both backends hand their tokens here, so the rules that do not depend on where tokens
-//! come from live in one place: a generation of `n` sequences sends each sequence's chunks
-//! and complete with its `index`; a non-streamed sequence gets a single `GenerateComplete`
-//! with every id (and every score); the `--drop-after` fault breaks the stream; a gateway
-//! that went away is noticed on the next send and reported as [`Stop::Cancelled`].
-
-use std::pin::Pin;
-use std::task::{Context, Poll};
+//! come from live in one place:
+//! - streamed, each step is a chunk (`_create_chunk_response`) with its ids, their scores
+//!   and the cumulative counts; the step that ends a sequence is a chunk and then a complete
+//!   built from the same output (`_create_completion_response`), so the complete repeats the
+//!   last chunk's ids and scores and carries the cumulative `completion_tokens`. An ending
+//!   that comes with no step of its own (the gateway's Abort) has no ids to repeat;
+//! - not streamed, a sequence gets a single `GenerateComplete` with every id and score
+//!   (`_handle_single_request` hands `state.output_ids` on);
+//! - a generation of `n` sequences names each sequence's chunks and complete by `index`;
+//! - the `--drop-after` fault breaks the stream; a gateway that went away is noticed on the
+//!   next send and reported as [`Stop::Cancelled`].
 
 use tokio::sync::mpsc;
 use tollgate::grpc::sglang::generate_complete::MatchedStop;
@@ -74,6 +79,9 @@ struct Seq {
     /// backend's token limit (the context window).
     held: Vec<u32>,
     held_scores: Option<OutputLogProbs>,
+    /// A streamed sequence's last chunk, which its complete repeats.
+    last: Vec<u32>,
+    last_scores: Option<OutputLogProbs>,
     counts: Counts,
     ended: bool,
 }
@@ -147,6 +155,9 @@ impl Sink {
                 .sent
                 .saturating_add(u32::try_from(now.len()).unwrap_or(u32::MAX));
             if stream {
+                let seq = self.live(index)?;
+                seq.last = now.to_vec();
+                seq.last_scores = scores.clone();
                 let chunk = GenerateStreamChunk {
                     token_ids: now.to_vec(),
                     prompt_tokens: to_i32(counts.prompt_tokens),
@@ -202,11 +213,16 @@ impl Sink {
         counts: Counts,
     ) -> Result<(), Stop> {
         let several = self.seqs.len() > 1;
+        let stream = self.stream;
         let seq = self.live(index)?;
         seq.counts = counts;
         seq.ended = true;
-        let output_ids = std::mem::take(&mut seq.held);
-        let output_logprobs = seq.held_scores.take();
+        let (output_ids, output_logprobs) = match (stream, &finish) {
+            // The gateway's Abort ends the sequence between steps: nothing to repeat.
+            (true, Finish::Abort) => (Vec::new(), None),
+            (true, _) => (std::mem::take(&mut seq.last), seq.last_scores.take()),
+            (false, _) => (std::mem::take(&mut seq.held), seq.held_scores.take()),
+        };
         say::line(format_args!(
             "finish request_id={} reason={} completion_tokens={}{}",
             Id(&self.request_id),
@@ -304,17 +320,6 @@ fn to_i32(n: u32) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
 }
 
-/// The receiving half as the stream tonic sends.
-pub struct ReceiverStream(pub mpsc::Receiver<Item>);
-
-impl tonic::codegen::tokio_stream::Stream for ReceiverStream {
-    type Item = Item;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Item>> {
-        self.0.poll_recv(cx)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -341,7 +346,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn streamed_tokens_go_out_as_chunks_then_an_empty_complete() {
+    async fn streamed_tokens_go_out_as_chunks_then_a_complete_repeating_the_last() {
         let (mut s, mut rx) = sink(true, None);
         s.tokens(&[5], counts(1)).await.unwrap();
         s.tokens(&[6, 7], counts(3)).await.unwrap();
@@ -358,7 +363,7 @@ mod tests {
         let Some(Response::Complete(done)) = items[2].as_ref().unwrap().response.clone() else {
             panic!("{items:?}")
         };
-        assert!(done.output_ids.is_empty());
+        assert_eq!((done.output_ids, done.completion_tokens), (vec![6, 7], 3));
         assert_eq!(done.finish_reason, "length");
         assert_eq!(s.tokens(&[1], counts(4)).await, Err(Stop::Ended));
     }

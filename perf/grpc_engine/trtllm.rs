@@ -19,7 +19,7 @@ use tollgate::grpc::trtllm::{
 use tonic::{Request, Response, Status};
 
 use crate::disagg::Handoff;
-use crate::reshape::{Repeat, Reshaped, Reshaper, Step};
+use crate::reshape::{sequences, Reshaped, Reshaper, Servicer, Step};
 use crate::service::Engine;
 
 /// The tonic service: a cheap handle on the shared [`Engine`].
@@ -35,7 +35,7 @@ impl TrtllmService for TrtService {
         request: Request<trtllm::GenerateRequest>,
     ) -> Result<Response<Self::GenerateStream>, Status> {
         let request = to_sglang(request.into_inner())?;
-        let reshaper = Reshaper::new(request.stream, Repeat::Everything);
+        let reshaper = Reshaper::new(Servicer::Trtllm, request.stream, sequences(&request));
         let rx = self.0.start(request, Handoff::None).await?;
         Ok(Response::new(Reshaped::new(rx, reshaper, wrap)))
     }
@@ -147,9 +147,10 @@ fn wrap(step: Step) -> GenerateResponse {
             ids,
             scores,
             prompt_tokens,
+            completion_tokens,
             cached_tokens,
         } => TrtEvent::Chunk(trtllm::GenerateStreamChunk {
-            completion_tokens: u32::try_from(ids.len()).unwrap_or(u32::MAX),
+            completion_tokens,
             token_ids: ids,
             sequence_index: index,
             prompt_tokens,

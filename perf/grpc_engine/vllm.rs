@@ -23,7 +23,7 @@ use tonic::{Request, Response, Status};
 
 use crate::cli::Role;
 use crate::disagg::Handoff;
-use crate::reshape::{Repeat, Reshaped, Reshaper, Step};
+use crate::reshape::{sequences, Reshaped, Reshaper, Servicer, Step};
 use crate::service::Engine;
 
 /// The tonic service: a cheap handle on the shared [`Engine`].
@@ -45,7 +45,7 @@ impl VllmEngine for VllmService {
             .map_or(Handoff::None, Handoff::KvTransfer);
         let request = to_sglang(request)?;
         let answer_params = self.0.answer_params(&request.request_id, &handoff);
-        let reshaper = Reshaper::new(request.stream, Repeat::LastChunk);
+        let reshaper = Reshaper::new(Servicer::Vllm, request.stream, sequences(&request));
         let rx = self.0.start(request, handoff).await?;
         let stream = Reshaped::new(rx, reshaper, wrap);
         Ok(Response::new(match answer_params {
@@ -227,8 +227,10 @@ fn wrap(step: Step) -> GenerateResponse {
             ids,
             scores,
             prompt_tokens,
+            completion_tokens: _,
             cached_tokens,
         } => VllmEvent::Chunk(vllm::GenerateStreamChunk {
+            // `_chunk_response`: the delta's count, not the sequence's.
             completion_tokens: u32::try_from(ids.len()).unwrap_or(u32::MAX),
             token_ids: ids,
             prompt_tokens,
@@ -243,13 +245,15 @@ fn wrap(step: Step) -> GenerateResponse {
             finish_reason,
             matched_stop,
             prompt_tokens,
-            completion_tokens,
+            completion_tokens: _,
             cached_tokens,
         } => VllmEvent::Complete(vllm::GenerateComplete {
+            // `_complete_response`: `len(completion.token_ids)`, the ids of this message
+            // only (streamed, the last delta; not streamed, every id).
+            completion_tokens: u32::try_from(ids.len()).unwrap_or(u32::MAX),
             output_ids: ids,
             finish_reason,
             prompt_tokens,
-            completion_tokens,
             cached_tokens,
             output_logprobs: scores.map(to_vllm_scores),
             index,
@@ -340,9 +344,10 @@ mod tests {
         let Some(VllmEvent::Complete(c)) = message.response else {
             panic!("a complete");
         };
+        // `_complete_response` counts the ids of its own message, not the sequence's 2.
         assert_eq!(
             (c.index, c.output_ids, c.completion_tokens),
-            (1, vec![4], 2)
+            (1, vec![4], 1)
         );
         assert_eq!(
             c.matched_stop,

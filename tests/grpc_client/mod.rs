@@ -100,17 +100,20 @@ pub enum End {
 }
 
 impl Generation {
-    /// Every id: the chunks', then the complete's.
+    /// Every id: a streamed generation's chunks' (its complete repeats the last chunk, as
+    /// SGLang's servicer sends it), else the one complete's.
     pub fn ids(&self) -> Vec<u32> {
-        let mut ids: Vec<u32> = self
-            .chunks
-            .iter()
-            .flat_map(|c| c.token_ids.clone())
-            .collect();
-        if let End::Complete(done) = &self.end {
-            ids.extend_from_slice(&done.output_ids);
+        if !self.chunks.is_empty() {
+            return self
+                .chunks
+                .iter()
+                .flat_map(|c| c.token_ids.clone())
+                .collect();
         }
-        ids
+        match &self.end {
+            End::Complete(done) => done.output_ids.clone(),
+            _ => Vec::new(),
+        }
     }
 
     pub fn complete(&self) -> &GenerateComplete {
