@@ -354,3 +354,42 @@ async fn the_stream_follows_the_grammar_and_is_stored_before_it_completes() {
         .any(|e| e["type"] == "response.function_call_arguments.done"));
     assert_eq!(events.last().unwrap()["type"], "response.completed");
 }
+
+/// The fields the Open Responses schema's `ResponseResource` requires beyond OpenAI's
+/// older object, on every object the gateway builds: returned, retrieved and streamed.
+#[tokio::test]
+async fn every_object_has_the_open_responses_fields() {
+    let (_e, gw) = setup("schema", &[]).await;
+    let body = json!({
+        "model": "echo-model", "max_output_tokens": 400, "input": "Hello there",
+        "presence_penalty": 0.5, "prompt_cache_key": "k-1",
+        "tools": [{"type": "function", "name": "lookup"}],
+        "tool_choice": "none",
+    });
+    let created = create(&gw, &body).await;
+    let id = created["id"].as_str().unwrap().to_owned();
+    let retrieved = get(&url(&gw, &format!("/{id}"))).await.json();
+    let events = stream(&gw, &body).await;
+    let completed = events
+        .iter()
+        .find(|e| e["type"] == "response.completed")
+        .map(|e| e["response"].clone())
+        .expect("a response.completed event");
+    for object in [&created, &retrieved, &completed] {
+        assert_eq!(object["presence_penalty"], json!(0.5), "{object}");
+        assert_eq!(object["frequency_penalty"], json!(0.0));
+        assert_eq!(object["top_logprobs"], json!(0));
+        assert_eq!(object["service_tier"], "default");
+        assert_eq!(object["prompt_cache_key"], "k-1");
+        assert!(object["safety_identifier"].is_null());
+        assert!(object["completed_at"].as_u64().unwrap() >= object["created_at"].as_u64().unwrap());
+        let tool = &object["tools"][0];
+        assert!(tool["description"].is_null() && tool["parameters"].is_null());
+        assert!(tool["strict"].is_null());
+    }
+    let opened = events
+        .iter()
+        .find(|e| e["type"] == "response.created")
+        .expect("a response.created event");
+    assert!(opened["response"]["completed_at"].is_null(), "{opened}");
+}

@@ -17,6 +17,7 @@
 
 mod convert;
 mod mcp;
+mod object;
 pub mod provider;
 mod speak;
 
@@ -583,9 +584,14 @@ impl Runner {
             Err(err) => {
                 // The items are closed; what could not be stored ends the stream as an
                 // error event rather than a completion the store does not back.
+                // OpenAI's flat fields, and the `error` payload the Open Responses
+                // schema reads.
+                let (code, message) = (err.code(), err.to_string());
                 writer.event(
                     "error",
-                    json!({"code": err.code(), "message": err.to_string(), "param": null}),
+                    json!({"code": code, "message": message, "param": null,
+                           "error": {"type": "server_error", "code": code,
+                                     "message": message, "param": null}}),
                 );
             }
         }
@@ -724,7 +730,10 @@ impl Turn {
             .collect()
     }
 
-    /// The response object (spec 2's fields, OpenAI's shape).
+    /// The response object (spec 2's fields, OpenAI's shape, every field of the Open
+    /// Responses `ResponseResource` present with its type): the request's settings echoed
+    /// ([`object::settings`]) and this response's state. `completed_at` is set once the
+    /// response has completed, null before and for a failed or incomplete one.
     fn object(
         &self,
         status: &str,
@@ -733,14 +742,6 @@ impl Turn {
         error: Value,
         incomplete: Value,
     ) -> Value {
-        let field = |name: &str| self.request.get(name).cloned().unwrap_or(Value::Null);
-        let or = |name: &str, default: Value| {
-            self.request
-                .get(name)
-                .filter(|v| !v.is_null())
-                .cloned()
-                .unwrap_or(default)
-        };
         let usage = usage.map_or(Value::Null, |usage| {
             json!({
                 "input_tokens": usage.prompt_tokens,
@@ -750,35 +751,34 @@ impl Turn {
                 "total_tokens": usage.total_tokens,
             })
         });
-        let tools_set = matches!(self.request.get("tools"), Some(Value::Array(t)) if !t.is_empty());
-        json!({
-            "id": self.id,
-            "object": "response",
-            "created_at": self.created_at,
-            "status": status,
-            "background": false,
-            "error": error,
-            "incomplete_details": incomplete,
-            "instructions": field("instructions"),
-            "max_output_tokens": field("max_output_tokens"),
-            "max_tool_calls": field("max_tool_calls"),
-            "model": field("model"),
-            "output": output,
-            "parallel_tool_calls": or("parallel_tool_calls", Value::Bool(true)),
-            "previous_response_id": field("previous_response_id"),
-            "conversation": self.conversation.as_ref().map_or(Value::Null, |id| json!({"id": id})),
-            "reasoning": or("reasoning", json!({"effort": null, "summary": null})),
-            "store": self.store,
-            "temperature": or("temperature", json!(1.0)),
-            "text": or("text", json!({"format": {"type": "text"}})),
-            "tool_choice": or("tool_choice", Value::String(if tools_set { "auto" } else { "none" }.into())),
-            "tools": or("tools", json!([])),
-            "top_p": or("top_p", json!(1.0)),
-            "truncation": "disabled",
-            "usage": usage,
-            "user": field("user"),
-            "metadata": or("metadata", json!({})),
-        })
+        let completed_at = if status == "completed" {
+            json!(unix_now())
+        } else {
+            Value::Null
+        };
+        let mut fields = Map::new();
+        let mut put = |name: &str, value: Value| {
+            fields.insert(name.to_owned(), value);
+        };
+        put("id", Value::String(self.id.clone()));
+        put("object", Value::String("response".into()));
+        put("created_at", json!(self.created_at));
+        put("completed_at", completed_at);
+        put("status", Value::String(status.to_owned()));
+        put("background", Value::Bool(false));
+        put("error", error);
+        put("incomplete_details", incomplete);
+        put("output", Value::Array(output.to_vec()));
+        put(
+            "conversation",
+            self.conversation
+                .as_ref()
+                .map_or(Value::Null, |id| json!({"id": id})),
+        );
+        put("store", Value::Bool(self.store));
+        put("usage", usage);
+        fields.extend(object::settings(&self.request));
+        Value::Object(fields)
     }
 }
 
@@ -807,5 +807,149 @@ fn failure_code(err: &GatewayError) -> &'static str {
         GatewayError::UpstreamStalled { .. } | GatewayError::UpstreamBroken => "stream_error",
         GatewayError::EngineFailed { .. } => "server_error",
         other => other.code(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn turn(request: Value) -> Turn {
+        Turn {
+            owner: Owner::shared(),
+            id: "resp_1".into(),
+            created_at: 1_700_000_000,
+            request: request.as_object().unwrap().clone(),
+            context: Vec::new(),
+            input: Vec::new(),
+            messages: Vec::new(),
+            conversation: None,
+            store: true,
+            mcp: None,
+            approved: Vec::new(),
+        }
+    }
+
+    /// The fields the Open Responses `ResponseResource` requires, by JSON type ("?" after a
+    /// type: null allowed).
+    const REQUIRED: &[(&str, &str)] = &[
+        ("id", "string"),
+        ("object", "string"),
+        ("created_at", "integer"),
+        ("completed_at", "integer?"),
+        ("status", "string"),
+        ("incomplete_details", "object?"),
+        ("model", "string"),
+        ("previous_response_id", "string?"),
+        ("instructions", "string?"),
+        ("output", "array"),
+        ("error", "object?"),
+        ("tools", "array"),
+        ("truncation", "string"),
+        ("parallel_tool_calls", "boolean"),
+        ("text", "object"),
+        ("top_p", "number"),
+        ("presence_penalty", "number"),
+        ("frequency_penalty", "number"),
+        ("top_logprobs", "integer"),
+        ("temperature", "number"),
+        ("reasoning", "object?"),
+        ("usage", "object?"),
+        ("max_output_tokens", "integer?"),
+        ("max_tool_calls", "integer?"),
+        ("store", "boolean"),
+        ("background", "boolean"),
+        ("service_tier", "string"),
+        ("metadata", "object"),
+        ("safety_identifier", "string?"),
+        ("prompt_cache_key", "string?"),
+    ];
+
+    fn conforms(object: &Value) {
+        for (name, kind) in REQUIRED {
+            let value = object
+                .get(*name)
+                .unwrap_or_else(|| panic!("`{name}` missing"));
+            let (kind, nullable) = kind.strip_suffix('?').map_or((*kind, false), |k| (k, true));
+            let fits = match kind {
+                "string" => value.is_string(),
+                "integer" => value.is_i64() || value.is_u64(),
+                "number" => value.is_number(),
+                "boolean" => value.is_boolean(),
+                "array" => value.is_array(),
+                _ => value.is_object(),
+            };
+            assert!(
+                fits || (nullable && value.is_null()),
+                "`{name}` is {value}, not {kind}"
+            );
+        }
+        assert!(object["tool_choice"].is_string() || object["tool_choice"].is_object());
+    }
+
+    #[test]
+    fn every_object_carries_the_schema_fields() {
+        let t = turn(json!({"model": "m", "input": "hi"}));
+        let opening = t.object("in_progress", &[], None, Value::Null, Value::Null);
+        conforms(&opening);
+        assert_eq!(opening["completed_at"], Value::Null);
+        assert_eq!(opening["usage"], Value::Null);
+        let done = t.object(
+            "completed",
+            &[],
+            Some(Usage::new(3, 4)),
+            Value::Null,
+            Value::Null,
+        );
+        conforms(&done);
+        assert!(done["completed_at"].as_u64().unwrap() >= t.created_at);
+        assert_eq!(done["usage"]["total_tokens"], 7);
+        assert_eq!(done["service_tier"], "default");
+        let failed = t.object(
+            "failed",
+            &[],
+            None,
+            json!({"code": "server_error", "message": "x"}),
+            Value::Null,
+        );
+        conforms(&failed);
+        assert_eq!(failed["completed_at"], Value::Null);
+        let cut = t.object(
+            "incomplete",
+            &[],
+            None,
+            Value::Null,
+            json!({"reason": "max_output_tokens"}),
+        );
+        conforms(&cut);
+        assert_eq!(cut["completed_at"], Value::Null);
+    }
+
+    #[test]
+    fn the_request_settings_are_echoed() {
+        let t = turn(json!({
+            "model": "m", "input": "hi", "presence_penalty": 0.25, "frequency_penalty": 0.5,
+            "top_logprobs": 2, "service_tier": "priority", "safety_identifier": "s",
+            "prompt_cache_key": "k", "tools": [{"type": "function", "name": "f"}],
+        }));
+        let object = t.object("completed", &[], None, Value::Null, Value::Null);
+        conforms(&object);
+        assert_eq!(object["presence_penalty"], json!(0.25));
+        assert_eq!(object["frequency_penalty"], json!(0.5));
+        assert_eq!(object["top_logprobs"], 2);
+        assert_eq!(object["service_tier"], "priority");
+        assert_eq!(object["safety_identifier"], "s");
+        assert_eq!(object["prompt_cache_key"], "k");
+        assert_eq!(object["tool_choice"], "auto");
+        assert_eq!(
+            object["tools"],
+            json!([{"type": "function", "name": "f", "description": null,
+                    "parameters": null, "strict": null}])
+        );
+        assert_eq!(object["id"], "resp_1");
+        assert_eq!(object["object"], "response");
+        assert_eq!(object["store"], true);
+        assert_eq!(object["background"], false);
+        assert_eq!(object["conversation"], Value::Null);
     }
 }

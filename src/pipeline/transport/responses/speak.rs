@@ -367,7 +367,8 @@ impl Writer {
             Kind::Message => self.event(
                 "response.content_part.added",
                 json!({"item_id": id, "output_index": index, "content_index": 0,
-                       "part": {"type": "output_text", "text": "", "annotations": []}}),
+                       "part": {"type": "output_text", "text": "", "annotations": [],
+                                "logprobs": []}}),
             ),
             Kind::Call => {}
         }
@@ -679,6 +680,20 @@ mod tests {
         assert_eq!(w.since(0)[0]["name"], "a.b");
         assert_eq!(w.since(0)[0]["status"], "incomplete");
         assert!(w.take_frames().is_none());
+    }
+
+    #[test]
+    fn output_text_parts_carry_annotations_and_logprobs() {
+        let mut w = Writer::new(true, HashSet::new(), HashSet::new());
+        w.delta(&delta("Hi", "", vec![]));
+        w.finish(Ending::Done);
+        let events = events(&w.take_frames().unwrap());
+        for kind in ["response.content_part.added", "response.content_part.done"] {
+            let part = &events.iter().find(|e| e["type"] == kind).unwrap()["part"];
+            assert_eq!(part["type"], "output_text", "{kind}");
+            assert_eq!(part["annotations"], json!([]), "{kind}");
+            assert_eq!(part["logprobs"], json!([]), "{kind}");
+        }
     }
 
     #[test]
