@@ -17,7 +17,7 @@ use tollgate::grpc::sglang::{self, generate_complete::MatchedStop, OutputLogProb
 use tonic::{Request, Response, Status};
 
 use crate::disagg::Handoff;
-use crate::reshape::{sequences, Reshaped, Reshaper, Servicer, Step};
+use crate::reshape::{Reshaped, Reshaper, Servicer, Step};
 use crate::service::Engine;
 
 /// The tonic service: a cheap handle on the shared [`Engine`].
@@ -33,7 +33,7 @@ impl MlxEngine for MlxService {
         request: Request<mlx::GenerateRequest>,
     ) -> Result<Response<Self::GenerateStream>, Status> {
         let request = to_sglang(request.into_inner())?;
-        let reshaper = Reshaper::new(Servicer::Mlx, request.stream, sequences(&request));
+        let reshaper = Reshaper::for_request(Servicer::Mlx, &request);
         let rx = self.0.start(request, Handoff::None).await?;
         Ok(Response::new(Reshaped::new(rx, reshaper, wrap)))
     }

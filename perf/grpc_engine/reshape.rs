@@ -9,7 +9,7 @@
 //! | SGLang | delta | cumulative | the last chunk's again | cumulative | nothing more, stream left open |
 //! | vLLM | delta | the delta's | the last chunk's again | the last chunk's | an empty chunk, a complete `abort` |
 //! | TokenSpeed | delta, the matched stop token trimmed | cumulative | the last chunk's again | cumulative | nothing more, stream left open |
-//! | TensorRT-LLM | delta | cumulative | every id (with `n` > 1 all completes at the end) | cumulative | a complete `cancelled` with every id |
+//! | TensorRT-LLM | delta, a matched stop token never sent | cumulative | every id but a matched stop token (with `n` > 1 all completes at the end) | the ids it sends | a complete `cancelled` with every id |
 //! | MLX | one id per chunk | cumulative | none | cumulative | the stream ends, no complete |
 //!
 //! Not streamed, each sequence is one complete with every id and score; SGLang's name
@@ -89,6 +89,9 @@ pub struct Reshaper {
     stream: bool,
     /// Sequences the request asked for.
     n: usize,
+    /// The request's stop token ids: a matched id among them is a stop word, any other an
+    /// EOS id, which vLLM and TensorRT-LLM report and trim differently.
+    stop_ids: Vec<u32>,
     seqs: Vec<Seq>,
     /// TokenSpeed's latest chunk, held until the next message says whether it ended its
     /// sequence on a stop token (which TokenSpeed trims).
@@ -103,11 +106,24 @@ pub struct Reshaper {
 }
 
 impl Reshaper {
+    /// The reshaper of `request`'s generation (its `stream`, `n` and stop token ids).
+    pub fn for_request(servicer: Servicer, request: &GenerateRequest) -> Reshaper {
+        let params = request.sampling_params.as_ref();
+        let mut reshaper = Reshaper::new(
+            servicer,
+            request.stream,
+            params.map_or(1, |p| u32::try_from(p.n).unwrap_or(1)),
+        );
+        reshaper.stop_ids = params.map_or_else(Vec::new, |p| p.stop_token_ids.clone());
+        reshaper
+    }
+
     pub fn new(servicer: Servicer, stream: bool, n: u32) -> Reshaper {
         Reshaper {
             servicer,
             stream,
             n: usize::try_from(n.max(1)).unwrap_or(1),
+            stop_ids: Vec::new(),
             seqs: Vec::new(),
             held: None,
             deferred: Vec::new(),
@@ -141,7 +157,7 @@ impl Reshaper {
                     return out.push_back(Err(too_many(chunk.index)));
                 }
                 match self.servicer {
-                    Servicer::Tokenspeed => {
+                    Servicer::Tokenspeed | Servicer::Trtllm => {
                         self.release(None, out);
                         self.held = Some(chunk);
                     }
@@ -175,7 +191,7 @@ impl Reshaper {
     /// A streamed sequence's natural end.
     fn streamed_end(
         &mut self,
-        complete: GenerateComplete,
+        mut complete: GenerateComplete,
         out: &mut VecDeque<Result<Step, Status>>,
     ) {
         let index = complete.index;
@@ -183,27 +199,43 @@ impl Reshaper {
             Some(MatchedStop::MatchedTokenId(id)) => Some(*id),
             _ => None,
         };
-        self.release(matched, out);
+        let eos = matched.filter(|id| !self.stop_ids.contains(id));
+        if eos.is_some() && matches!(self.servicer, Servicer::Vllm | Servicer::Trtllm) {
+            // An EOS is no stop word to these: vLLM's `stop_reason` stays None, TensorRT-LLM's
+            // END_ID finish names nothing (`_handle_sequence`), and nothing is trimmed.
+            complete.matched_stop = None;
+        }
+        // TokenSpeed trims any matched token (`_generated_output_ids`), TensorRT-LLM only a
+        // stop word.
+        let trim = match self.servicer {
+            Servicer::Tokenspeed => matched,
+            Servicer::Trtllm => matched.filter(|_| eos.is_none()),
+            _ => None,
+        };
+        self.release(trim.map(|id| (index, id)), out);
         let seq = self.seq(index).map(std::mem::take).unwrap_or_default();
         let mut step = complete_step(complete);
-        if let Step::Complete { ids, scores, .. } = &mut step {
+        if let Step::Complete {
+            ids,
+            scores,
+            completion_tokens,
+            ..
+        } = &mut step
+        {
             (*ids, *scores) = match self.servicer {
                 // `_create_completion_response` / `_complete_response` of the same output
                 // as the last chunk.
                 Servicer::Sglang | Servicer::Vllm => (seq.last, seq.last_scores),
                 // `_complete_response` with `_generated_output_ids`: the last delta, the
-                // matched stop token trimmed.
-                Servicer::Tokenspeed => {
-                    let mut last = seq.last;
-                    let mut scores = seq.last_scores;
-                    if matched.is_some() && last.last().copied() == matched {
-                        last.pop();
-                        scores = scores.map(|s| first_scores(s, last.len()));
-                    }
-                    (last, scores)
+                // matched stop token trimmed (still counted).
+                Servicer::Tokenspeed => trimmed(seq.last, seq.last_scores, trim),
+                // `_complete_responses`: every id of the sequence, a matched stop token
+                // trimmed from the final result (`_handle_sequence`) and not counted.
+                Servicer::Trtllm => {
+                    let (all, scores) = trimmed(seq.all, seq.all_scores, trim);
+                    *completion_tokens = u32::try_from(all.len()).unwrap_or(u32::MAX);
+                    (all, scores)
                 }
-                // `_complete_responses`: every id of the sequence.
-                Servicer::Trtllm => (seq.all, seq.all_scores),
                 // `_complete_response(output_ids=[])`, no scores.
                 Servicer::Mlx => (Vec::new(), None),
             };
@@ -273,16 +305,26 @@ impl Reshaper {
         self.silent
     }
 
-    /// Sends TokenSpeed's held chunk, its last id trimmed when it is the stop token
-    /// `matched` the sequence ended on (`_generated_output_ids`).
-    fn release(&mut self, matched: Option<u32>, out: &mut VecDeque<Result<Step, Status>>) {
+    /// Sends the held chunk (TokenSpeed's, TensorRT-LLM's), its last id trimmed when it
+    /// is the stop token `matched` its sequence ended on: TokenSpeed sends what is left,
+    /// even nothing (`_generated_output_ids`); TensorRT-LLM sends no chunk without ids.
+    fn release(&mut self, matched: Option<(u32, u32)>, out: &mut VecDeque<Result<Step, Status>>) {
         let Some(mut chunk) = self.held.take() else {
             return;
         };
-        if matched.is_some() && chunk.token_ids.last().copied() == matched {
-            chunk.token_ids.pop();
-            let keep = chunk.token_ids.len();
-            chunk.output_logprobs = chunk.output_logprobs.map(|s| first_scores(s, keep));
+        if let Some((index, id)) = matched {
+            if chunk.index == index && chunk.token_ids.last() == Some(&id) {
+                chunk.token_ids.pop();
+                let keep = chunk.token_ids.len();
+                chunk.output_logprobs = chunk.output_logprobs.map(|s| first_scores(s, keep));
+                if self.servicer == Servicer::Trtllm {
+                    // Its count is the ids it sends (`len(all tokens)`).
+                    chunk.completion_tokens = chunk.completion_tokens.saturating_sub(1);
+                    if chunk.token_ids.is_empty() {
+                        return;
+                    }
+                }
+            }
         }
         out.push_back(Ok(chunk_step(chunk)));
     }
@@ -337,12 +379,17 @@ impl Reshaper {
     }
 }
 
-/// The `n` a request asked for (the backends read it from the same field).
-pub fn sequences(request: &GenerateRequest) -> u32 {
-    request
-        .sampling_params
-        .as_ref()
-        .map_or(1, |p| u32::try_from(p.n).unwrap_or(1).max(1))
+/// `ids` and their `scores` without a last id that is the stop token `matched`.
+fn trimmed(
+    mut ids: Vec<u32>,
+    scores: Option<OutputLogProbs>,
+    matched: Option<u32>,
+) -> (Vec<u32>, Option<OutputLogProbs>) {
+    if matched.is_some() && ids.last().copied() == matched {
+        ids.pop();
+    }
+    let keep = ids.len();
+    (ids, scores.map(|s| first_scores(s, keep)))
 }
 
 fn chunk_step(chunk: GenerateStreamChunk) -> Step {
@@ -487,7 +534,19 @@ mod tests {
 
     /// Every step, and whether the stream went silent.
     fn run(servicer: Servicer, stream: bool, n: u32, items: Vec<Item>) -> (Vec<Seen>, bool) {
+        run_stopping(servicer, stream, n, &[], items)
+    }
+
+    /// [`run`] for a request whose stop token ids are `stop_ids`.
+    fn run_stopping(
+        servicer: Servicer,
+        stream: bool,
+        n: u32,
+        stop_ids: &[u32],
+        items: Vec<Item>,
+    ) -> (Vec<Seen>, bool) {
         let mut r = Reshaper::new(servicer, stream, n);
+        r.stop_ids = stop_ids.to_vec();
         let mut out = VecDeque::new();
         for item in items {
             r.reshape(item, &mut out);
@@ -535,12 +594,18 @@ mod tests {
                 "{servicer:?}"
             );
         }
-        // TokenSpeed: the stop token trimmed from the chunk and the complete, still counted.
-        let (steps, _) = run(Servicer::Tokenspeed, true, 1, eos_run());
-        assert_eq!(steps, [c(&[7, 8], 2), c(&[], 3), x(&[], 3)]);
-        // TensorRT-LLM: every id in the complete.
+        // TokenSpeed: the EOS or stop token trimmed from the chunk and the complete, still
+        // counted.
+        for stop_ids in [&[][..], &[2]] {
+            let (steps, _) = run_stopping(Servicer::Tokenspeed, true, 1, stop_ids, eos_run());
+            assert_eq!(steps, [c(&[7, 8], 2), c(&[], 3), x(&[], 3)]);
+        }
+        // TensorRT-LLM: every id in the complete; a stop word (not an EOS) is never sent
+        // nor counted.
         let (steps, _) = run(Servicer::Trtllm, true, 1, eos_run());
         assert_eq!(steps, [c(&[7, 8], 2), c(&[2], 3), x(&[7, 8, 2], 3)]);
+        let (steps, _) = run_stopping(Servicer::Trtllm, true, 1, &[2], eos_run());
+        assert_eq!(steps, [c(&[7, 8], 2), x(&[7, 8], 2)]);
         // MLX: one id per chunk, a complete without ids.
         let (steps, _) = run(Servicer::Mlx, true, 1, eos_run());
         assert_eq!(steps, [c(&[7], 1), c(&[8], 2), c(&[2], 3), x(&[], 3)]);

@@ -30,7 +30,7 @@ use crate::cli::{Faults, Flags, Mode, DEFAULT_MOCK_CONTEXT};
 use crate::disagg::{Disagg, Handoff, Refusal};
 use crate::llama::{Facts, Llama};
 use crate::mock::Mock;
-use crate::reshape::{sequences, Reshaped, Reshaper, Servicer, Step};
+use crate::reshape::{Reshaped, Reshaper, Servicer, Step};
 use crate::say::{self, Id};
 use crate::sink::{Finish, Item, Sink, Stop, CHANNEL_CAPACITY};
 use crate::vocab::Vocab;
@@ -501,7 +501,7 @@ impl SglangScheduler for Scheduler {
     ) -> Result<Response<Self::GenerateStream>, Status> {
         let request = request.into_inner();
         let handoff = Handoff::of_sglang(&request);
-        let reshaper = Reshaper::new(Servicer::Sglang, request.stream, sequences(&request));
+        let reshaper = Reshaper::for_request(Servicer::Sglang, &request);
         let rx = self.0.start(request, handoff).await?;
         Ok(Response::new(Reshaped::new(rx, reshaper, sglang_message)))
     }

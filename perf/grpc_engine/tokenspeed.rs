@@ -21,7 +21,7 @@ use tollgate::grpc::tokenspeed::{
 use tonic::{Request, Response, Status};
 
 use crate::disagg::Handoff;
-use crate::reshape::{sequences, Reshaped, Reshaper, Servicer, Step};
+use crate::reshape::{Reshaped, Reshaper, Servicer, Step};
 use crate::service::Engine;
 
 /// The tonic service: a cheap handle on the shared [`Engine`].
@@ -37,7 +37,7 @@ impl TokenSpeedScheduler for TsService {
         request: Request<tokenspeed::GenerateRequest>,
     ) -> Result<Response<Self::GenerateStream>, Status> {
         let request = to_sglang(request.into_inner())?;
-        let reshaper = Reshaper::new(Servicer::Tokenspeed, request.stream, sequences(&request));
+        let reshaper = Reshaper::for_request(Servicer::Tokenspeed, &request);
         let rx = self.0.start(request, Handoff::None).await?;
         Ok(Response::new(Reshaped::new(rx, reshaper, wrap)))
     }

@@ -19,7 +19,7 @@ use tollgate::grpc::trtllm::{
 use tonic::{Request, Response, Status};
 
 use crate::disagg::Handoff;
-use crate::reshape::{sequences, Reshaped, Reshaper, Servicer, Step};
+use crate::reshape::{Reshaped, Reshaper, Servicer, Step};
 use crate::service::Engine;
 
 /// The tonic service: a cheap handle on the shared [`Engine`].
@@ -35,7 +35,7 @@ impl TrtllmService for TrtService {
         request: Request<trtllm::GenerateRequest>,
     ) -> Result<Response<Self::GenerateStream>, Status> {
         let request = to_sglang(request.into_inner())?;
-        let reshaper = Reshaper::new(Servicer::Trtllm, request.stream, sequences(&request));
+        let reshaper = Reshaper::for_request(Servicer::Trtllm, &request);
         let rx = self.0.start(request, Handoff::None).await?;
         Ok(Response::new(Reshaped::new(rx, reshaper, wrap)))
     }

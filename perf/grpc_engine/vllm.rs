@@ -23,7 +23,7 @@ use tonic::{Request, Response, Status};
 
 use crate::cli::Role;
 use crate::disagg::Handoff;
-use crate::reshape::{sequences, Reshaped, Reshaper, Servicer, Step};
+use crate::reshape::{Reshaped, Reshaper, Servicer, Step};
 use crate::service::Engine;
 
 /// The tonic service: a cheap handle on the shared [`Engine`].
@@ -45,7 +45,7 @@ impl VllmEngine for VllmService {
             .map_or(Handoff::None, Handoff::KvTransfer);
         let request = to_sglang(request)?;
         let answer_params = self.0.answer_params(&request.request_id, &handoff);
-        let reshaper = Reshaper::new(Servicer::Vllm, request.stream, sequences(&request));
+        let reshaper = Reshaper::for_request(Servicer::Vllm, &request);
         let rx = self.0.start(request, handoff).await?;
         let stream = Reshaped::new(rx, reshaper, wrap);
         Ok(Response::new(match answer_params {

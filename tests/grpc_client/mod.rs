@@ -1,7 +1,7 @@
 //! A gRPC client for the black-box tests (`mod grpc_client;`): tonic's generated SGLang
 //! scheduler client over hyper's HTTP/2 client (tonic is built without a transport).
 
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -37,8 +37,8 @@ impl tonic::codegen::Service<http::Request<tonic::body::Body>> for Channel {
 
 pub type Client = SglangSchedulerClient<Channel>;
 
-/// A client on a fresh h2c connection to `addr`.
-pub async fn connect(addr: SocketAddr) -> Client {
+/// A fresh h2c connection to `addr` and its origin, for any service's generated client.
+pub async fn channel(addr: SocketAddr) -> (Channel, http::Uri) {
     let stream = tokio::net::TcpStream::connect(addr)
         .await
         .expect("connect to the gRPC engine");
@@ -51,7 +51,13 @@ pub async fn connect(addr: SocketAddr) -> Client {
             .expect("h2 handshake");
     tokio::spawn(connection);
     let origin = format!("http://{addr}").parse().expect("origin");
-    SglangSchedulerClient::with_origin(Channel(sender), origin)
+    (Channel(sender), origin)
+}
+
+/// An SGLang client on a fresh h2c connection to `addr`.
+pub async fn connect(addr: SocketAddr) -> Client {
+    let (channel, origin) = channel(addr).await;
+    SglangSchedulerClient::with_origin(channel, origin)
 }
 
 /// Greedy-ish SGLang sampling params with every numeric field set, as a gateway sends them.
