@@ -1394,6 +1394,30 @@ pub static FLAGS: &[Flag] = &[
             Ok(())
         },
     ),
+    Flag::one(
+        "history-memory-max-bytes",
+        "BYTES",
+        "512MiB",
+        Group::History,
+        "Bytes the memory history store keeps at most, all tenants together; a write past it \
+         evicts the writer's own oldest history, never another tenant's (K/M/G, KiB/MiB/GiB)",
+        |c, v| {
+            c.history.memory_max_bytes = memory_bytes(v)?;
+            Ok(())
+        },
+    ),
+    Flag::one(
+        "history-memory-max-bytes-per-tenant",
+        "BYTES",
+        "128MiB",
+        Group::History,
+        "Bytes the memory history store keeps at most for one tenant (the callers without a \
+         tenant key count as one); past it the tenant's oldest history is evicted",
+        |c, v| {
+            c.history.memory_max_bytes_per_tenant = memory_bytes(v)?;
+            Ok(())
+        },
+    ),
 ];
 
 /// The row for `--name`, if any.
@@ -1506,6 +1530,12 @@ pub fn header_name(v: &str) -> Result<String, Invalid> {
 fn count(v: &str) -> Result<usize, Invalid> {
     usize::try_from(integer(v, 1, 100_000_000)?)
         .map_err(|_| Invalid::new(v, "expected an integer 1-100000000"))
+}
+
+/// A memory history store bound: a [`byte_size`] this machine can hold.
+fn memory_bytes(v: &str) -> Result<usize, Invalid> {
+    usize::try_from(byte_size(v)?)
+        .map_err(|_| Invalid::new(v, "expected a byte count this machine can hold"))
 }
 
 /// A decimal number in `min..=max`.

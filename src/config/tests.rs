@@ -1092,6 +1092,15 @@ fn history_flags() {
     assert_eq!(c.history.timeout, Duration::from_secs(5));
     assert_eq!(c.history.memory_max_responses, 10_000);
     assert_eq!(c.history.memory_max_conversations, 10_000);
+    assert_eq!(c.history.memory_max_bytes, 512 << 20);
+    assert_eq!(c.history.memory_max_bytes_per_tenant, 128 << 20);
+    let c = run(&[
+        "--history-memory-max-bytes",
+        "64MiB",
+        "--history-memory-max-bytes-per-tenant=100k",
+    ]);
+    assert_eq!(c.history.memory_max_bytes, 64 << 20);
+    assert_eq!(c.history.memory_max_bytes_per_tenant, 100 << 10);
     let c = run(&[
         "--history-backend",
         "postgres",

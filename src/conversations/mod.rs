@@ -301,6 +301,7 @@ fn refusal(appended: Result<Result<(), AppendRefused>, StoreError>) -> Result<()
             "the conversation holds the most items it can ({})",
             crate::history::MAX_CONVERSATION_ITEMS
         ))),
+        Err(AppendRefused::MalformedId(id)) => Err(invalid(format!("Invalid item ID: {id}"))),
     }
 }
 

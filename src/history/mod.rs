@@ -18,6 +18,11 @@
 //!
 //! Every call finishes within the store's timeout; a failure is a [`StoreError`], never a
 //! hang and never a write reported as done that did not happen.
+//!
+//! [`open`] puts every backend behind one guard (`guard`): an id that is not 1 to
+//! [`MAX_STORED_ID_BYTES`] bytes of printable ASCII names nothing and never reaches a
+//! server, and a failure's detail (a server's message, an address) goes to the log, not
+//! into the error a client is shown.
 
 pub mod none;
 pub mod postgres;
@@ -32,11 +37,12 @@ use std::time::Duration;
 
 use crate::secret::Secret;
 
+mod guard;
 mod ids;
 mod memory;
 
-pub use ids::new_item_id;
-pub use memory::MemoryHistory;
+pub use ids::{is_storable_id, new_item_id, shown, MAX_ECHO_CHARS, MAX_STORED_ID_BYTES};
+pub use memory::{MemoryHistory, MemoryLimits};
 
 /// Largest [`ResponseRecord::context`], in bytes: the depth bound of a
 /// `previous_response_id` chain (a turn whose context would pass it is refused).
@@ -143,6 +149,8 @@ pub enum AppendRefused {
     AlreadyInConversation(String),
     /// The conversation would hold more than [`MAX_CONVERSATION_ITEMS`].
     Full,
+    /// An item id that is not storable ([`is_storable_id`]); the id as [`shown`].
+    MalformedId(String),
 }
 
 /// Why a metadata update failed, besides the store itself failing.
@@ -164,14 +172,25 @@ pub enum StoreError {
     Unavailable(String),
     /// A record read back is not what was written (a corrupt or foreign record).
     Corrupt(String),
+    /// The write would pass a bound of the store (the `memory` backend's bytes or records,
+    /// per tenant or in all) and the writer's own older records cannot make room: refused,
+    /// nothing dropped. The message names the bound, never another tenant's data.
+    Full(String),
 }
 
 impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StoreError::Timeout => f.write_str("the history store did not answer in time"),
+            StoreError::Unavailable(why) if why.is_empty() => {
+                f.write_str("the history store failed")
+            }
             StoreError::Unavailable(why) => write!(f, "the history store failed: {why}"),
+            StoreError::Corrupt(why) if why.is_empty() => {
+                f.write_str("a stored record is unreadable")
+            }
             StoreError::Corrupt(why) => write!(f, "a stored record is unreadable: {why}"),
+            StoreError::Full(why) => write!(f, "the history store is full: {why}"),
         }
     }
 }
@@ -302,6 +321,12 @@ pub struct HistorySettings {
     /// `--history-memory-max-conversations`: conversations the `memory` backend keeps at
     /// most.
     pub memory_max_conversations: usize,
+    /// `--history-memory-max-bytes`: bytes the `memory` backend keeps at most, all tenants
+    /// together.
+    pub memory_max_bytes: usize,
+    /// `--history-memory-max-bytes-per-tenant`: bytes the `memory` backend keeps at most
+    /// for one tenant (the shared space counts as one).
+    pub memory_max_bytes_per_tenant: usize,
 }
 
 impl Default for HistorySettings {
@@ -314,6 +339,8 @@ impl Default for HistorySettings {
             timeout: Duration::from_secs(5),
             memory_max_responses: 10_000,
             memory_max_conversations: 10_000,
+            memory_max_bytes: memory::DEFAULT_MAX_BYTES,
+            memory_max_bytes_per_tenant: memory::DEFAULT_MAX_BYTES_PER_TENANT,
         }
     }
 }
@@ -332,18 +359,22 @@ pub fn open(settings: &HistorySettings) -> Result<Arc<dyn History>, StoreError> 
         ))
     };
     match settings.backend {
-        HistoryBackend::Memory => Ok(Arc::new(MemoryHistory::new(
-            settings.memory_max_responses,
-            settings.memory_max_conversations,
-        ))),
-        HistoryBackend::None => Ok(Arc::new(none::NoHistory)),
+        HistoryBackend::Memory => Ok(Arc::new(guard::Guarded::new(MemoryHistory::with_limits(
+            MemoryLimits {
+                max_responses: settings.memory_max_responses,
+                max_conversations: settings.memory_max_conversations,
+                max_bytes: settings.memory_max_bytes,
+                max_bytes_per_tenant: settings.memory_max_bytes_per_tenant,
+            },
+        )))),
+        HistoryBackend::None => Ok(Arc::new(guard::Guarded::new(none::NoHistory))),
         HistoryBackend::Postgres => {
             let url = settings
                 .postgres_url
                 .as_ref()
                 .ok_or_else(|| missing("--postgres-db-url"))?;
             let store = postgres::PostgresHistory::open(url, settings.pool_size, settings.timeout)?;
-            Ok(Arc::new(store))
+            Ok(Arc::new(guard::Guarded::new(store)))
         }
         HistoryBackend::Redis => {
             let url = settings
@@ -351,7 +382,7 @@ pub fn open(settings: &HistorySettings) -> Result<Arc<dyn History>, StoreError> 
                 .as_ref()
                 .ok_or_else(|| missing("--redis-url"))?;
             let store = redis::RedisHistory::open(url, settings.pool_size, settings.timeout)?;
-            Ok(Arc::new(store))
+            Ok(Arc::new(guard::Guarded::new(store)))
         }
     }
 }
