@@ -71,6 +71,14 @@ pub struct Language {
     pub source: PathBuf,
     /// The tokenizer's identity in the tokenizer caches and where its prompts may be cut.
     pub boundaries: Boundaries,
+    /// One past the largest id the tokenizer knows (added tokens included): a prompt of ids
+    /// at or above it is refused before it reaches an engine, where an id past the
+    /// embedding table can take a GPU engine down for everyone.
+    pub vocab_end: u32,
+    /// The most prompt bytes one token can stand for, bounded from above: a prompt of
+    /// `n` bytes is at least `n / bytes_per_token` tokens, which refuses a prompt far past
+    /// the context window without tokenizing it.
+    pub bytes_per_token: usize,
 }
 
 impl fmt::Debug for Language {
@@ -104,6 +112,8 @@ impl Language {
         let eos_ids = eos_ids(&tokenizer, generation.as_ref(), eos_token.as_deref());
         let bytes = Arc::new(TokenBytes::new(&tokenizer));
         let boundaries = Boundaries::of(&tokenizer);
+        let vocab_end = vocab_end(&tokenizer);
+        let bytes_per_token = bytes_per_token(&tokenizer);
         Ok(Language {
             tokenizer: Arc::new(tokenizer),
             bytes,
@@ -113,8 +123,48 @@ impl Language {
             eos_ids,
             source: tokenizer_file,
             boundaries,
+            vocab_end,
+            bytes_per_token,
         })
     }
+
+    /// The fewest tokens a prompt of `bytes` bytes can be.
+    pub fn tokens_at_least(&self, bytes: usize) -> usize {
+        bytes / self.bytes_per_token.max(1)
+    }
+
+    /// The first id of `ids` the tokenizer does not know, if any.
+    pub fn unknown_id(&self, ids: &[u32]) -> Option<u32> {
+        ids.iter().copied().find(|id| *id >= self.vocab_end)
+    }
+}
+
+/// An upper bound of the prompt bytes one token of `tokenizer` stands for: its longest
+/// vocabulary entry as spelled in the vocabulary (byte-level and metaspace spellings and
+/// byte-fallback pieces are never shorter than the bytes they stand for), four times that
+/// when a normalizer may shrink the text first (NFKC, stripped characters).
+pub fn bytes_per_token(tokenizer: &Tokenizer) -> usize {
+    let longest = tokenizer
+        .get_vocab(true)
+        .keys()
+        .map(String::len)
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    if tokenizer.get_normalizer().is_some() {
+        longest.saturating_mul(4)
+    } else {
+        longest
+    }
+}
+
+/// One past the largest id of `tokenizer`'s vocabulary and added tokens.
+pub fn vocab_end(tokenizer: &Tokenizer) -> u32 {
+    tokenizer
+        .get_vocab(true)
+        .values()
+        .max()
+        .map_or(0, |max| max.saturating_add(1))
 }
 
 /// The directory of a tokenizer path and its `tokenizer.json`.

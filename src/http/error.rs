@@ -58,6 +58,16 @@ pub enum GatewayError {
     ChatTemplate { message: String },
     /// The prompt is longer than the context window the worker advertises.
     ContextLengthExceeded { prompt_tokens: usize, window: u32 },
+    /// A prompt so long in bytes that it cannot fit the context window, whatever its
+    /// tokens: refused before it is tokenized.
+    PromptTooLong {
+        bytes: usize,
+        at_least: usize,
+        window: u32,
+    },
+    /// The prompts being tokenized at once hold the gateway's whole budget for that, past
+    /// the request's deadline.
+    PromptBudgetFull,
     /// A gRPC engine reported a failed generation.
     EngineFailed { message: String },
     /// A route of the contract that this build does not serve yet.
@@ -263,6 +273,8 @@ impl GatewayError {
             G::NotServedByBackend { .. } =>   (S::NOT_IMPLEMENTED,     "not_implemented",                 INTERNAL,       KEEP),
             G::ChatTemplate { .. } =>         (S::BAD_REQUEST,         "chat_template_error",             VALIDATION,     KEEP),
             G::ContextLengthExceeded { .. } => (S::BAD_REQUEST,        "context_length_exceeded",         VALIDATION,     KEEP),
+            G::PromptTooLong { .. } =>        (S::BAD_REQUEST,         "context_length_exceeded",         VALIDATION,     KEEP),
+            G::PromptBudgetFull =>            (S::SERVICE_UNAVAILABLE, "prompt_budget_full",              BEFORE_ROUTING, KEEP),
             G::EngineFailed { .. } =>         (S::BAD_GATEWAY,         "worker_generation_failed",        BACKEND,        KEEP),
             G::UpstreamConnect =>             (S::BAD_GATEWAY,         "worker_connect_failed",           BACKEND,        KEEP),
             G::UpstreamBroken =>              (S::BAD_GATEWAY,         "worker_connection_error",         BACKEND,        KEEP),
@@ -372,6 +384,18 @@ impl fmt::Display for GatewayError {
             } => write!(
                 f,
                 "the prompt is {prompt_tokens} tokens; the model's context window is {window}"
+            ),
+            GatewayError::PromptTooLong {
+                bytes,
+                at_least,
+                window,
+            } => write!(
+                f,
+                "the prompt's {bytes} bytes are at least {at_least} tokens; the model's \
+                 context window is {window}"
+            ),
+            GatewayError::PromptBudgetFull => f.write_str(
+                "the gateway is tokenizing too many prompts right now; retry later",
             ),
             GatewayError::EngineFailed { message } => {
                 write!(f, "the engine failed the generation: {message}")

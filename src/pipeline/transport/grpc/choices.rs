@@ -220,6 +220,8 @@ pub(super) mod tests {
             .unwrap();
         let tokenizer = Tokenizer::new(model);
         Language {
+            vocab_end: crate::chat::language::vocab_end(&tokenizer),
+            bytes_per_token: crate::chat::language::bytes_per_token(&tokenizer),
             boundaries: Boundaries::of(&tokenizer),
             bytes: Arc::new(TokenBytes::new(&tokenizer)),
             tokenizer: Arc::new(tokenizer),

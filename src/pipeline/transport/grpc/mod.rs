@@ -35,10 +35,10 @@ use bytes::Bytes;
 use uuid::Uuid;
 
 use super::{Answer, Attempt, SendError};
-use crate::chat::encode_cache;
 use crate::chat::language::Language;
 use crate::chat::stops::StopsError;
 use crate::chat::template::RenderInput;
+use crate::chat::{budget, encode_cache};
 use crate::fleet::{Transport, Worker};
 use crate::grpc::engine::{EngineError, Event, Events, Generate, Handoff};
 use crate::grpc::{self, Engine, Wire};
@@ -139,9 +139,9 @@ impl GrpcClient {
                 .await;
         }
         let Some(route) = route else {
-            return answer_locally(path, worker, &target.language, &body);
+            return answer_locally(path, &target, body, attempt.deadline).await;
         };
-        let (ask, prompt) = understand(&target.language, route, body).await?;
+        let (ask, prompt) = understand(&target, route, body, attempt.deadline).await?;
         let started = self
             .start(&target, route, &ask, prompt, attempt.deadline, None)
             .await?;
@@ -196,7 +196,7 @@ impl GrpcClient {
         chat: Bytes,
         deadline: Instant,
     ) -> Result<Started, SendError> {
-        let (ask, prompt) = understand(&target.language, Route::Chat, chat).await?;
+        let (ask, prompt) = understand(target, Route::Chat, chat, deadline).await?;
         match pair {
             Some(side) => self.pair_turn(side, target, &ask, prompt, deadline).await,
             None => {
@@ -521,36 +521,61 @@ impl Started {
 }
 
 /// `/v1/tokenize` and `/v1/detokenize`: answered from the worker's tokenizer.
-fn answer_locally(
+async fn answer_locally(
     path: &str,
-    worker: &Worker,
-    language: &Language,
-    body: &[u8],
+    target: &Target<'_>,
+    body: Bytes,
+    deadline: Instant,
 ) -> Result<Answer, SendError> {
-    let answer = if path == "/v1/tokenize" {
-        tokenize::tokenize(language, body, worker.context_window.map(u64::from))
+    let window = target.context_window;
+    let json = if path == "/v1/tokenize" {
+        on_budget(&target.language, body, deadline, move |language, body| {
+            tokenize::tokenize(language, body, window)
+        })
+        .await?
     } else {
-        tokenize::detokenize(language, body)
+        on_budget(&target.language, body, deadline, tokenize::detokenize).await?
     };
-    answer
-        .map(|json| http_reply::json(StatusCode::OK, json))
-        .map_err(SendError::Refused)
+    Ok(http_reply::json(StatusCode::OK, json))
 }
 
 /// The request read and its prompt rendered and tokenized: on the event loop for a small
 /// body, on the blocking pool for a large one (parsing a long chat costs as much as
 /// tokenizing it), so one long prompt does not stall the other connections of its thread.
+/// A prompt that cannot fit `window` is refused before it is tokenized.
 async fn understand(
-    language: &Arc<Language>,
+    target: &Target<'_>,
     route: Route,
     body: Bytes,
+    deadline: Instant,
 ) -> Result<(Ask, Vec<u32>), SendError> {
+    let window = target.context_window;
+    on_budget(&target.language, body, deadline, move |language, body| {
+        read_request(language, route, window, body)
+    })
+    .await
+}
+
+/// `work` on `body` with the body's share of the process's prompt budget
+/// ([`budget`]): inline for a small body, on the blocking pool for a large one.
+async fn on_budget<T: Send + 'static>(
+    language: &Arc<Language>,
+    body: Bytes,
+    deadline: Instant,
+    work: impl FnOnce(&Language, &[u8]) -> Result<T, GatewayError> + Send + 'static,
+) -> Result<T, SendError> {
+    let share = budget::share(body.len(), deadline)
+        .await
+        .map_err(|budget::Full| SendError::Refused(GatewayError::PromptBudgetFull))?;
     if body.len() <= INLINE_BODY_BYTES {
-        return read_request(language, route, &body).map_err(SendError::Refused);
+        return work(language, &body).map_err(SendError::Refused);
     }
     let kit = language.clone();
-    let work = move || encode_cache::on_pool(|| read_request(&kit, route, &body));
-    tokio::task::spawn_blocking(work)
+    let pooled = move || {
+        let _share = share;
+        encode_cache::on_pool(|| work(&kit, &body))
+    };
+    tokio::task::spawn_blocking(pooled)
         .await
         .map_err(|_| {
             SendError::Refused(GatewayError::ChatTemplate {
@@ -564,6 +589,7 @@ async fn understand(
 fn read_request(
     language: &Language,
     route: Route,
+    window: Option<u32>,
     body: &[u8],
 ) -> Result<(Ask, Vec<u32>), GatewayError> {
     let mut ask = match route {
@@ -572,9 +598,29 @@ fn read_request(
             .map_err(|Invalid(message)| GatewayError::InvalidRequest { message })?,
     };
     let input = std::mem::replace(&mut ask.input, Input::Ids(Vec::new()));
-    let (prompt, opened) = prompt_ids(language, input)?;
+    let (prompt, opened) = prompt_ids(language, window, input)?;
     ask.opened_by_prompt = opened;
     Ok((ask, prompt))
+}
+
+/// Refuses a prompt of `bytes` that cannot fit `window` whatever its tokens.
+pub(super) fn fits(
+    language: &Language,
+    window: Option<u32>,
+    bytes: usize,
+) -> Result<(), GatewayError> {
+    let Some(window) = window else {
+        return Ok(());
+    };
+    let at_least = language.tokens_at_least(bytes);
+    if at_least > window as usize {
+        return Err(GatewayError::PromptTooLong {
+            bytes,
+            at_least,
+            window,
+        });
+    }
+    Ok(())
 }
 
 /// Whether a rendered chat prompt ends inside a reasoning block: templates of thinking
@@ -602,9 +648,23 @@ fn refusal(err: &EngineError) -> SendError {
 /// The prompt's token ids: a chat rendered by the model's template then tokenized as is
 /// (the template writes any BOS itself), a text prompt tokenized with the tokenizer's
 /// special tokens, token ids as given; and whether the prompt opened a reasoning block.
-fn prompt_ids(language: &Language, input: Input) -> Result<(Vec<u32>, bool), GatewayError> {
+fn prompt_ids(
+    language: &Language,
+    window: Option<u32>,
+    input: Input,
+) -> Result<(Vec<u32>, bool), GatewayError> {
     let (text, add_special) = match input {
-        Input::Ids(ids) => return Ok((ids, false)),
+        Input::Ids(ids) => {
+            if let Some(id) = language.unknown_id(&ids) {
+                return Err(GatewayError::InvalidRequest {
+                    message: format!(
+                        "token id {id} is outside the model's vocabulary (ids below {})",
+                        language.vocab_end
+                    ),
+                });
+            }
+            return Ok((ids, false));
+        }
         Input::Text(text) => (text, true),
         Input::Chat {
             messages,
@@ -632,6 +692,7 @@ fn prompt_ids(language: &Language, input: Input) -> Result<(Vec<u32>, bool), Gat
             (rendered, false)
         }
     };
+    fits(language, window, text.len())?;
     let opened = !add_special && opens_reasoning(&text);
     encode_cache::encode(language, &text, add_special)
         .map(|ids| (ids, opened))

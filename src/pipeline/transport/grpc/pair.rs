@@ -139,7 +139,7 @@ impl GrpcClient {
                 kv_transfer_secs: None,
             });
         };
-        let (ask, prompt) = understand(&decode.language, route, body)
+        let (ask, prompt) = understand(&decode, route, body, attempt.deadline)
             .await
             .map_err(PairFailure::Decode)?;
         let begun = self

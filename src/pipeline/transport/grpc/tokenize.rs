@@ -46,20 +46,22 @@ fn invalid(err: impl std::fmt::Display) -> GatewayError {
     }
 }
 
-/// The answer to a tokenize body; `max_model_len` is the engine's context window when known.
+/// The answer to a tokenize body; `max_model_len` is the engine's context window when
+/// known, and a prompt that cannot fit it is refused before it is tokenized, as a chat's.
 pub fn tokenize(
     language: &Language,
     body: &[u8],
-    max_model_len: Option<u64>,
+    max_model_len: Option<u32>,
 ) -> Result<Bytes, GatewayError> {
     let body: TokenizeBody = serde_json::from_slice(body).map_err(invalid)?;
+    super::fits(language, max_model_len, body.prompt.len())?;
     let ids =
         encode_cache::encode(language, &body.prompt, body.add_special_tokens).map_err(invalid)?;
     let tokens = ids.as_slice();
     serde_json::to_vec(&Tokenized {
         tokens,
         count: tokens.len(),
-        max_model_len,
+        max_model_len: max_model_len.map(u64::from),
     })
     .map(Bytes::from)
     .map_err(invalid)
