@@ -15,15 +15,17 @@ use support::echo::{grpc_url, temp_dir};
 /// The mock engine with a context window of `window` tokens and a gateway in front of it,
 /// tokenizing with the test tokenizer.
 async fn setup(name: &str, window: &str) -> (Proc, Proc) {
+    setup_with(name, window, &[]).await
+}
+
+async fn setup_with(name: &str, window: &str, flags: &[&str]) -> (Proc, Proc) {
     let dir = temp_dir("hostile", name);
     common::tokenizer::write_tokenizer(&dir);
     let engine = common::grpc_engine(&["--model", "echo-model", "--max-context", window]);
-    let gw = gateway(&[
-        "--worker-urls",
-        &grpc_url(&engine),
-        "--model-path",
-        dir.to_str().unwrap(),
-    ]);
+    let url = grpc_url(&engine);
+    let mut args = vec!["--worker-urls", &url, "--model-path", dir.to_str().unwrap()];
+    args.extend_from_slice(flags);
+    let gw = gateway(&args);
     wait_ready(&gw).await;
     (engine, gw)
 }
@@ -140,4 +142,43 @@ async fn prompts_past_the_window_are_refused_unread_and_memory_stays_flat() {
     .await;
     assert_eq!(small.status, 200, "{}", small.text());
     assert!(small.json()["count"].as_u64().unwrap() > 0);
+}
+
+#[tokio::test]
+async fn a_huge_tools_schema_is_refused_once_without_stalling_the_thread() {
+    // A window the mock accepts whatever the prompt, so the tools reach the engine; one
+    // data-plane thread, so the small requests share it with the big one.
+    let (engine, gw) = setup_with("tools", "100000000", &["--runtime-worker-threads", "1"]).await;
+    let description = "x".repeat(12 << 20);
+    let tools = json!([{"type": "function", "function": {"name": "lookup",
+        "parameters": {"type": "object", "properties": {"q": {"type": "string",
+        "description": description}}}}}]);
+    let big = json!({"model": "echo-model", "max_tokens": 2, "tool_choice": "required",
+                     "tools": tools, "messages": [{"role": "user", "content": "hi"}]});
+    let url = format!("{}/v1/chat/completions", gw.url());
+    let started = std::time::Instant::now();
+    let heavy = {
+        let url = url.clone();
+        tokio::spawn(async move { post_json(&url, &big).await })
+    };
+    // Small requests on the same thread keep being answered meanwhile.
+    let small = json!({"model": "echo-model", "max_tokens": 2,
+                       "messages": [{"role": "user", "content": "hi"}]});
+    let mut slowest = std::time::Duration::ZERO;
+    while !heavy.is_finished() {
+        let at = std::time::Instant::now();
+        let reply = post_json(&url, &small).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        slowest = slowest.max(at.elapsed());
+    }
+    let reply = heavy.await.unwrap();
+    // The engine's message limit refuses it, and would refuse it on any engine: one try.
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    assert!(reply.text().contains("too large"), "{}", reply.text());
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    assert!(
+        slowest < std::time::Duration::from_millis(500),
+        "{slowest:?}"
+    );
+    let _ = engine;
 }

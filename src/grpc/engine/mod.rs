@@ -595,6 +595,20 @@ fn refused_unless(success: bool, rpc: &str, message: &str) -> Result<(), AdminFa
     }
 }
 
+/// Whether a failed call's status blames the request, so that no other engine would do
+/// better and a retry would be refused the same: `INVALID_ARGUMENT`, and a request over the
+/// engine's message size limit (grpcio's `RESOURCE_EXHAUSTED` "Received message larger
+/// than max", tonic's `OUT_OF_RANGE` "decoded message length too large"). Any other
+/// `RESOURCE_EXHAUSTED` is load, which another engine may not have.
+pub fn blames_request(status: &Status) -> bool {
+    match status.code() {
+        Code::InvalidArgument => true,
+        Code::ResourceExhausted => status.message().contains("larger than max"),
+        Code::OutOfRange => status.message().contains("too large"),
+        _ => false,
+    }
+}
+
 /// A generation's messages as [`Event`]s, with the ids each sequence's chunks carried
 /// (the count of a complete that does not report its sequence's whole).
 pub struct Events {
@@ -647,7 +661,7 @@ impl Events {
             };
             match event {
                 // Every service but SGLang's older servicers refuses with a status.
-                Err(status) if status.code() == Code::InvalidArgument => {
+                Err(status) if blames_request(&status) => {
                     return Ok(Some(Event::Error(EngineError {
                         message: status.message().to_owned(),
                         blames_request: true,
@@ -737,6 +751,19 @@ pub(super) mod tests {
             .collect();
         assert_eq!(loads, [true, true, false, true, false]);
         assert!(!Service::Mlx.samples_many() && Service::Trtllm.samples_many());
+    }
+
+    #[test]
+    fn oversized_requests_blame_the_request_and_load_does_not() {
+        let larger = Status::resource_exhausted("Received message larger than max (12 vs. 4)");
+        assert!(blames_request(&larger));
+        let tonic = Status::out_of_range("Error, decoded message length too large: found 9");
+        assert!(blames_request(&tonic));
+        assert!(blames_request(&Status::invalid_argument("bad")));
+        assert!(!blames_request(&Status::resource_exhausted(
+            "too many requests"
+        )));
+        assert!(!blames_request(&Status::internal("boom")));
     }
 
     #[test]

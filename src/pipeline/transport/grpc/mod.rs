@@ -215,7 +215,7 @@ impl GrpcClient {
         prompt: Vec<u32>,
     ) -> Result<Generate, SendError> {
         let service = target.service;
-        if ask.json_schema().is_some() && !service.constrains() {
+        if ask.schema.is_some() && !service.constrains() {
             return Err(SendError::Refused(GatewayError::InvalidRequest {
                 message: format!(
                     "tool_choice required or a named function needs constrained decoding, \
@@ -384,7 +384,15 @@ impl GrpcClient {
         let events = engine
             .generate(job, remaining)
             .await
-            .map_err(|err| SendError::Exchange(call_error(err)))?;
+            .map_err(|err| match err {
+                // The same request would be refused by every engine: not retried.
+                grpc::CallError::Status(status) if grpc::engine::blames_request(&status) => {
+                    SendError::Refused(GatewayError::InvalidRequest {
+                        message: bounded_message(status.message()),
+                    })
+                }
+                other => SendError::Exchange(call_error(other)),
+            })?;
         let abort = AbortOnDrop {
             engine,
             request_id: Some(request_id),

@@ -224,6 +224,10 @@ pub struct Ask {
     /// The rendered prompt ends inside a reasoning block (the template opened it), so
     /// the output starts in reasoning; set once the prompt is rendered.
     pub opened_by_prompt: bool,
+    /// The JSON schema `tool_choice` puts on the output ([`Ask::json_schema`]), built once
+    /// where the body is read (off the event loop for a large body): a schema of many
+    /// megabytes of tools is not rebuilt on the data-plane thread for each attempt.
+    pub schema: Option<String>,
 }
 
 /// `tool_choice`: whether and how the model may call the declared functions.
@@ -329,7 +333,9 @@ impl Ask {
             tool_choice,
             thinking,
             opened_by_prompt: false,
-        })
+            schema: None,
+        }
+        .with_schema())
     }
 
     fn parse_generate(body: &[u8]) -> Result<Ask, Invalid> {
@@ -365,7 +371,9 @@ impl Ask {
             tool_choice: ToolChoice::None,
             thinking: true,
             opened_by_prompt: false,
-        })
+            schema: None,
+        }
+        .with_schema())
     }
 
     /// The ids that end this generation and are not shown: the model's EOS ids and the
@@ -399,15 +407,21 @@ impl Ask {
             ignore_eos: self.ignore_eos,
             n: self.n,
             logprobs: self.logprobs,
-            json_schema: self.json_schema(),
+            json_schema: self.schema.clone(),
         }
+    }
+
+    /// `self` with its [`Ask::schema`] built: every way of making an `Ask` ends here.
+    pub fn with_schema(mut self) -> Ask {
+        self.schema = self.json_schema();
+        self
     }
 
     /// The JSON schema `tool_choice` puts on the output: for `required`, an array of at
     /// least one call to a declared function (`[{"name": …, "parameters": {…}}]`, which
     /// the `json` tool-call parser reads); for a named function, that function's
     /// arguments object. `None` for `auto` and `none`.
-    pub fn json_schema(&self) -> Option<String> {
+    fn json_schema(&self) -> Option<String> {
         let arguments = |spec: &ToolSpec| match &spec.parameters {
             Value::Null => serde_json::json!({"type": "object"}),
             schema => schema.clone(),

@@ -245,7 +245,9 @@ pub fn ask(body: &[u8]) -> Result<Ask, GatewayError> {
         tool_choice,
         thinking: thinking.unwrap_or(true),
         opened_by_prompt: false,
-    })
+        schema: None,
+    }
+    .with_schema())
 }
 
 /// The custom tools as the chat's functions (`only`: the one `tool_choice` names); other
@@ -597,10 +599,7 @@ mod tests {
         let named = ok(body.clone());
         assert_eq!(named.tool_choice, ToolChoice::Named("get_time".into()));
         assert_eq!(named.tools.len(), 1, "only the named tool");
-        assert!(
-            named.json_schema().is_some(),
-            "enforced by constrained decoding"
-        );
+        assert!(named.schema.is_some(), "enforced by constrained decoding");
     }
 
     fn refused(body: Value) -> GatewayError {
