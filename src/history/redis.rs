@@ -24,17 +24,25 @@
 //!
 //! Connections: `--history-pool-size` multiplexed connections, used round-robin (each
 //! carries many calls at once), opened on the store's own thread ([`super::thread`]) and
-//! reopened after a failure. No TLS, no cluster (the scripts touch several keys of one
-//! conversation). Durability is the server's: run it with `appendonly yes` for a store
+//! reopened after a failure. Each connection's driver task is the gateway's own, and
+//! marks the connection closed when it ends: a connection the server closed (a restart,
+//! its `timeout`) is seen as closed before a call is sent on it, and a fresh one is
+//! opened instead, as the Postgres pool drops its closed connections. A call whose
+//! connection breaks under it is retried once on a fresh connection when that is safe:
+//! every read, and the writes that are idempotent (storing a response, a metadata update
+//! checked against `ver`); a write that could have been applied once already (an append,
+//! a create, a delete) is not, and fails. No TLS, no cluster (the scripts touch several
+//! keys of one conversation). Durability is the server's: run it with `appendonly yes` for a store
 //! that survives a Redis restart.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, RedisError, Script};
+use redis::{AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, RedisError, Script};
 
 use super::thread::StoreThread;
 use super::{
@@ -177,13 +185,12 @@ impl RedisHistory {
         check_url(url.expose()).map_err(StoreError::Unavailable)?;
         let client = redis::Client::open(url.expose())
             .map_err(|_| StoreError::Unavailable("the redis URL does not parse".into()))?;
-        let info = client.get_connection_info();
+        let info = client.get_connection_info().clone();
         let pool = Arc::new(Pool {
             target: format!("{}/{}", info.addr, info.redis.db),
-            client,
-            config: AsyncConnectionConfig::new()
-                .set_connection_timeout(timeout)
-                .set_response_timeout(timeout),
+            info,
+            connect_timeout: timeout,
+            config: AsyncConnectionConfig::new().set_response_timeout(timeout),
             slots: (0..pool_size.max(1)).map(|_| Mutex::new(None)).collect(),
             next: AtomicUsize::new(0),
             scripts: Scripts::new(),
@@ -191,9 +198,8 @@ impl RedisHistory {
         let thread = StoreThread::start("redis", timeout)?;
         let first = pool.clone();
         thread.block(async move {
-            let (slot, mut con) = first.connection().await?;
-            let pong: Result<String, RedisError> = redis::cmd("PING").query_async(&mut con).await;
-            first.answer(slot, pong).map(|_| ())
+            let _pong: String = first.run(&redis::cmd("PING"), Retry::Safe).await?;
+            Ok(())
         })?;
         Ok(RedisHistory { pool, thread })
     }
@@ -210,34 +216,121 @@ pub fn check_url(url: &str) -> Result<(), String> {
 }
 
 struct Pool {
-    client: redis::Client,
+    /// The server and the credentials (a secret: never in a message).
+    info: ConnectionInfo,
+    connect_timeout: Duration,
     config: AsyncConnectionConfig,
     /// `host:port/db`: what messages name of the server (never the password).
     target: String,
-    slots: Vec<Mutex<Option<MultiplexedConnection>>>,
+    slots: Vec<Mutex<Option<Pooled>>>,
     next: AtomicUsize,
     scripts: Scripts,
 }
 
+/// A pooled connection, and whether its driver has ended (the server closed it, or it
+/// broke): then it can carry no call and the slot opens a fresh one.
+struct Pooled {
+    con: MultiplexedConnection,
+    closed: Arc<AtomicBool>,
+}
+
+/// Whether a call may be sent again, on a fresh connection, after its connection broke
+/// under it: whether running it twice answers and leaves the same as running it once.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Retry {
+    /// A read, or an idempotent write.
+    Safe,
+    /// A write a second run would answer differently (an append, a create, a delete).
+    Never,
+}
+
+/// Whether `err` says the connection itself is gone (not a timeout, not the server's
+/// answer to the call).
+fn connection_lost(err: &RedisError) -> bool {
+    !err.is_timeout()
+        && (err.is_connection_dropped() || err.is_io_error() || err.is_unrecoverable_error())
+}
+
 impl Pool {
-    /// The next slot's connection, opened (on the store's runtime) if the slot is empty.
+    /// The next slot's connection: its pooled one while that is open, else a fresh one
+    /// (opened on the store's runtime).
     async fn connection(&self) -> Result<(usize, MultiplexedConnection), StoreError> {
         let slot = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
-        if let Some(con) = self.lock(slot).clone() {
-            return Ok((slot, con));
+        {
+            let mut pooled = self.lock(slot);
+            match pooled.as_ref() {
+                Some(p) if !p.closed.load(Ordering::Acquire) => return Ok((slot, p.con.clone())),
+                Some(_) => {
+                    tracing::debug!(server = %self.target, slot, "redis connection closed by the server; reopening");
+                    *pooled = None;
+                }
+                None => {}
+            }
         }
-        let con = self
-            .client
-            .get_multiplexed_async_connection_with_config(&self.config)
-            .await
-            .map_err(|err| self.failed(&err))?;
-        *self.lock(slot) = Some(con.clone());
+        self.reconnect(slot).await
+    }
+
+    /// Opens a fresh connection into `slot`.
+    async fn reconnect(&self, slot: usize) -> Result<(usize, MultiplexedConnection), StoreError> {
+        let (con, closed) = self.open().await?;
+        *self.lock(slot) = Some(Pooled {
+            con: con.clone(),
+            closed,
+        });
         Ok((slot, con))
     }
 
-    fn lock(&self, slot: usize) -> std::sync::MutexGuard<'_, Option<MultiplexedConnection>> {
+    /// Connects, authenticates and selects the database; the driver runs as a task of the
+    /// store's runtime that marks the connection closed when it ends.
+    async fn open(&self) -> Result<(MultiplexedConnection, Arc<AtomicBool>), StoreError> {
+        let ConnectionAddr::Tcp(host, port) = &self.info.addr else {
+            return Err(StoreError::Unavailable(format!(
+                "redis {}: only redis:// over TCP is supported",
+                self.target
+            )));
+        };
+        let connect = async {
+            let stream = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
+            let _ = stream.set_nodelay(true);
+            MultiplexedConnection::new_with_config(&self.info.redis, stream, self.config.clone())
+                .await
+        };
+        let (con, driver) = tokio::time::timeout(self.connect_timeout, connect)
+            .await
+            .map_err(|_| StoreError::Timeout)?
+            .map_err(|err| self.failed(&err))?;
+        let closed = Arc::new(AtomicBool::new(false));
+        let mark = closed.clone();
+        tokio::spawn(async move {
+            driver.await;
+            mark.store(true, Ordering::Release);
+        });
+        Ok((con, closed))
+    }
+
+    fn lock(&self, slot: usize) -> std::sync::MutexGuard<'_, Option<Pooled>> {
         let slot = &self.slots[slot % self.slots.len()];
         slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Runs `call` on a pooled connection; when the connection turns out to be gone and
+    /// `retry` allows it, once more on a fresh one.
+    async fn call<T, F, Fut>(&self, retry: Retry, call: F) -> Result<T, StoreError>
+    where
+        F: Fn(MultiplexedConnection) -> Fut,
+        Fut: Future<Output = Result<T, RedisError>>,
+    {
+        let (slot, con) = self.connection().await?;
+        match call(con).await {
+            Err(err) if retry == Retry::Safe && connection_lost(&err) => {
+                tracing::debug!(server = %self.target, slot, error = %err, "redis connection lost; retrying on a fresh one");
+                *self.lock(slot) = None;
+                let (slot, con) = self.reconnect(slot).await?;
+                let answer = call(con).await;
+                self.answer(slot, answer)
+            }
+            answer => self.answer(slot, answer),
+        }
     }
 
     /// A call's answer; a failure of the connection itself empties its slot, so the next
@@ -264,19 +357,25 @@ impl Pool {
         StoreError::Unavailable(format!("redis {}: {text}", self.target))
     }
 
-    async fn run<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, StoreError> {
-        let (slot, mut con) = self.connection().await?;
-        let answer = cmd.query_async(&mut con).await;
-        self.answer(slot, answer)
+    async fn run<T: redis::FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+        retry: Retry,
+    ) -> Result<T, StoreError> {
+        self.call(
+            retry,
+            |mut con| async move { cmd.query_async(&mut con).await },
+        )
+        .await
     }
 
     async fn script<T: redis::FromRedisValue>(
         &self,
+        retry: Retry,
         script: &Script,
         keys: &[&str],
         args: &[&str],
     ) -> Result<T, StoreError> {
-        let (slot, mut con) = self.connection().await?;
         let mut call = script.prepare_invoke();
         for key in keys {
             call.key(*key);
@@ -284,8 +383,12 @@ impl Pool {
         for arg in args {
             call.arg(*arg);
         }
-        let answer = call.invoke_async(&mut con).await;
-        self.answer(slot, answer)
+        let call = &call;
+        self.call(
+            retry,
+            |mut con| async move { call.invoke_async(&mut con).await },
+        )
+        .await
     }
 }
 
@@ -359,9 +462,12 @@ impl Pool {
             hset.arg("conversation").arg(conversation);
         }
         hset.ignore();
-        let (slot, mut con) = self.connection().await?;
-        let answer: Result<(), RedisError> = write.query_async(&mut con).await;
-        self.answer(slot, answer)
+        // Delete-then-write in one MULTI: a second run leaves what the first left.
+        let write = &write;
+        self.call(Retry::Safe, |mut con| async move {
+            write.query_async::<()>(&mut con).await
+        })
+        .await
     }
 
     async fn get_response(
@@ -370,7 +476,10 @@ impl Pool {
         id: &str,
     ) -> Result<Option<ResponseRecord>, StoreError> {
         let mut fields: HashMap<String, String> = self
-            .run(redis::cmd("HGETALL").arg(key("resp", owner, id)))
+            .run(
+                redis::cmd("HGETALL").arg(key("resp", owner, id)),
+                Retry::Safe,
+            )
             .await?;
         if fields.is_empty() {
             return Ok(None);
@@ -412,12 +521,15 @@ impl Pool {
         id: &str,
     ) -> Result<Option<(ConversationRecord, String)>, StoreError> {
         let fields: Vec<Option<String>> = self
-            .run(redis::cmd("HMGET").arg(key("conv", owner, id)).arg(&[
-                "created_at",
-                "metadata",
-                "deleted",
-                "ver",
-            ]))
+            .run(
+                redis::cmd("HMGET").arg(key("conv", owner, id)).arg(&[
+                    "created_at",
+                    "metadata",
+                    "deleted",
+                    "ver",
+                ]),
+                Retry::Safe,
+            )
             .await?;
         let [created_at, metadata, deleted, ver] = <[Option<String>; 4]>::try_from(fields)
             .map_err(|_| corrupt("HMGET answered the wrong number of fields"))?;
@@ -448,8 +560,14 @@ impl Pool {
                 Ok(merged) => merged,
                 Err(refused) => return Ok(Err(refused)),
             };
+            // Checked against `ver`: a second run finds `ver` moved and merges again.
             let written: i64 = self
-                .script(&self.scripts.set_metadata, &[&conv], &[&ver, &merged])
+                .script(
+                    Retry::Safe,
+                    &self.scripts.set_metadata,
+                    &[&conv],
+                    &[&ver, &merged],
+                )
                 .await?;
             match written {
                 1 => {
@@ -483,7 +601,9 @@ impl Pool {
             args.extend([item.id.as_str(), time, item.item.as_str()]);
         }
         let keys = [conv.as_str(), &stored, &order, &index];
-        let answer: Vec<String> = self.script(&self.scripts.append, &keys, &args).await?;
+        let answer: Vec<String> = self
+            .script(Retry::Never, &self.scripts.append, &keys, &args)
+            .await?;
         match answer.first().map(String::as_str) {
             Some("ok") => Ok(Ok(())),
             Some("none") => Ok(Err(AppendRefused::NoConversation)),
@@ -511,7 +631,12 @@ impl Pool {
         };
         let after = query.after.as_deref().unwrap_or("");
         let answer: Vec<String> = self
-            .script(&self.scripts.list, &keys, &[&limit, order, after])
+            .script(
+                Retry::Safe,
+                &self.scripts.list,
+                &keys,
+                &[&limit, order, after],
+            )
             .await?;
         let mut answer = answer.into_iter();
         match answer.next().as_deref() {
@@ -534,7 +659,12 @@ impl Pool {
     ) -> Result<Option<ItemRecord>, StoreError> {
         let keys = conversation_keys(owner, conversation);
         let answer: Vec<String> = self
-            .script(&self.scripts.get_item, &[&keys[0], &keys[1]], &[item])
+            .script(
+                Retry::Safe,
+                &self.scripts.get_item,
+                &[&keys[0], &keys[1]],
+                &[item],
+            )
             .await?;
         match <[String; 2]>::try_from(answer) {
             Ok([_, stored]) => item_from(item.to_owned(), &stored).map(Some),
@@ -545,7 +675,10 @@ impl Pool {
     /// The conversation that last took the id, then the item there if it is live.
     async fn find_item(&self, owner: &Owner, item: &str) -> Result<Option<ItemRecord>, StoreError> {
         let conversation: Option<String> = self
-            .run(redis::cmd("HGET").arg(item_index(owner)).arg(item))
+            .run(
+                redis::cmd("HGET").arg(item_index(owner)).arg(item),
+                Retry::Safe,
+            )
             .await?;
         match conversation {
             Some(conversation) => self.get_item(owner, &conversation, item).await,
@@ -562,7 +695,7 @@ impl Pool {
         let keys = conversation_keys(owner, conversation);
         let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
         let answer: Vec<String> = self
-            .script(&self.scripts.delete_item, &keys, &[item])
+            .script(Retry::Never, &self.scripts.delete_item, &keys, &[item])
             .await?;
         match <[String; 3]>::try_from(answer) {
             Ok([_, created_at, metadata]) => Ok(Some(ConversationRecord {
@@ -600,7 +733,7 @@ impl History for RedisHistory {
     fn delete_response<'a>(&'a self, owner: &'a Owner, id: &'a str) -> StoreFuture<'a, bool> {
         let (pool, key) = (self.pool.clone(), key("resp", owner, id));
         self.thread.run(async move {
-            let removed: i64 = pool.run(redis::cmd("DEL").arg(&key)).await?;
+            let removed: i64 = pool.run(redis::cmd("DEL").arg(&key), Retry::Never).await?;
             Ok(removed > 0)
         })
     }
@@ -612,6 +745,7 @@ impl History for RedisHistory {
             let created = record.created_at.to_string();
             let made: i64 = pool
                 .script(
+                    Retry::Never,
                     &pool.scripts.create,
                     &[&conv],
                     &[&created, &record.metadata],
@@ -654,7 +788,12 @@ impl History for RedisHistory {
         let (pool, conv) = (self.pool.clone(), key("conv", owner, id));
         self.thread.run(async move {
             let deleted: i64 = pool
-                .script(&pool.scripts.delete_conversation, &[&conv], &[])
+                .script(
+                    Retry::Never,
+                    &pool.scripts.delete_conversation,
+                    &[&conv],
+                    &[],
+                )
                 .await?;
             Ok(deleted == 1)
         })
@@ -738,6 +877,28 @@ mod tests {
         assert_eq!(item.created_at, 17);
         assert_eq!(item.item, r#"{"id":"i1","a":"x:y"}"#);
         assert!(item_from("i".into(), "L{}").is_err());
+    }
+
+    #[test]
+    fn only_a_lost_connection_is_retried() {
+        use std::io::{Error, ErrorKind};
+        for kind in [
+            ErrorKind::BrokenPipe,
+            ErrorKind::ConnectionReset,
+            ErrorKind::UnexpectedEof,
+        ] {
+            assert!(
+                connection_lost(&RedisError::from(Error::from(kind))),
+                "{kind:?}"
+            );
+        }
+        assert!(!connection_lost(&RedisError::from(Error::from(
+            ErrorKind::TimedOut
+        ))));
+        let answered = RedisError::from((redis::ErrorKind::ResponseError, "WRONGTYPE"));
+        assert!(!connection_lost(&answered));
+        let script = RedisError::from((redis::ErrorKind::TypeError, "not a number"));
+        assert!(!connection_lost(&script));
     }
 
     #[test]
