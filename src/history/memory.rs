@@ -161,29 +161,56 @@ struct Write<'a> {
     keep: Option<(Kind, &'a str)>,
 }
 
+/// `text` in an allocation of its own length. A string built by serializing grows by
+/// doubling, so its buffer can be twice its text; kept as is, a bound counted in text
+/// bytes would let the process hold twice as much. (Shrinking in place is not enough: an
+/// allocator may keep a block that shrinks by less than half.)
+fn compact(text: &mut String) {
+    if text.capacity() > text.len() + text.len() / 16 + 64 {
+        *text = text.as_str().to_owned();
+    }
+}
+
+fn compact_response(r: &mut ResponseRecord) {
+    for text in [&mut r.object, &mut r.input_items, &mut r.context] {
+        compact(text);
+    }
+}
+
+fn compact_item(item: &mut ItemRecord) {
+    compact(&mut item.item);
+}
+
+/// A response's bytes: its buffers (a [`compact`]ed buffer is its text) and the key's copy
+/// of its id.
 fn response_bytes(r: &ResponseRecord) -> usize {
     RECORD_OVERHEAD
-        + 2 * r.id.len()
-        + r.status.len()
-        + r.conversation.as_ref().map_or(0, String::len)
-        + r.object.len()
-        + r.input_items.len()
-        + r.context.len()
+        + r.id.len()
+        + r.id.capacity()
+        + r.status.capacity()
+        + r.conversation.as_ref().map_or(0, String::capacity)
+        + r.object.capacity()
+        + r.input_items.capacity()
+        + r.context.capacity()
 }
 
 fn conversation_bytes(c: &ConversationRecord) -> usize {
-    RECORD_OVERHEAD + 2 * c.id.len() + c.metadata.len()
+    RECORD_OVERHEAD + c.id.len() + c.id.capacity() + c.metadata.capacity()
 }
 
-/// An item of conversation `conversation`: its text, its id in the record, the id set and
-/// the index, and the index's copy of the conversation id.
+/// An item of conversation `conversation`: its buffers, its id in the id set and the
+/// index, and the index's copy of the conversation id.
 fn item_bytes(conversation: &str, item: &ItemRecord) -> usize {
-    ITEM_OVERHEAD + 3 * item.id.len() + conversation.len() + item.item.len()
+    ITEM_OVERHEAD
+        + item.id.capacity()
+        + 2 * item.id.len()
+        + conversation.len()
+        + item.item.capacity()
 }
 
-/// What deleting an item gives back: its text and the record's id (the id stays taken).
+/// What deleting an item gives back: its buffers (the id stays taken).
 fn deleted_item_bytes(item: &ItemRecord) -> usize {
-    item.id.len() + item.item.len()
+    item.id.capacity() + item.item.capacity()
 }
 
 fn full(why: String) -> StoreError {
@@ -419,7 +446,8 @@ impl History for MemoryHistory {
         "memory"
     }
 
-    fn put_response(&self, record: ResponseRecord) -> StoreFuture<'_, ()> {
+    fn put_response(&self, mut record: ResponseRecord) -> StoreFuture<'_, ()> {
+        compact_response(&mut record);
         let mut state = self.state();
         let key = key(&record.owner, &record.id);
         let size = response_bytes(&record);
@@ -529,12 +557,14 @@ impl History for MemoryHistory {
         let Some(conversation) = state.conversations.get(&conv_key) else {
             return ready(Err(PatchRefused::NoConversation));
         };
-        let merged = match merge_metadata(&conversation.record.metadata, patch) {
+        let mut merged = match merge_metadata(&conversation.record.metadata, patch) {
             Ok(merged) => merged,
             Err(refusal) => return ready(Err(refusal)),
         };
-        let old = conversation.record.metadata.len();
-        let grow = merged.len().saturating_sub(old);
+        compact(&mut merged);
+        let old = conversation.record.metadata.capacity();
+        let new = merged.capacity();
+        let grow = new.saturating_sub(old);
         let write = Write {
             owner,
             grow,
@@ -545,7 +575,6 @@ impl History for MemoryHistory {
         if let Err(err) = state.make_room(&self.limits, &write) {
             return refused(err);
         }
-        let new = merged.len();
         let Some(conversation) = state.conversations.get_mut(&conv_key) else {
             return ready(Err(PatchRefused::NoConversation));
         };
@@ -569,8 +598,9 @@ impl History for MemoryHistory {
         &'a self,
         owner: &'a Owner,
         conversation: &'a str,
-        items: Vec<ItemRecord>,
+        mut items: Vec<ItemRecord>,
     ) -> StoreFuture<'a, Result<(), AppendRefused>> {
+        items.iter_mut().for_each(compact_item);
         let mut state = self.state();
         let conv_key = key(owner, conversation);
         let Some(conv) = state.conversations.get(&conv_key) else {
