@@ -18,7 +18,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::history::new_item_id;
+use crate::history::{is_storable_id, new_item_id};
 use crate::http::error::GatewayError;
 
 /// The request's `input` as items, each given an id when it has none.
@@ -49,8 +49,16 @@ pub fn input_items(input: &Value) -> Result<Vec<Value>, GatewayError> {
             if kind == "message" {
                 normalise_content(&mut item)?;
             }
-            if !matches!(item.get("id"), Some(Value::String(_))) {
-                item.insert("id".into(), Value::String(new_item_id(&kind)));
+            match item.get("id") {
+                Some(Value::String(id)) if !is_storable_id(id) => {
+                    return Err(malformed(
+                        "an input item's id must be 1 to 256 printable ASCII characters",
+                    ))
+                }
+                Some(Value::String(_)) => {}
+                _ => {
+                    item.insert("id".into(), Value::String(new_item_id(&kind)));
+                }
             }
             Ok(Value::Object(item))
         })
@@ -327,6 +335,17 @@ fn malformed(message: &str) -> GatewayError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_input_item_id_that_cannot_be_stored_is_refused() {
+        for id in ["msg_\u{0}", "msg 1", &"m".repeat(257)] {
+            let input = json!([{"type": "message", "role": "user", "content": "hi", "id": id}]);
+            let err = input_items(&input).unwrap_err();
+            assert_eq!(err.status(), http::StatusCode::BAD_REQUEST, "{id:?}");
+        }
+        let input = json!([{"type": "message", "role": "user", "content": "hi", "id": "msg_1"}]);
+        assert_eq!(input_items(&input).unwrap()[0]["id"], "msg_1");
+    }
 
     #[test]
     fn a_string_input_is_one_user_message_with_an_id() {

@@ -511,7 +511,8 @@ impl Runner {
                 .await
                 .map_err(|err| GatewayError::storage(StorageStep::LoadChain, err))?
                 .ok_or_else(|| GatewayError::PreviousResponseNotFound {
-                    id: previous.to_owned(),
+                    // The client's string, cut short: it is repeated in the message.
+                    id: crate::history::shown(previous),
                 })?;
             let context: Vec<Value> = serde_json::from_str(&record.context).map_err(|err| {
                 GatewayError::storage(StorageStep::LoadChain, format!("stored context: {err}"))
