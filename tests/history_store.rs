@@ -510,6 +510,159 @@ async fn redis_store() {
     durable_suite(HistoryBackend::Redis).await;
 }
 
+/// After the server restarts, no call fails: every pooled connection the server closed is
+/// replaced before a call goes out on it (Redis used to fail one call per connection with
+/// `broken pipe`). Reads, then writes of every kind, each as many times as there are
+/// connections in the pool.
+async fn restart_fails_no_call(backend: HistoryBackend) {
+    let mut srv = server(backend);
+    let store = open(backend, Some(&srv));
+    let owner = tenant("restarted");
+    let cid = unique("conv");
+    store
+        .create_conversation(conversation(&owner, &cid))
+        .await
+        .unwrap();
+    store
+        .append_items(&owner, &cid, vec![item("before")])
+        .await
+        .unwrap()
+        .unwrap();
+    // Every pooled connection (4) opened and used.
+    for _ in 0..8 {
+        store.get_conversation(&owner, &cid).await.unwrap();
+    }
+    srv.stop();
+    srv.start().unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for round in 0..8 {
+        let read = store.get_item(&owner, &cid, "before").await;
+        assert_eq!(read, Ok(Some(item("before"))), "read {round}");
+    }
+    for round in 0..8 {
+        let id = format!("after_{round}");
+        let appended = store.append_items(&owner, &cid, vec![item(&id)]).await;
+        assert_eq!(appended, Ok(Ok(())), "append {round}");
+        let rid = unique("resp");
+        let put = store.put_response(response(&owner, &rid, None)).await;
+        assert_eq!(put, Ok(()), "put {round}");
+        assert_eq!(store.delete_response(&owner, &rid).await, Ok(true));
+    }
+}
+
+/// An id no store can hold answers as unknown on a real server, and a server's own words
+/// (an encoding error, its address) never reach the error a caller is given.
+async fn malformed_ids_are_unknown(backend: HistoryBackend) {
+    let mut srv = server(backend);
+    let store = open(backend, Some(&srv));
+    let owner = tenant("hostile");
+    let huge = "r".repeat(200_000);
+    for id in ["resp_\0x", "resp é", huge.as_str()] {
+        assert_eq!(store.get_response(&owner, id).await, Ok(None));
+        assert_eq!(store.delete_response(&owner, id).await, Ok(false));
+        assert_eq!(store.get_conversation(&owner, id).await, Ok(None));
+        assert_eq!(store.find_item(&owner, id).await, Ok(None));
+    }
+    let cid = unique("conv");
+    store
+        .create_conversation(conversation(&owner, &cid))
+        .await
+        .unwrap();
+    let refused = store.append_items(&owner, &cid, vec![item("msg_\0")]).await;
+    assert!(
+        matches!(refused, Ok(Err(AppendRefused::MalformedId(_)))),
+        "{refused:?}"
+    );
+    srv.stop();
+    let err = store.get_response(&owner, "resp_1").await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        !text.contains(&srv.port.to_string()) && !text.contains("127.0.0.1"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn redis_restart_fails_no_call() {
+    restart_fails_no_call(HistoryBackend::Redis).await;
+}
+
+#[tokio::test]
+async fn postgres_restart_fails_no_call() {
+    restart_fails_no_call(HistoryBackend::Postgres).await;
+}
+
+#[tokio::test]
+async fn redis_malformed_ids_are_unknown() {
+    malformed_ids_are_unknown(HistoryBackend::Redis).await;
+}
+
+#[tokio::test]
+async fn postgres_malformed_ids_are_unknown() {
+    malformed_ids_are_unknown(HistoryBackend::Postgres).await;
+}
+
+/// The memory store's bounds through `history::open`: bytes per tenant, and a tenant's
+/// writes never evict another's records.
+#[tokio::test]
+async fn memory_bounds_are_per_tenant() {
+    let store = history::open(&HistorySettings {
+        memory_max_conversations: 3,
+        memory_max_bytes_per_tenant: 64 << 10,
+        ..HistorySettings::default()
+    })
+    .unwrap();
+    let (alice, bob) = (tenant("alice"), tenant("bob"));
+    store
+        .create_conversation(conversation(&alice, "conv_a"))
+        .await
+        .unwrap();
+    for id in ["conv_b1", "conv_b2", "conv_b3"] {
+        store
+            .create_conversation(conversation(&bob, id))
+            .await
+            .unwrap();
+    }
+    assert!(store
+        .get_conversation(&alice, "conv_a")
+        .await
+        .unwrap()
+        .is_some());
+    assert!(store
+        .get_conversation(&bob, "conv_b1")
+        .await
+        .unwrap()
+        .is_none());
+    let big = |id: &str| ResponseRecord {
+        context: format!("[\"{}\"]", "z".repeat(20_000)),
+        ..response(&alice, id, None)
+    };
+    for i in 0..10 {
+        store.put_response(big(&format!("resp_{i}"))).await.unwrap();
+    }
+    assert!(store
+        .get_response(&alice, "resp_9")
+        .await
+        .unwrap()
+        .is_some());
+    assert!(store
+        .get_response(&alice, "resp_0")
+        .await
+        .unwrap()
+        .is_none());
+    let huge = ResponseRecord {
+        context: format!("[\"{}\"]", "z".repeat(70_000)),
+        ..response(&alice, "resp_huge", None)
+    };
+    let refused = store.put_response(huge).await;
+    assert!(matches!(refused, Err(StoreError::Full(_))), "{refused:?}");
+    assert!(store
+        .get_response(&alice, "resp_9")
+        .await
+        .unwrap()
+        .is_some());
+}
+
 #[tokio::test]
 async fn postgres_migrations_run_once_when_gateways_start_together() {
     let srv = server(HistoryBackend::Postgres);
