@@ -182,3 +182,36 @@ async fn a_huge_tools_schema_is_refused_once_without_stalling_the_thread() {
     );
     let _ = engine;
 }
+
+/// An MCP server a client names on a loopback or private address (the gateway's own
+/// listener here) is refused unless the operator allows private addresses.
+#[tokio::test]
+async fn mcp_servers_on_internal_addresses_are_refused() {
+    let (_engine, gw) = setup("ssrf", "4096").await;
+    let own = format!("http://127.0.0.1:{}/v1/models", gw.addr.port());
+    for url in [
+        own.as_str(),
+        "http://localhost:9/mcp",
+        "http://169.254.169.254/latest",
+    ] {
+        let body = json!({"model": "echo-model", "input": "hi", "store": false,
+            "tools": [{"type": "mcp", "server_label": "inside", "server_url": url,
+                       "require_approval": "never"}]});
+        let reply = post_json(&format!("{}/v1/responses", gw.url()), &body).await;
+        assert_eq!(reply.status, 424, "{url}: {}", reply.text());
+        assert_eq!(error_code(&reply), "connect_mcp_server_failed");
+        assert!(
+            reply.text().contains("--mcp-allow-private-addresses"),
+            "{url}: {}",
+            reply.text()
+        );
+    }
+    // Allowed, the gateway does call it (and finds no MCP server there).
+    let (_engine, open) = setup_with("ssrf-open", "4096", &["--mcp-allow-private-addresses"]).await;
+    let body = json!({"model": "echo-model", "input": "hi", "store": false,
+        "tools": [{"type": "mcp", "server_label": "inside", "server_url": "http://127.0.0.1:9/mcp",
+                   "require_approval": "never"}]});
+    let reply = post_json(&format!("{}/v1/responses", open.url()), &body).await;
+    assert_eq!(reply.status, 424, "{}", reply.text());
+    assert!(!reply.text().contains("private"), "{}", reply.text());
+}

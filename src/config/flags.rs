@@ -1070,6 +1070,23 @@ pub static FLAGS: &[Flag] = &[
         },
     ),
     Flag::one(
+        "mcp-loop-timeout-secs",
+        "SECS",
+        "300",
+        Group::LimitsAndTimeouts,
+        "Longest time one request's MCP tool loop spends on MCP calls, all of them together (Responses mcp tools, the provider backend's loop); past it a call fails at once, the model sees the error as the tool's result, and the loop ends by its round and call limits",
+        |c, v| {
+            c.pipeline.mcp_loop_timeout = seconds(v, 1)?;
+            Ok(())
+        },
+    ),
+    Flag::switch(
+        "mcp-allow-private-addresses",
+        Group::LimitsAndTimeouts,
+        "Let MCP servers that a request names (Responses mcp tools' server_url, Messages mcp_servers) be on loopback, link-local or private addresses; without it they are refused (servers from --mcp-config-path are the operator's and always allowed)",
+        |c| c.pipeline.mcp_allow_private = true,
+    ),
+    Flag::one(
         "mcp-call-timeout-secs",
         "SECS",
         "60",

@@ -137,7 +137,7 @@ pub enum GatewayError {
     /// The history store failed (spec 2's storage codes: which step failed).
     Storage { step: StorageStep, message: String },
     /// A Responses `mcp` tool's server could not be connected or listed (spec 2: 424).
-    McpServerUnreachable { label: String },
+    McpServerUnreachable { label: String, reason: String },
     /// An input item the gRPC chat pipeline cannot represent (media in a message or a
     /// function output).
     ConvertRequestFailed { message: String },
@@ -462,8 +462,8 @@ impl fmt::Display for GatewayError {
             }),
             GatewayError::Storage { message, .. } => write!(f, "history store: {message}"),
             GatewayError::ConvertRequestFailed { message } => f.write_str(message),
-            GatewayError::McpServerUnreachable { label } => {
-                write!(f, "the MCP server {label:?} could not be connected")
+            GatewayError::McpServerUnreachable { label, reason } => {
+                write!(f, "the MCP server {label:?} could not be connected: {reason}")
             }
             GatewayError::AdmissionQueueFull => f.write_str(
                 "too many requests in flight and the admission queue is full; retry later",

@@ -14,10 +14,11 @@
 //! server fails its own call and holds nothing else up.
 
 pub mod builtins;
+mod guard;
 mod rpc;
 mod session;
 
-pub use session::{client, McpHttp, Session, SessionSettings, Tool, ToolOutcome};
+pub use session::{client, CallLimits, McpHttp, Session, SessionSettings, Tool, ToolOutcome};
 
 use std::fmt;
 
@@ -44,6 +45,16 @@ pub enum McpError {
     Protocol(String),
     /// The server answered the request with a JSON-RPC error.
     Rpc { code: i64, message: String },
+    /// The server's answer passed [`MAX_ANSWER_BYTES`].
+    TooLarge,
+    /// The server is on an address the gateway does not call for clients (loopback,
+    /// link-local, private; `--mcp-allow-private-addresses` allows them).
+    Forbidden {
+        host: String,
+        address: std::net::IpAddr,
+    },
+    /// The request's time for MCP calls, all together, is spent (`--mcp-loop-timeout-secs`).
+    OutOfTime,
 }
 
 impl fmt::Display for McpError {
@@ -55,6 +66,18 @@ impl fmt::Display for McpError {
             McpError::Status(status) => write!(f, "MCP server answered HTTP {status}"),
             McpError::Protocol(why) => write!(f, "MCP server answered out of protocol: {why}"),
             McpError::Rpc { code, message } => write!(f, "MCP error {code}: {message}"),
+            McpError::TooLarge => {
+                write!(f, "MCP server answered more than {MAX_ANSWER_BYTES} bytes")
+            }
+            McpError::Forbidden { host, address } => write!(
+                f,
+                "MCP server {host} is at {address}, a loopback, link-local or private \
+                 address, which the gateway does not call for a client \
+                 (--mcp-allow-private-addresses)"
+            ),
+            McpError::OutOfTime => f.write_str(
+                "this request's time for MCP tool calls is spent (--mcp-loop-timeout-secs)",
+            ),
         }
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use http::{HeaderMap, Method, Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -13,6 +13,7 @@ use hyper_util::client::legacy::Client;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
+use super::guard;
 use super::rpc::{self, EventAnswer};
 use super::{McpError, MAX_ANSWER_BYTES, MAX_PAGES, MAX_TOOLS};
 use crate::http::client::{build, error_chain, ClientOptions};
@@ -41,8 +42,33 @@ pub struct SessionSettings {
     /// Further headers sent with every request (a Responses `mcp` tool's `headers`), their
     /// values marked sensitive: redacted in `Debug`, never logged.
     pub headers: HeaderMap,
-    /// Deadline of each call (connect included).
+    pub limits: CallLimits,
+}
+
+/// How long a request's calls to a server may take, and where the server may be.
+#[derive(Clone, Copy, Debug)]
+pub struct CallLimits {
+    /// Deadline of each call (connect included): `--mcp-call-timeout-secs`.
     pub call_timeout: Duration,
+    /// When the request's time for MCP calls, all together, ends
+    /// (`--mcp-loop-timeout-secs` from the request's start): no call waits past it, and
+    /// none starts after it.
+    pub calls_until: Option<Instant>,
+    /// Whether the server may be on a loopback, link-local or private address: true for
+    /// the operator's own servers (`--mcp-config-path`) and under
+    /// `--mcp-allow-private-addresses`; a server a client names is checked otherwise.
+    pub private_ok: bool,
+}
+
+impl CallLimits {
+    /// The limits of a request starting now.
+    pub fn starting_now(call_timeout: Duration, loop_timeout: Duration, private_ok: bool) -> Self {
+        CallLimits {
+            call_timeout,
+            calls_until: Some(Instant::now() + loop_timeout),
+            private_ok,
+        }
+    }
 }
 
 /// A tool a server offers.
@@ -68,6 +94,7 @@ pub struct Session {
     bearer: Option<HeaderValue>,
     headers: HeaderMap,
     call_timeout: Duration,
+    calls_until: Option<Instant>,
     session_id: Option<HeaderValue>,
     version: HeaderValue,
     next_id: u64,
@@ -77,6 +104,14 @@ impl Session {
     /// Opens a session: `initialize`, then `notifications/initialized`.
     pub async fn connect(http: McpHttp, settings: &SessionSettings) -> Result<Session, McpError> {
         let uri = usable_uri(&settings.url)?;
+        let limits = settings.limits;
+        if !limits.private_ok {
+            let until = Instant::now() + limits.call_timeout;
+            let until = limits.calls_until.map_or(until, |end| end.min(until));
+            tokio::time::timeout_at(until, guard::public_only(&uri))
+                .await
+                .map_err(|_| McpError::Timeout)??;
+        }
         let bearer = match &settings.bearer {
             Some(token) => {
                 let mut value = HeaderValue::from_str(&format!("Bearer {}", token.expose()))
@@ -93,7 +128,8 @@ impl Session {
             uri,
             bearer,
             headers: settings.headers.clone(),
-            call_timeout: settings.call_timeout,
+            call_timeout: limits.call_timeout,
+            calls_until: limits.calls_until,
             session_id: None,
             version: HeaderValue::from_static(PROTOCOL_VERSION),
             next_id: 0,
@@ -167,11 +203,22 @@ impl Session {
         })
     }
 
+    /// The deadline of a call starting now: the call timeout, within what is left of the
+    /// request's time for MCP calls.
+    fn deadline(&self) -> Result<Instant, McpError> {
+        let now = Instant::now();
+        match self.calls_until {
+            Some(end) if end <= now => Err(McpError::OutOfTime),
+            Some(end) => Ok(end.min(now + self.call_timeout)),
+            None => Ok(now + self.call_timeout),
+        }
+    }
+
     /// A request and its answer, within the call deadline.
     async fn request(&mut self, method: &str, params: &Value) -> Result<Value, McpError> {
         self.next_id += 1;
         let id = self.next_id;
-        let deadline = Instant::now() + self.call_timeout;
+        let deadline = self.deadline()?;
         let exchange = async {
             let resp = self.post(rpc::encode(Some(id), method, params)).await?;
             if resp.status() != StatusCode::OK {
@@ -186,7 +233,13 @@ impl Session {
                 let body = Limited::new(resp.into_body(), MAX_ANSWER_BYTES as usize)
                     .collect()
                     .await
-                    .map_err(|err| McpError::Unreachable(err.to_string()))?
+                    .map_err(|err| {
+                        if err.downcast_ref::<LengthLimitError>().is_some() {
+                            McpError::TooLarge
+                        } else {
+                            McpError::Unreachable(err.to_string())
+                        }
+                    })?
                     .to_bytes();
                 rpc::from_json(&body, id)
             }
@@ -198,7 +251,7 @@ impl Session {
 
     /// A notification: the server acknowledges it with 202 (or 200) and no answer.
     async fn notify(&mut self, method: &str) -> Result<(), McpError> {
-        let deadline = Instant::now() + self.call_timeout;
+        let deadline = self.deadline()?;
         let resp =
             tokio::time::timeout_at(deadline, self.post(rpc::encode(None, method, &json!({}))))
                 .await
@@ -271,7 +324,7 @@ async fn read_event_answer(mut body: Incoming, id: u64) -> Result<Value, McpErro
         };
         read += data.len() as u64;
         if read > MAX_ANSWER_BYTES {
-            return Err(McpError::Protocol("answer too large".into()));
+            return Err(McpError::TooLarge);
         }
         if let Some(found) = answer.feed(&data) {
             return found;

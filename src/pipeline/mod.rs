@@ -91,6 +91,11 @@ pub struct PipelineSettings {
     /// `--mcp-call-timeout-secs`: longest wait for one call to an MCP server (connect,
     /// tool listing, or a tool) in the provider backend's tool loop.
     pub mcp_call_timeout: Duration,
+    /// `--mcp-loop-timeout-secs`: a request's time for MCP calls, all together.
+    pub mcp_loop_timeout: Duration,
+    /// `--mcp-allow-private-addresses`: MCP servers a client names may be on loopback,
+    /// link-local or private addresses.
+    pub mcp_allow_private: bool,
     /// `--mcp-config-path`: the MCP servers backing Responses' built-in tools (read at
     /// startup into [`crate::mcp::builtins::Builtins`]).
     pub mcp_config_path: Option<PathBuf>,
@@ -108,6 +113,8 @@ impl Default for PipelineSettings {
             stream_stall_timeout: Some(Duration::from_secs(300)),
             upstream_ca_cert_path: None,
             mcp_call_timeout: Duration::from_secs(60),
+            mcp_loop_timeout: Duration::from_secs(300),
+            mcp_allow_private: false,
             mcp_config_path: None,
         }
     }
@@ -167,6 +174,8 @@ impl ThreadClients {
             tools: LoopClient {
                 http: mcp,
                 call_timeout: settings.mcp_call_timeout,
+                loop_timeout: settings.mcp_loop_timeout,
+                private_ok: settings.mcp_allow_private,
                 metrics: metrics.clone(),
             },
         }

@@ -208,6 +208,9 @@ def gateway(logdir: Path, name: str, worker_urls: list[str], extra: list[str]) -
         "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port),
         "--runtime-worker-threads", "2",
         "--log-level", os.environ.get("TOLLGATE_REAL_ENGINE_LOG_LEVEL", "info"),
+        # This suite's MCP servers are on 127.0.0.1, which the gateway refuses for a
+        # client-named server by default (tests/grpc_hostile.rs checks that).
+        "--mcp-allow-private-addresses",
     ]
     if worker_urls:
         argv += ["--worker-urls", *worker_urls]

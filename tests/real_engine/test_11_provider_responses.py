@@ -50,7 +50,8 @@ class Setup:
             "tollgate-provider-responses",
             [],
             ["--control-plane-api-keys", f"ops:Operations:admin:{ADMIN_KEY}",
-             "--mcp-call-timeout-secs", "2", "--mcp-config-path", str(config)],
+             "--mcp-call-timeout-secs", "2", "--mcp-loop-timeout-secs", "5",
+             "--mcp-config-path", str(config)],
         )
 
     def start(self) -> "Setup":
@@ -432,6 +433,19 @@ def test_a_built_in_tool_runs_through_its_configured_mcp_server(setup):
     create(setup, input="hello", tools=[{"type": "code_interpreter", "container": {"type": "auto"}}])
     assert setup.seen()[before]["body"]["tools"] == [
         {"type": "code_interpreter", "container": {"type": "auto"}}]
+
+
+def test_a_model_that_keeps_calling_a_hanging_tool_is_cut_off_by_the_loop_timeout(setup):
+    """Ten calls of 2 s each (--mcp-call-timeout-secs) took 20 s and more; the loop's 5 s
+    (--mcp-loop-timeout-secs) end the calls after it at once."""
+    started = time.monotonic()
+    response = create(setup, input="loop slow", tools=[setup.mcp_tool()])
+    took = time.monotonic() - started
+    calls = [o for o in response.output if o.type == "mcp_call"]
+    assert len(calls) >= 3, response.output
+    assert all(c.status == "failed" for c in calls), calls
+    assert "spent" in str(calls[-1].error), calls[-1]
+    assert took < 12, took
 
 
 def test_a_hanging_tool_is_a_failed_call_within_the_call_timeout(setup):

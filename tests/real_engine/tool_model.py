@@ -7,6 +7,7 @@ Messages: the first user turn decides the answer:
   - text "call twice"                 -> two tool_use blocks in one turn (add, then echo);
   - text "call mine"                  -> a tool_use of the client's own tool `mine`;
   - text "loop"                       -> a tool_use of echo, and again after every result;
+  - text "loop slow"                  -> a tool_use of slow (10 s), and again after every result;
   - text "fail upstream"              -> 529 with Anthropic's overloaded error body;
   - tool_result blocks (not "loop")   -> text "results: <each result's text, joined by |>".
 A request with "stream": true gets the answer as Anthropic's event stream: every text and
@@ -61,6 +62,8 @@ def answer(body: dict) -> tuple[int, dict]:
         return 529, {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
     if first == "loop":
         return 200, message([use("echo", {"text": f"round {rounds}"})], "tool_use")
+    if first == "loop slow":
+        return 200, message([use("slow", {"seconds": 10})], "tool_use")
     if isinstance(last, list) and any(b.get("type") == "tool_result" for b in last):
         results = [text_of(b.get("content", [])) for b in last if b.get("type") == "tool_result"]
         return 200, message([{"type": "text", "text": "results: " + "|".join(results)}])
@@ -135,6 +138,8 @@ def answer_responses(body: dict) -> tuple[int, dict]:
                                "param": None, "code": "overloaded"}}
     if first == "loop":
         return 200, response([call("echo", {"text": f"round {rounds}"})])
+    if first == "loop slow":
+        return 200, response([call("slow", {"seconds": 10})])
     if trailing:
         return 200, response([message("results: " + "|".join(output_text(o) for o in trailing))])
     if first == "call twice":

@@ -98,7 +98,12 @@ pub async fn send(
     attempt.headers = to_provider(&attempt.headers, &attempt.head.headers);
     if mcp_loop::asked(&attempt.head.headers) {
         let body = super::whole_body(attempt.body).await?;
-        if let Some(plan) = mcp_loop::plan(&body, tools.call_timeout) {
+        let limits = crate::mcp::CallLimits::starting_now(
+            tools.call_timeout,
+            tools.loop_timeout,
+            tools.private_ok,
+        );
+        if let Some(plan) = mcp_loop::plan(&body, limits) {
             let upstream = Upstream {
                 http: tools.http.clone(),
                 uri: messages_uri(worker)?,

@@ -27,7 +27,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use http::header::{HeaderName, HeaderValue};
 use http::HeaderMap;
@@ -37,7 +37,7 @@ use tokio::task::JoinSet;
 use crate::history::MAX_CONTEXT_BYTES;
 use crate::http::error::GatewayError;
 use crate::mcp::builtins::{BuiltinKind, Builtins};
-use crate::mcp::{McpHttp, Session, SessionSettings, Tool};
+use crate::mcp::{CallLimits, McpHttp, Session, SessionSettings, Tool};
 use crate::metrics::Metrics;
 use crate::secret::Secret;
 
@@ -63,8 +63,8 @@ const OWN_HEADERS: [&str; 8] = [
 pub struct Servers<'a> {
     pub http: &'a McpHttp,
     pub builtins: &'a Builtins,
-    /// `--mcp-call-timeout-secs`.
-    pub call_timeout: Duration,
+    /// The request's bounds on its MCP calls, and whether its servers may be private.
+    pub limits: CallLimits,
 }
 
 /// A declared `mcp` tool (or a backed built-in), read from the request.
@@ -158,10 +158,11 @@ pub async fn connect(
     let Servers {
         http,
         builtins,
-        call_timeout,
+        limits,
     } = servers;
-    let mut declared = declared(request, call_timeout)?;
-    declared.extend(backed(request, builtins, call_timeout));
+    let call_timeout = limits.call_timeout;
+    let mut declared = declared(request, limits)?;
+    declared.extend(backed(request, builtins, limits));
     if declared.is_empty() {
         return Ok(None);
     }
@@ -192,7 +193,10 @@ pub async fn connect(
             Err(err) => {
                 let label = declared[index].label.clone();
                 tracing::warn!(server = %label, error = %err, "MCP server did not connect");
-                return Err(GatewayError::McpServerUnreachable { label });
+                return Err(GatewayError::McpServerUnreachable {
+                    label,
+                    reason: err.to_string(),
+                });
             }
         }
     }
@@ -202,6 +206,7 @@ pub async fn connect(
         let Some((session, mut tools)) = open else {
             return Err(GatewayError::McpServerUnreachable {
                 label: server.label,
+                reason: "it did not answer".into(),
             });
         };
         if let Some(allowed) = &server.allowed {
@@ -213,6 +218,7 @@ pub async fn connect(
                     tracing::warn!(server = %server.label, tool = %tool, "the MCP server backing a built-in does not offer its tool");
                     return Err(GatewayError::McpServerUnreachable {
                         label: server.label,
+                        reason: format!("it does not offer the tool {tool:?}"),
                     });
                 }
                 owners.insert(kind.tool_type().to_owned(), servers.len());
@@ -248,7 +254,7 @@ pub async fn connect(
 /// The request's `mcp` tools as the client declared them.
 fn declared(
     request: &Map<String, Value>,
-    call_timeout: Duration,
+    limits: CallLimits,
 ) -> Result<Vec<Declared>, GatewayError> {
     let Some(Value::Array(tools)) = request.get("tools") else {
         return Ok(Vec::new());
@@ -297,7 +303,7 @@ fn declared(
                 url: url.to_owned(),
                 bearer,
                 headers,
-                call_timeout,
+                limits,
             },
             allowed,
             approval: Approval::of(&tool["require_approval"]),
@@ -308,11 +314,7 @@ fn declared(
 }
 
 /// The request's built-in tools that a configured server backs.
-fn backed(
-    request: &Map<String, Value>,
-    builtins: &Builtins,
-    call_timeout: Duration,
-) -> Vec<Declared> {
+fn backed(request: &Map<String, Value>, builtins: &Builtins, limits: CallLimits) -> Vec<Declared> {
     let Some(Value::Array(tools)) = request.get("tools") else {
         return Vec::new();
     };
@@ -333,7 +335,11 @@ fn backed(
                 url: server.url.clone(),
                 bearer: server.bearer.clone(),
                 headers: server.headers.clone(),
-                call_timeout,
+                // The operator's own servers may be anywhere.
+                limits: CallLimits {
+                    private_ok: true,
+                    ..limits
+                },
             },
             allowed: Some(vec![server.tool.clone()]),
             approval: Approval::Never,
@@ -649,6 +655,8 @@ fn bounded(mut text: String) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
@@ -660,7 +668,9 @@ mod tests {
             {"type": "mcp", "server_label": "b", "server_url": "http://127.0.0.1:1/mcp",
              "headers": {"Authorization": "Bearer t2"},
              "allowed_tools": {"tool_names": ["y"], "read_only": true}}]});
-        let read = declared(request.as_object().unwrap(), Duration::from_secs(1)).unwrap();
+        let limits =
+            CallLimits::starting_now(Duration::from_secs(1), Duration::from_secs(9), false);
+        let read = declared(request.as_object().unwrap(), limits).unwrap();
         assert_eq!(read.len(), 2);
         assert_eq!(read[0].allowed.as_deref(), Some(&["x".to_owned()][..]));
         assert_eq!(
@@ -673,7 +683,7 @@ mod tests {
         );
         let connector = json!({"tools": [{"type": "mcp", "server_label": "c",
                                           "connector_id": "connector_gmail"}]});
-        assert!(declared(connector.as_object().unwrap(), Duration::from_secs(1)).is_err());
+        assert!(declared(connector.as_object().unwrap(), limits).is_err());
     }
 
     #[test]

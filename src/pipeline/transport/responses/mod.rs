@@ -79,6 +79,10 @@ pub struct Runner {
     http: crate::mcp::McpHttp,
     /// `--mcp-call-timeout-secs`.
     mcp_timeout: Duration,
+    /// `--mcp-loop-timeout-secs`.
+    mcp_loop_timeout: Duration,
+    /// `--mcp-allow-private-addresses`.
+    mcp_private_ok: bool,
     /// `--stream-stall-timeout-secs`: longest silence of a worker mid-turn.
     stall: Option<Duration>,
     metrics: Arc<Metrics>,
@@ -100,6 +104,8 @@ impl Runner {
             history,
             http,
             mcp_timeout: settings.mcp_call_timeout,
+            mcp_loop_timeout: settings.mcp_loop_timeout,
+            mcp_private_ok: settings.mcp_allow_private,
             stall: settings.stream_stall_timeout,
             metrics,
         }
@@ -313,7 +319,11 @@ impl Runner {
         let servers = mcp::Servers {
             http: &self.http,
             builtins: &self.builtins,
-            call_timeout: self.mcp_timeout,
+            limits: crate::mcp::CallLimits::starting_now(
+                self.mcp_timeout,
+                self.mcp_loop_timeout,
+                self.mcp_private_ok,
+            ),
         };
         let mcp = mcp::connect(servers, &request, self.metrics.clone())
             .await

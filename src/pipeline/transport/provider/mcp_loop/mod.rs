@@ -40,7 +40,7 @@ use uuid::Uuid;
 
 use crate::http::body::{FrameSender, RespBody};
 use crate::http::error::GatewayError;
-use crate::mcp::{McpHttp, Session, SessionSettings, Tool, ToolOutcome};
+use crate::mcp::{CallLimits, McpHttp, Session, SessionSettings, Tool, ToolOutcome};
 use crate::metrics::Metrics;
 use crate::pipeline::headers::X_GW_MCP;
 use crate::pipeline::is_sse;
@@ -62,6 +62,10 @@ pub struct LoopClient {
     pub http: McpHttp,
     /// `--mcp-call-timeout-secs`.
     pub call_timeout: Duration,
+    /// `--mcp-loop-timeout-secs`.
+    pub loop_timeout: Duration,
+    /// `--mcp-allow-private-addresses`.
+    pub private_ok: bool,
     pub metrics: Arc<Metrics>,
 }
 
@@ -93,8 +97,8 @@ pub struct Plan {
 }
 
 /// The loop's plan for `body`, or `None` when it has no `mcp_toolset` (then it goes to
-/// the provider as any request). Each MCP call may take `call_timeout`.
-pub fn plan(body: &[u8], call_timeout: Duration) -> Option<Plan> {
+/// the provider as any request). Its MCP calls are bounded by `limits`.
+pub fn plan(body: &[u8], limits: CallLimits) -> Option<Plan> {
     let Ok(Value::Object(mut request)) = serde_json::from_slice(body) else {
         return None;
     };
@@ -111,7 +115,7 @@ pub fn plan(body: &[u8], call_timeout: Duration) -> Option<Plan> {
     let servers = match request.remove("mcp_servers") {
         Some(Value::Array(servers)) => servers
             .iter()
-            .filter_map(|s| server_of(s, call_timeout))
+            .filter_map(|s| server_of(s, limits))
             .take(MAX_SERVERS)
             .collect(),
         _ => Vec::new(),
@@ -133,7 +137,7 @@ pub fn plan(body: &[u8], call_timeout: Duration) -> Option<Plan> {
 }
 
 /// An entry of `mcp_servers` as session settings.
-fn server_of(server: &Value, call_timeout: Duration) -> Option<(String, SessionSettings)> {
+fn server_of(server: &Value, limits: CallLimits) -> Option<(String, SessionSettings)> {
     let name = server.get("name")?.as_str()?.to_owned();
     let url = server.get("url")?.as_str()?.to_owned();
     let bearer = server
@@ -146,7 +150,7 @@ fn server_of(server: &Value, call_timeout: Duration) -> Option<(String, SessionS
             url,
             bearer,
             headers: HeaderMap::new(),
-            call_timeout,
+            limits,
         },
     ))
 }
@@ -723,6 +727,7 @@ mod tests {
             "mcp_servers": [{"type": "url", "name": "s", "url": "http://127.0.0.1:1/mcp",
                 "authorization_token": "secret"}]});
         let minute = Duration::from_secs(60);
+        let minute = CallLimits::starting_now(minute, minute, false);
         let plan = plan(body.to_string().as_bytes(), minute).expect("a plan");
         assert!(plan.stream);
         assert_eq!(plan.model, "m");
