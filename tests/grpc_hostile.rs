@@ -215,3 +215,17 @@ async fn mcp_servers_on_internal_addresses_are_refused() {
     assert_eq!(reply.status, 424, "{}", reply.text());
     assert!(!reply.text().contains("private"), "{}", reply.text());
 }
+
+/// An `item_reference` input item was dropped without a word (the model never saw the turn
+/// it named): it is refused.
+#[tokio::test]
+async fn an_item_reference_input_is_refused_not_dropped() {
+    let (engine, gw) = setup("item-ref", "4096").await;
+    let body = json!({"model": "echo-model", "store": false, "input": [
+        {"type": "item_reference", "id": "msg_123"},
+        {"type": "message", "role": "user", "content": "hi"}]});
+    let reply = post_json(&format!("{}/v1/responses", gw.url()), &body).await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    assert!(reply.text().contains("item_reference"), "{}", reply.text());
+    assert!(!engine.log_text().contains("generate request_id="));
+}

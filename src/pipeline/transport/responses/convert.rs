@@ -49,6 +49,13 @@ pub fn input_items(input: &Value) -> Result<Vec<Value>, GatewayError> {
             if kind == "message" {
                 normalise_content(&mut item)?;
             }
+            if kind == "item_reference" {
+                // Resolving one would read another response's items by id; refused
+                // rather than dropped, which left the model without the turn it named.
+                return Err(malformed(
+                    "item_reference input items are not served: send the item itself",
+                ));
+            }
             match item.get("id") {
                 Some(Value::String(id)) if !is_storable_id(id) => {
                     return Err(malformed(
