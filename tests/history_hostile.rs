@@ -155,7 +155,7 @@ async fn memory_store_is_bounded_in_bytes_with_concurrent_clients() {
     );
     // Kept: at most 40 MiB of history. In flight at once: four 8 MiB bodies, each also
     // parsed and its items serialized; the allocator keeps some of what was freed (one
-    // run on 2 cores: +121 MiB, VmHWM 152 MiB).
+    // runs on 2 cores: +121 to +152 MiB, VmHWM 150 to 202 MiB).
     assert!(
         grown_mib < 256,
         "resident memory grew by {grown_mib} MiB for at most 40 MiB of history"
