@@ -189,9 +189,11 @@ def python_server(logdir: Path, name: str, script: str, extra: list[str] | None 
     return Proc(name, argv, logdir / f"{name}.log", port)
 
 
-def mcp_tools(logdir: Path, token: str) -> Proc:
-    """The official `mcp` SDK's Streamable HTTP server with the test tools, behind `token`."""
-    return python_server(logdir, "mcp-tools", "mcp_tools_server.py", ["--token", token])
+def mcp_tools(logdir: Path, token: str, extra_tools: int = 0, name: str = "mcp-tools") -> Proc:
+    """The official `mcp` SDK's Streamable HTTP server with the test tools, behind `token`
+    (and `extra_tools` trivial ones more)."""
+    args = ["--token", token, "--extra-tools", str(extra_tools)]
+    return python_server(logdir, name, "mcp_tools_server.py", args)
 
 
 def tool_model(logdir: Path) -> Proc:

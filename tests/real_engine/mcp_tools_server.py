@@ -76,7 +76,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--token")
+    parser.add_argument("--extra-tools", type=int, default=0,
+                        help="also offer this many trivial tools (extra_0, extra_1, ...)")
     args = parser.parse_args()
+    for i in range(args.extra_tools):
+        server.add_tool(lambda: "ok", name=f"extra_{i}", description="Does nothing.")
     app = server.streamable_http_app()
     if args.token:
         app = RequireBearer(app, args.token)

@@ -200,6 +200,23 @@ def test_mcp_stream_events(setup):
     assert [i.output for i in final.output if i.type == "mcp_call"] == ["hi"]
 
 
+def test_a_server_offering_too_many_tools_is_named_as_the_cause(setup, tmp_path):
+    """A server listing 130 tools was a 400 blaming the request's tools; it is the server's
+    listing, said so in a 424, and allowed_tools is the way out."""
+    crowded = harness.mcp_tools(tmp_path, TOKEN, extra_tools=130, name="mcp-crowded")
+    crowded.start()
+    try:
+        harness.wait_log(crowded, ("LISTENING",), 60)
+        with pytest.raises(openai.APIStatusError) as failed:
+            create(setup, input="go", tools=[mcp_tool(setup, server_url=f"{crowded.url}/mcp")])
+        assert failed.value.status_code == 424
+        assert failed.value.code == "connect_mcp_server_failed"
+        assert "more than 128 tools" in str(failed.value), failed.value
+        assert "allowed_tools" in str(failed.value)
+    finally:
+        crowded.stop()
+
+
 def test_an_unreachable_mcp_server_is_424(setup):
     with pytest.raises(openai.APIStatusError) as failed:
         create(setup, input="go", tools=[mcp_tool(setup, server_url="http://127.0.0.1:1/mcp")])

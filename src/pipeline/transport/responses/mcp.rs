@@ -39,6 +39,7 @@ use crate::http::error::GatewayError;
 use crate::mcp::builtins::{BuiltinKind, Builtins};
 use crate::mcp::{CallLimits, McpHttp, Session, SessionSettings, Tool};
 use crate::metrics::Metrics;
+use crate::pipeline::transport::grpc::request::MAX_TOOLS;
 use crate::secret::Secret;
 
 use crate::history::new_item_id;
@@ -202,6 +203,7 @@ pub async fn connect(
     }
     let mut servers = Vec::with_capacity(declared.len());
     let mut owners = HashMap::new();
+    let mut offered = 0;
     for (server, open) in declared.into_iter().zip(opened) {
         let Some((session, mut tools)) = open else {
             return Err(GatewayError::McpServerUnreachable {
@@ -211,6 +213,18 @@ pub async fn connect(
         };
         if let Some(allowed) = &server.allowed {
             tools.retain(|tool| allowed.contains(&tool.name));
+        }
+        offered += tools.len();
+        if offered > MAX_TOOLS {
+            // The server's listing, not the client's request, is too large: said so, with
+            // the way out (a 400 blaming the request's `tools` hid where they came from).
+            return Err(GatewayError::McpServerUnreachable {
+                label: server.label,
+                reason: format!(
+                    "the request's MCP servers offer more than {MAX_TOOLS} tools, the \
+                     most one model turn takes; name the ones to use in allowed_tools"
+                ),
+            });
         }
         match &server.builtin {
             Some((kind, tool)) => {
