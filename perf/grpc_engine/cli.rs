@@ -138,10 +138,11 @@ Service:
                             (vllm.grpc.engine.VllmEngine), trtllm (trtllm.TrtllmService),
                             tokenspeed (tokenspeed.grpc.scheduler.TokenSpeedScheduler) or mlx
                             (mlx.grpc.engine.MlxEngine); the others answer UNIMPLEMENTED, as
-                            a real engine's would. Each shapes the stream as its engine does:
-                            a streamed complete carries the last step's ids (sglang), repeats
-                            the last chunk (vllm, tokenspeed), repeats every id (trtllm) or
-                            carries none (mlx); mlx generates one sequence (n is ignored)
+                            a real engine's would. Each sends its stream as its published
+                            servicer does (reshape.rs): a streamed complete repeats the last
+                            chunk (sglang, vllm, tokenspeed), every id (trtllm) or none (mlx);
+                            counts, trimmed stop tokens and what follows an Abort differ too;
+                            mlx generates one sequence (n is ignored)
 
 Mode:
   (default)                 mock: echo the prompt's ids back, cycling; with n > 1 sequence i
