@@ -8,8 +8,7 @@
 
 mod common;
 
-use bytes::Bytes;
-use common::{client, gateway, send, Proc, Reply};
+use common::{call_with_key as call, client, gateway, send, Proc, Reply};
 use serde_json::{json, Value};
 
 const TENANT_A: &str = "acme:tk-acme-conv-1";
@@ -20,23 +19,6 @@ const KEY_B: &str = "tk-globex-conv-2";
 /// A gateway with the given flags and no worker.
 fn start(flags: &[&str]) -> Proc {
     gateway(flags)
-}
-
-async fn call(
-    gw: &Proc,
-    method: &str,
-    path: &str,
-    body: Option<Value>,
-    key: Option<&str>,
-) -> Reply {
-    let url = format!("{}{path}", gw.url());
-    let bearer = key.map(|k| format!("Bearer {k}"));
-    let mut headers = vec![("content-type", "application/json")];
-    if let Some(b) = &bearer {
-        headers.push(("authorization", b.as_str()));
-    }
-    let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
-    send(&client(false), method, &url, &headers, body).await
 }
 
 async fn raw(gw: &Proc, method: &str, path: &str, body: &str) -> Reply {

@@ -14,7 +14,7 @@ mod stores;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{client, gateway, send, wait_ready, Proc, Reply};
+use common::{call_with_key as call, client, gateway, send, wait_ready, Proc, Reply};
 use serde_json::{json, Value};
 use stores::Server;
 use support::assert_gateway_error;
@@ -26,23 +26,6 @@ const KEY_A: &str = "tk-hist-acme-1";
 const KEY_B: &str = "tk-hist-globex-2";
 /// Conversations each client of the memory test stores.
 const ROUNDS: usize = 16;
-
-async fn call(
-    gw: &Proc,
-    method: &str,
-    path: &str,
-    body: Option<Value>,
-    key: Option<&str>,
-) -> Reply {
-    let url = format!("{}{path}", gw.url());
-    let bearer = key.map(|k| format!("Bearer {k}"));
-    let mut headers = vec![("content-type", "application/json")];
-    if let Some(b) = &bearer {
-        headers.push(("authorization", b.as_str()));
-    }
-    let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
-    send(&client(false), method, &url, &headers, body).await
-}
 
 /// Creates a conversation for `key` (with `items`, if any); its id.
 async fn create(gw: &Proc, key: Option<&str>, items: Value) -> Reply {

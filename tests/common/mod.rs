@@ -427,6 +427,25 @@ where
 }
 
 /// Shorthand: HTTP/1.1 request with a JSON body.
+/// `method` on `path` of `gw` with a JSON `body` (none: empty), as the tenant of API key
+/// `key` (none: no `Authorization`).
+pub async fn call_with_key(
+    gw: &Proc,
+    method: &str,
+    path: &str,
+    body: Option<serde_json::Value>,
+    key: Option<&str>,
+) -> Reply {
+    let url = format!("{}{path}", gw.url());
+    let bearer = key.map(|k| format!("Bearer {k}"));
+    let mut headers = vec![("content-type", "application/json")];
+    if let Some(b) = &bearer {
+        headers.push(("authorization", b.as_str()));
+    }
+    let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
+    send(&client(false), method, &url, &headers, body).await
+}
+
 pub async fn post_json(url: &str, body: &serde_json::Value) -> Reply {
     post_json_with(url, body, &[]).await
 }
