@@ -176,8 +176,9 @@ async fn a_huge_tools_schema_is_refused_once_without_stalling_the_thread() {
     assert_eq!(reply.status, 400, "{}", reply.text());
     assert!(reply.text().contains("too large"), "{}", reply.text());
     assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    // Generous for a loaded 2-core CI machine; the stall was seconds for each attempt.
     assert!(
-        slowest < std::time::Duration::from_millis(500),
+        slowest < std::time::Duration::from_millis(1500),
         "{slowest:?}"
     );
     let _ = engine;
