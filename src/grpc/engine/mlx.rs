@@ -2,7 +2,7 @@
 //! request, refusals as `INVALID_ARGUMENT` statuses, and a streamed complete without ids.
 
 use super::scores::{aligned, Scores};
-use super::{Complete, Event, Generate, Matched, ModelInfo};
+use super::{Complete, Event, Generate, ModelInfo};
 use crate::grpc::mlx::{
     generate_request, generate_response::Response, AbortRequest, GenerateRequest,
     GetModelInfoResponse, SamplingParams, TokenizedInput,
@@ -47,8 +47,6 @@ pub(super) fn event(response: Response) -> Event {
         },
         Response::Complete(complete) => Event::Complete(Complete {
             completion_tokens: complete.completion_tokens,
-            cached_tokens: complete.cached_tokens,
-            matched: complete.matched_stop_token_id.map(Matched::TokenId),
             ..Complete::new(
                 complete.index,
                 complete.finish_reason,

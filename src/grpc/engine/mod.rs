@@ -221,19 +221,8 @@ pub struct Complete {
     /// id it ended on included). The service modules leave it 0 where the complete does
     /// not report the whole sequence; [`Events`] then fills in the ids the chunks carried.
     pub completion_tokens: u32,
-    /// Prompt tokens the engine found in its prefix cache (0 when it does not say).
-    pub cached_tokens: u32,
-    /// The stop token or stop string the engine ended on, when it says.
-    pub matched: Option<Matched>,
     /// A vLLM prefill's answer for its decode leg (`kv_transfer_params`, a JSON object).
     pub kv_transfer_params: Option<String>,
-}
-
-/// What an engine's own stop check matched.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Matched {
-    TokenId(u32),
-    Text(String),
 }
 
 impl Complete {
@@ -245,8 +234,6 @@ impl Complete {
             finish_reason,
             prompt_tokens,
             completion_tokens: 0,
-            cached_tokens: 0,
-            matched: None,
             kv_transfer_params: None,
         }
     }

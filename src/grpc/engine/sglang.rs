@@ -11,11 +11,10 @@
 //! each carries its `index`.
 
 use super::scores::{aligned, Scores};
-use super::{count, Complete, EngineError, Event, Generate, Handoff, Matched, ModelInfo};
+use super::{count, Complete, EngineError, Event, Generate, Handoff, ModelInfo};
 use crate::grpc::sglang::{
-    generate_complete::MatchedStop, generate_response::Response, sampling_params::Constraint,
-    AbortRequest, DisaggregatedParams, GenerateRequest, GetLoadsRequest, GetModelInfoResponse,
-    SamplingParams, TokenizedInput,
+    generate_response::Response, sampling_params::Constraint, AbortRequest, DisaggregatedParams,
+    GenerateRequest, GetLoadsRequest, GetModelInfoResponse, SamplingParams, TokenizedInput,
 };
 
 pub(super) fn request(job: Generate) -> GenerateRequest {
@@ -74,11 +73,6 @@ pub(super) fn event(response: Response) -> Event {
         },
         Response::Complete(complete) => Event::Complete(Complete {
             completion_tokens: count(complete.completion_tokens),
-            cached_tokens: count(complete.cached_tokens),
-            matched: complete.matched_stop.map(|m| match m {
-                MatchedStop::MatchedTokenId(id) => Matched::TokenId(id),
-                MatchedStop::MatchedStopStr(text) => Matched::Text(text),
-            }),
             ..Complete::new(
                 complete.index,
                 complete.finish_reason,
@@ -175,14 +169,14 @@ mod tests {
     #[test]
     fn complete_repeats_the_last_chunk_and_reports_the_whole_count() {
         // `_create_completion_response` of the finishing output: the last chunk's ids
-        // again, the scheduler's cumulative counts, the matched stop token.
+        // again and the scheduler's cumulative count.
         let Event::Complete(complete) = event(Response::Complete(sglang::GenerateComplete {
             output_ids: vec![9],
             finish_reason: "stop".into(),
             prompt_tokens: 2,
             completion_tokens: 32,
             cached_tokens: 1,
-            matched_stop: Some(MatchedStop::MatchedTokenId(9)),
+            matched_stop: Some(sglang::generate_complete::MatchedStop::MatchedTokenId(9)),
             ..Default::default()
         })) else {
             panic!("complete expected");
@@ -191,8 +185,6 @@ mod tests {
             complete,
             Complete {
                 completion_tokens: 32,
-                cached_tokens: 1,
-                matched: Some(Matched::TokenId(9)),
                 ..Complete::new(0, "stop".into(), 2)
             }
         );

@@ -3,10 +3,10 @@
 //! `INVALID_ARGUMENT` statuses, and a streamed complete that repeats its step's ids.
 
 use super::scores::{aligned, Scores};
-use super::{Complete, Event, Generate, Matched, ModelInfo};
+use super::{Complete, Event, Generate, ModelInfo};
 use crate::grpc::tokenspeed::{
-    generate_complete::MatchedStop, generate_response::Response, AbortRequest, GenerateRequest,
-    GetLoadsRequest, GetModelInfoResponse, SamplingParams, TokenizedInput,
+    generate_response::Response, AbortRequest, GenerateRequest, GetLoadsRequest,
+    GetModelInfoResponse, SamplingParams, TokenizedInput,
 };
 
 pub(super) fn request(job: Generate) -> GenerateRequest {
@@ -55,11 +55,6 @@ pub(super) fn event(response: Response) -> Event {
         },
         Response::Complete(complete) => Event::Complete(Complete {
             completion_tokens: complete.completion_tokens,
-            cached_tokens: complete.cached_tokens,
-            matched: complete.matched_stop.map(|m| match m {
-                MatchedStop::MatchedTokenId(id) => Matched::TokenId(id),
-                MatchedStop::MatchedStopStr(text) => Matched::Text(text),
-            }),
             ..Complete::new(
                 complete.index,
                 complete.finish_reason,

@@ -3,10 +3,10 @@
 //! token, a streamed complete repeats every generated id, and health is a status word.
 
 use super::scores::{aligned, Scores};
-use super::{Complete, Event, Generate, Matched, ModelInfo};
+use super::{Complete, Event, Generate, ModelInfo};
 use crate::grpc::trtllm::{
-    generate_complete::MatchedStop, generate_response::Response, AbortRequest, GenerateRequest,
-    GetModelInfoResponse, HealthCheckResponse, OutputConfig, SamplingConfig, TokenizedInput,
+    generate_response::Response, AbortRequest, GenerateRequest, GetModelInfoResponse,
+    HealthCheckResponse, OutputConfig, SamplingConfig, TokenizedInput,
 };
 
 /// `max_tokens` when neither the client nor the worker's context window gives one: the
@@ -66,11 +66,6 @@ pub(super) fn event(response: Response) -> Event {
             };
             Event::Complete(Complete {
                 completion_tokens: complete.completion_tokens,
-                cached_tokens: complete.cached_tokens,
-                matched: complete.matched_stop.map(|m| match m {
-                    MatchedStop::MatchedTokenId(id) => Matched::TokenId(id),
-                    MatchedStop::MatchedStopStr(text) => Matched::Text(text),
-                }),
                 ..Complete::new(
                     complete.sequence_index,
                     finish_reason,

@@ -6,15 +6,14 @@
 //! `finish_reason` is then also sent as a complete (`_complete_response`) built from the
 //! same delta: its ids and scores repeat the chunk's and its `completion_tokens` counts only
 //! them. The sequence's whole count is the sum over its chunks, which [`super::Events`]
-//! keeps; the complete's figure is not read. `stop_reason` (an int: a stop token, a
-//! string: a stop string) is the complete's `matched_stop`.
+//! keeps; the complete's figure is not read.
 
 use super::scores::{aligned, Scores};
-use super::{Complete, Event, Generate, Handoff, KvFacts, Matched, ModelInfo};
+use super::{Complete, Event, Generate, Handoff, KvFacts, ModelInfo};
 use crate::grpc::vllm::{
-    generate_complete::MatchedStop, generate_request, generate_response::Response,
-    sampling_params::Constraint, AbortRequest, GenerateRequest, GetLoadsRequest,
-    GetModelInfoResponse, GetServerInfoResponse, SamplingParams, TokenizedInput,
+    generate_request, generate_response::Response, sampling_params::Constraint, AbortRequest,
+    GenerateRequest, GetLoadsRequest, GetModelInfoResponse, GetServerInfoResponse, SamplingParams,
+    TokenizedInput,
 };
 
 pub(super) fn request(job: Generate) -> GenerateRequest {
@@ -64,11 +63,6 @@ pub(super) fn event(response: Response) -> Event {
         Response::Complete(complete) => Event::Complete(Complete {
             // The last delta's count, not the sequence's: left for the chunks' tally.
             completion_tokens: 0,
-            cached_tokens: complete.cached_tokens,
-            matched: complete.matched_stop.map(|m| match m {
-                MatchedStop::MatchedTokenId(id) => Matched::TokenId(id),
-                MatchedStop::MatchedStopStr(text) => Matched::Text(text),
-            }),
             kv_transfer_params: complete.kv_transfer_params_json,
             ..Complete::new(
                 complete.index,
@@ -197,16 +191,11 @@ mod tests {
                 token_ids: vec![5, 6],
                 top_logprobs: vec![],
             }),
-            matched_stop: Some(MatchedStop::MatchedStopStr("END".into())),
+            matched_stop: Some(vllm::generate_complete::MatchedStop::MatchedStopStr(
+                "END".into(),
+            )),
             ..Default::default()
         }));
-        assert_eq!(
-            got,
-            Event::Complete(Complete {
-                cached_tokens: 3,
-                matched: Some(Matched::Text("END".into())),
-                ..Complete::new(1, "stop".into(), 4)
-            })
-        );
+        assert_eq!(got, Event::Complete(Complete::new(1, "stop".into(), 4)));
     }
 }

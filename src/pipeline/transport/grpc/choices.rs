@@ -251,8 +251,6 @@ pub(super) mod tests {
             finish_reason: reason.into(),
             prompt_tokens: 0,
             completion_tokens: 0,
-            cached_tokens: 0,
-            matched: None,
             kv_transfer_params: None,
         }
     }
