@@ -387,8 +387,9 @@ impl GrpcClient {
             .map_err(|err| match err {
                 // The same request would be refused by every engine: not retried.
                 grpc::CallError::Status(status) if grpc::engine::blames_request(&status) => {
-                    SendError::Refused(GatewayError::InvalidRequest {
-                        message: bounded_message(status.message()),
+                    refusal(&EngineError {
+                        message: status.message().to_owned(),
+                        blames_request: true,
                     })
                 }
                 other => SendError::Exchange(call_error(other)),
