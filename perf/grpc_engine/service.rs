@@ -32,7 +32,7 @@ use crate::llama::{Facts, Llama};
 use crate::mock::Mock;
 use crate::reshape::{Reshaped, Reshaper, Servicer, Step};
 use crate::say::{self, Id};
-use crate::sink::{Finish, Item, Sink, Stop, CHANNEL_CAPACITY};
+use crate::sink::{to_i32, Finish, Item, Sink, Stop, CHANNEL_CAPACITY};
 use crate::vocab::Vocab;
 
 /// Generations at once; past it Generate answers RESOURCE_EXHAUSTED.
@@ -302,10 +302,6 @@ fn sglang_message(step: Step) -> sglang::GenerateResponse {
         request_id: String::new(),
         response: Some(response),
     }
-}
-
-fn to_i32(n: u32) -> i32 {
-    i32::try_from(n).unwrap_or(i32::MAX)
 }
 
 /// The tonic service: a cheap handle on the shared [`Engine`].

@@ -316,7 +316,7 @@ fn first_scores(mut scores: OutputLogProbs, n: usize) -> OutputLogProbs {
 }
 
 /// Counts travel as int32; a count past it is clamped rather than wrapped.
-fn to_i32(n: u32) -> i32 {
+pub fn to_i32(n: u32) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
 }
 
