@@ -16,12 +16,14 @@ set -euo pipefail
 
 usage() {
     cat <<'EOF'
-Usage: fuzz/run.sh [--seconds N] [--rss-limit-mb MB] [--timeout S] [--log-dir DIR] [TARGET...]
+Usage: fuzz/run.sh [--seconds N] [--jobs J] [--rss-limit-mb MB] [--timeout S] [--log-dir DIR]
+                   [TARGET...]
 
 Replays tests/fuzz_regressions/<target>/ and then fuzzes each target for N seconds.
-With no TARGET, every target declared in fuzz/Cargo.toml runs, one after the other.
+With no TARGET, every target declared in fuzz/Cargo.toml runs, J at a time.
 
   --seconds N         fuzzing time per target (default 20); 0 replays regressions only
+  --jobs J            targets fuzzed at once, one core each (default 1)
   --rss-limit-mb MB   libFuzzer -rss_limit_mb (default 2048)
   --timeout S         libFuzzer -timeout, seconds for one input (default 10)
   --log-dir DIR       keep each target's full libFuzzer output in DIR/<target>.log
@@ -38,6 +40,7 @@ EOF
 }
 
 seconds=20
+jobs=1
 profile=release
 rss_limit_mb=2048
 timeout=10
@@ -47,6 +50,7 @@ targets=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --seconds) seconds="${2:?--seconds takes a number}"; shift 2 ;;
+        --jobs) jobs="${2:?--jobs takes a number}"; shift 2 ;;
         --rss-limit-mb) rss_limit_mb="${2:?--rss-limit-mb takes a number}"; shift 2 ;;
         --timeout) timeout="${2:?--timeout takes a number}"; shift 2 ;;
         --log-dir) log_dir="${2:?--log-dir takes a directory}"; shift 2 ;;
@@ -57,11 +61,12 @@ while [ $# -gt 0 ]; do
         *) targets+=("$1"); shift ;;
     esac
 done
-for n in "$seconds" "$rss_limit_mb" "$timeout"; do
+for n in "$seconds" "$jobs" "$rss_limit_mb" "$timeout"; do
     case "$n" in
         ''|*[!0-9]*) echo "fuzz/run.sh: $n is not a whole number" >&2; exit 2 ;;
     esac
 done
+[ "$jobs" -ge 1 ] || { echo "fuzz/run.sh: --jobs must be at least 1" >&2; exit 2; }
 
 fuzz_dir="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$fuzz_dir")"
@@ -107,12 +112,20 @@ if [ "$profile" = dev ]; then
 fi
 echo "==> cargo +nightly fuzz build ${build_flags[*]} (${targets[*]})"
 build_start=$SECONDS
-for t in "${targets[@]}"; do
-    if ! cargo +nightly fuzz build "${build_flags[@]}" --target-dir "$target_dir" "$t"; then
-        echo "fuzz/run.sh: building $t failed" >&2
+# Every target in one cargo invocation (its binaries link side by side) unless some were named.
+if [ ${#targets[@]} -eq ${#declared[@]} ]; then
+    if ! cargo +nightly fuzz build "${build_flags[@]}" --target-dir "$target_dir"; then
+        echo "fuzz/run.sh: building the fuzz targets failed" >&2
         exit 2
     fi
-done
+else
+    for t in "${targets[@]}"; do
+        if ! cargo +nightly fuzz build "${build_flags[@]}" --target-dir "$target_dir" "$t"; then
+            echo "fuzz/run.sh: building $t failed" >&2
+            exit 2
+        fi
+    done
+fi
 echo "built in $((SECONDS - build_start)) s"
 
 cleanup_logs=0
@@ -130,21 +143,23 @@ status_field() {
     grep -E '^#[0-9]+' "$2" | tail -n 1 | sed -n "s/.* $1 \([^ ]*\).*/\1/p" | grep . || echo "-"
 }
 
-failed=()
-summary=()
-for t in "${targets[@]}"; do
-    bin="$target_dir/$triple/$profile_dir/$t"
-    regressions="$root/tests/fuzz_regressions/$t"
-    seeds="$fuzz_dir/seeds/$t"
-    corpus="$fuzz_dir/corpus/$t"
-    artifacts="$fuzz_dir/artifacts/$t"
+# One target: replay, then fuzz. Its summary line goes to $log_dir/$t.summary and, when it
+# failed, the reason to $log_dir/$t.failed, so targets can run side by side (--jobs).
+fuzz_one() {
+    local t="$1"
+    local bin="$target_dir/$triple/$profile_dir/$t"
+    local regressions="$root/tests/fuzz_regressions/$t"
+    local seeds="$fuzz_dir/seeds/$t"
+    local corpus="$fuzz_dir/corpus/$t"
+    local artifacts="$fuzz_dir/artifacts/$t"
     mkdir -p "$corpus" "$artifacts"
-    log="$log_dir/$t.log"
+    local log="$log_dir/$t.log"
+    local row="$log_dir/$t.summary"
 
     # 1. Regression replay: each file runs once; any failure is a failure of this run.
-    replayed=0
+    local replayed=0
     if [ -d "$regressions" ]; then
-        files=()
+        local files=()
         while IFS= read -r -d '' f; do files+=("$f"); done < <(
             find "$regressions" -type f ! -name '*.md' -print0 | sort -z
         )
@@ -155,49 +170,73 @@ for t in "${targets[@]}"; do
                 >"$log_dir/$t.replay.log" 2>&1; then
                 tail -n 30 "$log_dir/$t.replay.log"
                 echo "fuzz/run.sh: $t fails on a regression input in tests/fuzz_regressions/$t/" >&2
-                failed+=("$t: regression replay (see above)")
-                summary+=("$(printf '%-12s %8s %12s %10s %8s %8s %10s  %s' "$t" 0 - - - - - "REPLAY FAILED")")
-                continue
+                echo "$t: regression replay (see above)" >"$log_dir/$t.failed"
+                printf '%-12s %8s %12s %10s %8s %8s %10s  %s\n' "$t" 0 - - - - - "REPLAY FAILED" >"$row"
+                return
             fi
         fi
     fi
-    [ "$seconds" = 0 ] && {
-        summary+=("$(printf '%-12s %8s %12s %10s %8s %8s %10s  %s' "$t" 0 - - - - - "replayed $replayed")")
-        continue
-    }
+    if [ "$seconds" = 0 ]; then
+        printf '%-12s %8s %12s %10s %8s %8s %10s  %s\n' "$t" 0 - - - - - "replayed $replayed" >"$row"
+        return
+    fi
 
     # 2. Bounded fuzzing. New corpus entries go to the first directory only.
-    dirs=("$corpus")
+    local dirs=("$corpus")
     [ -d "$seeds" ] && dirs+=("$seeds")
     echo "==> $t: fuzzing for ${seconds} s (corpus $(find "$corpus" -type f | wc -l) + seeds $(find "$seeds" -type f 2>/dev/null | wc -l))"
-    started=$SECONDS
-    status=0
+    local started=$SECONDS
+    local status=0
     "$bin" -max_total_time="$seconds" -rss_limit_mb="$rss_limit_mb" -timeout="$timeout" \
         -print_final_stats=1 -artifact_prefix="$artifacts/" "${dirs[@]}" >"$log" 2>&1 || status=$?
-    took=$((SECONDS - started))
+    local took=$((SECONDS - started))
 
+    local runs per_sec cov ft corp
     runs="$(final_stat number_of_executed_units "$log")"
     per_sec="$(final_stat average_exec_per_sec "$log")"
     cov="$(status_field cov: "$log")"
     ft="$(status_field ft: "$log")"
     corp="$(status_field corp: "$log")"
-    outcome="ok"
+    local outcome="ok"
     if [ "$status" != 0 ]; then
         # libFuzzer names the reproducer on a line `Test unit written to <path>`.
+        local unit
         unit="$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -n 1)"
         tail -n 40 "$log"
         if [ -n "$unit" ] && [ -f "$unit" ]; then
             mkdir -p "$regressions"
             cp "$unit" "$regressions/"
+            local kept
             kept="tests/fuzz_regressions/$t/$(basename "$unit")"
             outcome="CRASH: $kept"
-            failed+=("$t: $kept")
+            echo "$t: $kept" >"$log_dir/$t.failed"
         else
             outcome="FAILED (exit $status, no reproducer; log above)"
-            failed+=("$t: exit $status without a reproducer")
+            echo "$t: exit $status without a reproducer" >"$log_dir/$t.failed"
         fi
     fi
-    summary+=("$(printf '%-12s %8s %12s %10s %8s %8s %10s  %s' "$t" "$took" "$runs" "$per_sec" "$cov" "$ft" "$corp" "$outcome")")
+    printf '%-12s %8s %12s %10s %8s %8s %10s  %s\n' "$t" "$took" "$runs" "$per_sec" "$cov" "$ft" "$corp" "$outcome" >"$row"
+}
+
+# Up to --jobs targets at once; each fuzzer is one process on one core.
+running=0
+for t in "${targets[@]}"; do
+    rm -f "$log_dir/$t.summary" "$log_dir/$t.failed"
+    if [ "$running" -ge "$jobs" ]; then
+        wait -n || true
+        running=$((running - 1))
+    fi
+    fuzz_one "$t" &
+    running=$((running + 1))
+done
+wait
+
+failed=()
+summary=()
+for t in "${targets[@]}"; do
+    summary+=("$(cat "$log_dir/$t.summary" 2>/dev/null || printf '%-12s %s' "$t" "NO RESULT")")
+    [ -f "$log_dir/$t.summary" ] || failed+=("$t: ended without a result")
+    [ -f "$log_dir/$t.failed" ] && failed+=("$(cat "$log_dir/$t.failed")")
 done
 
 echo

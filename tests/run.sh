@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each stage's heading says how long the run has taken so far, so a slow stage shows in the log.
+step() { printf '\n==> [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 
 # The real engine (llama.cpp, model, SDK venv) is fetched and built once per machine; on a
 # fresh machine that takes minutes, so it starts now, at low priority, beside the Rust stages.
@@ -21,6 +22,8 @@ cargo fmt --all -- --check
 step "import layers (.ci/import-layers.py: src/ modules import only downward)"
 python3 .ci/import-layers.py
 
+# --all-targets type-checks the benches too, so they need no build of their own here (a bench
+# build is a whole optimised, LTO build: minutes on a fresh machine for no further check).
 step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --all-targets -- -D warnings
 
@@ -53,9 +56,6 @@ for engine in $engines; do
     TOLLGATE_TEST_IO_ENGINE=$engine cargo test --no-fail-fast --test '*'
 done
 
-step "benches compile"
-cargo bench --no-run --quiet
-
 # --- fuzzing (fuzz/run.sh, docs/fuzzing.md) ------------------------------------------------
 # Every cargo-fuzz target briefly (replaying tests/fuzz_regressions/ first), when a nightly
 # toolchain is installed. Its builds (sanitizer, nightly, unoptimised so a fresh machine builds
@@ -68,7 +68,7 @@ if cargo +nightly --version >/dev/null 2>&1; then
     # CARGO_TARGET_DIR, fuzz/target (gitignored).
     fuzz_target_dir="${CARGO_TARGET_DIR:+$CARGO_TARGET_DIR-fuzz}"
     CARGO_TARGET_DIR="${TOLLGATE_FUZZ_TARGET_DIR:-${fuzz_target_dir:-$PWD/fuzz/target}}" \
-        nice -n 19 fuzz/run.sh --dev --seconds "${TOLLGATE_FUZZ_SECONDS:-20}"
+        nice -n 19 fuzz/run.sh --dev --seconds "${TOLLGATE_FUZZ_SECONDS:-20}" --jobs "$(nproc)"
     echo "fuzz stage took $((SECONDS - fuzz_start)) s"
 else
     echo "no nightly toolchain: fuzz stage skipped (regression inputs still replay in cargo test)"
@@ -96,3 +96,4 @@ if [ "${TOLLGATE_REAL_ENGINE:-1}" != "0" ]; then
         cargo test --lib -- chat::detokenize chat::encode_cache
 fi
 # --- end real-engine suite ----------------------------------------------------------------
+step "done"
