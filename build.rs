@@ -20,7 +20,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .compile_fds(protox::compile(common, ["proto"])?)?;
     tonic_prost_build::configure()
         .build_transport(false)
-        .extern_path(".smg.grpc.common", "crate::grpc::common")
+        .extern_path(".smg.grpc.common", "crate::engine::grpc::common")
         .compile_fds(protox::compile(engines, ["proto"])?)?;
     Ok(())
 }

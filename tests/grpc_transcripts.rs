@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use common::{grpc_engine, Proc};
 use grpc_client::channel;
-use tollgate::grpc::{mlx, sglang, tokenspeed, trtllm, vllm};
+use tollgate::engine::grpc::{mlx, sglang, tokenspeed, trtllm, vllm};
 
 /// One request, in no service's shape.
 #[derive(Clone)]

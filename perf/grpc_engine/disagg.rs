@@ -17,7 +17,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
-use tollgate::grpc::sglang::GenerateRequest;
+use tollgate::engine::grpc::sglang::GenerateRequest;
 
 use crate::cli::{Flags, Role, Service};
 use crate::say::{self, Id};

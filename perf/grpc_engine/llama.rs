@@ -28,8 +28,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
-use tollgate::grpc::sglang::generate_complete::MatchedStop;
-use tollgate::grpc::sglang::GenerateRequest;
+use tollgate::engine::grpc::sglang::generate_complete::MatchedStop;
+use tollgate::engine::grpc::sglang::GenerateRequest;
 use tollgate::sse::SseParser;
 
 use crate::llama_api::{self, Completion, ErrorBody, Models, Props, Tokenized};

@@ -22,8 +22,8 @@
 
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
-use tollgate::grpc::sglang::sampling_params::Constraint;
-use tollgate::grpc::sglang::{GenerateRequest, SamplingParams};
+use tollgate::engine::grpc::sglang::sampling_params::Constraint;
+use tollgate::engine::grpc::sglang::{GenerateRequest, SamplingParams};
 
 /// SGLang's defaults, for a request that carries no sampling params at all.
 fn sglang_defaults() -> SamplingParams {
@@ -220,7 +220,7 @@ pub struct Tokenized {
 mod tests {
     use std::collections::HashMap;
 
-    use tollgate::grpc::sglang::TokenizedInput;
+    use tollgate::engine::grpc::sglang::TokenizedInput;
 
     use super::*;
 

@@ -6,14 +6,14 @@
 
 use std::sync::Arc;
 
-use tollgate::grpc::common::GetTokenizerRequest;
-use tollgate::grpc::mlx::generate_response::Response as MlxEvent;
-use tollgate::grpc::mlx::mlx_engine_server::MlxEngine;
-use tollgate::grpc::mlx::{
+use tollgate::engine::grpc::common::GetTokenizerRequest;
+use tollgate::engine::grpc::mlx::generate_response::Response as MlxEvent;
+use tollgate::engine::grpc::mlx::mlx_engine_server::MlxEngine;
+use tollgate::engine::grpc::mlx::{
     self, AbortRequest, AbortResponse, GenerateResponse, GetModelInfoRequest, GetModelInfoResponse,
     HealthCheckRequest, HealthCheckResponse,
 };
-use tollgate::grpc::sglang::{self, generate_complete::MatchedStop, OutputLogProbs};
+use tollgate::engine::grpc::sglang::{self, generate_complete::MatchedStop, OutputLogProbs};
 use tonic::{Request, Response, Status};
 
 use crate::disagg::Handoff;

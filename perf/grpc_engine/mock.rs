@@ -18,8 +18,10 @@
 
 use std::time::Duration;
 
-use tollgate::grpc::sglang::generate_complete::MatchedStop;
-use tollgate::grpc::sglang::{GenerateRequest, OutputLogProbs, SamplingParams, TopLogProbs};
+use tollgate::engine::grpc::sglang::generate_complete::MatchedStop;
+use tollgate::engine::grpc::sglang::{
+    GenerateRequest, OutputLogProbs, SamplingParams, TopLogProbs,
+};
 
 use crate::cli::Timing;
 use crate::sink::{Counts, Finish, Sink, Stop};
@@ -169,8 +171,8 @@ async fn pause(ms: u64) {
 #[cfg(test)]
 mod tests {
     use tokio::sync::mpsc;
-    use tollgate::grpc::sglang::generate_response::Response;
-    use tollgate::grpc::sglang::{GenerateComplete, TokenizedInput};
+    use tollgate::engine::grpc::sglang::generate_response::Response;
+    use tollgate::engine::grpc::sglang::{GenerateComplete, TokenizedInput};
 
     use super::*;
     use crate::sink::Item;

@@ -26,9 +26,9 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use tokio::sync::mpsc;
-use tollgate::grpc::sglang::generate_complete::MatchedStop;
-use tollgate::grpc::sglang::generate_response::Response as SglangEvent;
-use tollgate::grpc::sglang::{
+use tollgate::engine::grpc::sglang::generate_complete::MatchedStop;
+use tollgate::engine::grpc::sglang::generate_response::Response as SglangEvent;
+use tollgate::engine::grpc::sglang::{
     GenerateComplete, GenerateRequest, GenerateStreamChunk, OutputLogProbs,
 };
 use tonic::Status;
@@ -491,7 +491,7 @@ impl<M> tonic::codegen::tokio_stream::Stream for Reshaped<M> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tollgate::grpc::sglang;
+    use tollgate::engine::grpc::sglang;
 
     fn message(event: SglangEvent) -> Item {
         Ok(sglang::GenerateResponse {

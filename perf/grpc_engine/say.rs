@@ -6,8 +6,8 @@
 use std::fmt;
 use std::io::Write;
 
-use tollgate::grpc::sglang::sampling_params::Constraint;
-use tollgate::grpc::sglang::{GenerateRequest, SamplingParams};
+use tollgate::engine::grpc::sglang::sampling_params::Constraint;
+use tollgate::engine::grpc::sglang::{GenerateRequest, SamplingParams};
 
 /// Writes one line; a closed stdout is not the engine's problem, so errors are dropped.
 pub fn line(args: fmt::Arguments<'_>) {

@@ -13,11 +13,11 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
-use tollgate::grpc::mlx::mlx_engine_server::MlxEngineServer;
-use tollgate::grpc::sglang::sglang_scheduler_server::SglangSchedulerServer;
-use tollgate::grpc::tokenspeed::token_speed_scheduler_server::TokenSpeedSchedulerServer;
-use tollgate::grpc::trtllm::trtllm_service_server::TrtllmServiceServer;
-use tollgate::grpc::vllm::vllm_engine_server::VllmEngineServer;
+use tollgate::engine::grpc::mlx::mlx_engine_server::MlxEngineServer;
+use tollgate::engine::grpc::sglang::sglang_scheduler_server::SglangSchedulerServer;
+use tollgate::engine::grpc::tokenspeed::token_speed_scheduler_server::TokenSpeedSchedulerServer;
+use tollgate::engine::grpc::trtllm::trtllm_service_server::TrtllmServiceServer;
+use tollgate::engine::grpc::vllm::vllm_engine_server::VllmEngineServer;
 use tonic::body::Body;
 use tonic::codegen::Service;
 

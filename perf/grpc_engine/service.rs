@@ -12,14 +12,14 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, oneshot};
-use tollgate::grpc::common::{
+use tollgate::engine::grpc::common::{
     FlushCacheRequest, FlushCacheResponse, GetTokenizerRequest, ProfileResponse,
     StartProfileRequest, StopProfileRequest,
 };
-use tollgate::grpc::sglang::generate_response::Response as SglangEvent;
-use tollgate::grpc::sglang::sglang_scheduler_server::SglangScheduler;
-use tollgate::grpc::sglang::{self};
-use tollgate::grpc::sglang::{
+use tollgate::engine::grpc::sglang::generate_response::Response as SglangEvent;
+use tollgate::engine::grpc::sglang::sglang_scheduler_server::SglangScheduler;
+use tollgate::engine::grpc::sglang::{self};
+use tollgate::engine::grpc::sglang::{
     AbortRequest, AbortResponse, GenerateRequest, GetLoadsRequest, GetLoadsResponse,
     GetModelInfoRequest, GetModelInfoResponse, HealthCheckRequest, HealthCheckResponse,
     SchedulerLoad,

@@ -16,9 +16,9 @@
 //!   next send and reported as [`Stop::Cancelled`].
 
 use tokio::sync::mpsc;
-use tollgate::grpc::sglang::generate_complete::MatchedStop;
-use tollgate::grpc::sglang::generate_response::Response;
-use tollgate::grpc::sglang::{
+use tollgate::engine::grpc::sglang::generate_complete::MatchedStop;
+use tollgate::engine::grpc::sglang::generate_response::Response;
+use tollgate::engine::grpc::sglang::{
     GenerateComplete, GenerateError, GenerateResponse, GenerateStreamChunk, OutputLogProbs,
 };
 use tonic::Status;

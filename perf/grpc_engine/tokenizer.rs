@@ -8,7 +8,7 @@ use std::io::{Cursor, Write};
 use std::path::Path;
 
 use ring::digest::{digest, SHA256};
-use tollgate::grpc::common::GetTokenizerChunk;
+use tollgate::engine::grpc::common::GetTokenizerChunk;
 use tonic::codegen::tokio_stream;
 use tonic::Status;
 use zip::write::SimpleFileOptions;
@@ -109,7 +109,7 @@ mod tests {
             got.last().unwrap().sha256,
             hex(digest(&SHA256, &bytes).as_ref())
         );
-        let files = tollgate::grpc::bundle::unpack(&bytes).unwrap();
+        let files = tollgate::engine::grpc::bundle::unpack(&bytes).unwrap();
         assert_eq!(files.len(), 1);
         assert_eq!(files[0].name, "tokenizer.json");
         std::fs::remove_dir_all(&dir).unwrap();

@@ -6,14 +6,14 @@
 
 use std::sync::Arc;
 
-use tollgate::grpc::common::{
+use tollgate::engine::grpc::common::{
     FlushCacheRequest, FlushCacheResponse, GetTokenizerRequest, ProfileResponse,
     StartProfileRequest, StopProfileRequest,
 };
-use tollgate::grpc::sglang::{self, generate_complete::MatchedStop, OutputLogProbs};
-use tollgate::grpc::tokenspeed::generate_response::Response as TsEvent;
-use tollgate::grpc::tokenspeed::token_speed_scheduler_server::TokenSpeedScheduler;
-use tollgate::grpc::tokenspeed::{
+use tollgate::engine::grpc::sglang::{self, generate_complete::MatchedStop, OutputLogProbs};
+use tollgate::engine::grpc::tokenspeed::generate_response::Response as TsEvent;
+use tollgate::engine::grpc::tokenspeed::token_speed_scheduler_server::TokenSpeedScheduler;
+use tollgate::engine::grpc::tokenspeed::{
     self, AbortRequest, AbortResponse, GenerateResponse, GetLoadsRequest, GetLoadsResponse,
     GetModelInfoRequest, GetModelInfoResponse, HealthCheckRequest, HealthCheckResponse,
     SchedulerLoad,

@@ -8,11 +8,11 @@
 
 use std::sync::Arc;
 
-use tollgate::grpc::common::GetTokenizerRequest;
-use tollgate::grpc::sglang::{self, generate_complete::MatchedStop, OutputLogProbs};
-use tollgate::grpc::trtllm::generate_response::Response as TrtEvent;
-use tollgate::grpc::trtllm::trtllm_service_server::TrtllmService;
-use tollgate::grpc::trtllm::{
+use tollgate::engine::grpc::common::GetTokenizerRequest;
+use tollgate::engine::grpc::sglang::{self, generate_complete::MatchedStop, OutputLogProbs};
+use tollgate::engine::grpc::trtllm::generate_response::Response as TrtEvent;
+use tollgate::engine::grpc::trtllm::trtllm_service_server::TrtllmService;
+use tollgate::engine::grpc::trtllm::{
     self, AbortRequest, AbortResponse, GenerateResponse, GetModelInfoRequest, GetModelInfoResponse,
     HealthCheckRequest, HealthCheckResponse,
 };

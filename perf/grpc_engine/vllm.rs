@@ -10,11 +10,11 @@ use std::sync::Arc;
 
 use tonic::codegen::tokio_stream::{Stream, StreamExt};
 
-use tollgate::grpc::common::{FlushCacheRequest, FlushCacheResponse, GetTokenizerRequest};
-use tollgate::grpc::sglang::{self, generate_complete::MatchedStop};
-use tollgate::grpc::vllm::generate_response::Response as VllmEvent;
-use tollgate::grpc::vllm::vllm_engine_server::VllmEngine;
-use tollgate::grpc::vllm::{
+use tollgate::engine::grpc::common::{FlushCacheRequest, FlushCacheResponse, GetTokenizerRequest};
+use tollgate::engine::grpc::sglang::{self, generate_complete::MatchedStop};
+use tollgate::engine::grpc::vllm::generate_response::Response as VllmEvent;
+use tollgate::engine::grpc::vllm::vllm_engine_server::VllmEngine;
+use tollgate::engine::grpc::vllm::{
     self, AbortRequest, AbortResponse, GenerateResponse, GetLoadsRequest, GetLoadsResponse,
     GetModelInfoRequest, GetModelInfoResponse, GetServerInfoRequest, GetServerInfoResponse,
     HealthCheckRequest, HealthCheckResponse, SchedulerLoad,

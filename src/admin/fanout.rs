@@ -24,10 +24,10 @@ use tokio::task::JoinSet;
 use super::Admin;
 use super::{json_response, Failure};
 use crate::control::calls::{call, CallClient, CallReply};
+use crate::engine::grpc::common::StartProfileRequest;
+use crate::engine::grpc::service::AdminFailure;
+use crate::engine::grpc::Engine;
 use crate::fleet::{parse_worker_url, ConnectionMode, RuntimeType, Transport, Worker};
-use crate::grpc::common::StartProfileRequest;
-use crate::grpc::engine::AdminFailure;
-use crate::grpc::Engine;
 use crate::http::body::RespBody;
 use crate::http::error::{admin_error, AdminErrorBody};
 

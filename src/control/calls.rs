@@ -22,8 +22,8 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 
+use crate::engine::grpc;
 use crate::fleet::{Transport, Worker, WorkerUrl};
-use crate::grpc;
 use crate::http::client::{self, ClientOptions};
 use crate::http::tls::UpstreamTls;
 

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::chat::language::{Language, Sources};
-use crate::grpc::bundle::{self, Assembler};
-use crate::grpc::Engine;
+use crate::engine::grpc::bundle::{self, Assembler};
+use crate::engine::grpc::Engine;
 
 /// The whole transfer, however many chunks: a tokenizer is a few megabytes, so this only
 /// stops an engine that trickles.

@@ -13,12 +13,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::chat::language::{Language, Sources};
+use crate::engine::grpc::service::{KvFacts, ModelInfo};
+use crate::engine::grpc::{self, Engine, Service, Wire};
 use crate::fleet::spec::WorkerSpec;
 use crate::fleet::{
     Discovered, LanguageRef, ParsersRef, RuntimeType, Transport, Worker, WorkerType,
 };
-use crate::grpc::engine::{KvFacts, ModelInfo};
-use crate::grpc::{self, Engine, Service, Wire};
 
 use super::engine_tokenizer::{self, Fetched};
 use super::tokenizers::Tokenizers;

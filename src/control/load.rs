@@ -28,9 +28,9 @@ use tokio::time::{Instant, MissedTickBehavior};
 use super::calls::{call_url, CallClient, CallError, CallReply};
 use super::prom_text::{parse_line, Line, Sample};
 use super::Control;
+use crate::engine::grpc::Engine;
 use crate::fleet::engine_load::{EngineLoad, Memory, Queues, RankLoad, Source};
 use crate::fleet::{ConnectionMode, RuntimeType, Transport, Worker};
-use crate::grpc::Engine;
 
 /// Polls in flight at once, so a large fleet is not hit in the same instant.
 pub const MAX_PARALLEL_POLLS: usize = 32;
@@ -94,7 +94,7 @@ fn pollable(worker: &Worker) -> bool {
         ConnectionMode::Grpc => worker
             .runtime
             .grpc_service()
-            .is_some_and(crate::grpc::Service::reports_loads),
+            .is_some_and(crate::engine::grpc::Service::reports_loads),
         ConnectionMode::Zmq => false,
     }
 }

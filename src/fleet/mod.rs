@@ -91,8 +91,8 @@ pub enum RuntimeType {
 impl RuntimeType {
     /// The gRPC service engines of this runtime speak; `None` for the runtimes that have
     /// none (`generic`, `external`, `unspecified`).
-    pub fn grpc_service(self) -> Option<crate::grpc::Service> {
-        use crate::grpc::Service;
+    pub fn grpc_service(self) -> Option<crate::engine::grpc::Service> {
+        use crate::engine::grpc::Service;
         match self {
             RuntimeType::Sglang => Some(Service::Sglang),
             RuntimeType::Vllm => Some(Service::Vllm),
@@ -314,7 +314,7 @@ pub struct Discovered {
     /// A gRPC engine's output parsers.
     pub parsers: Option<ParsersRef>,
     /// A gRPC engine's KV-transfer configuration, as it reports it (prefill/decode).
-    pub kv: crate::grpc::engine::KvFacts,
+    pub kv: crate::engine::grpc::service::KvFacts,
 }
 
 /// The `max_context_length` label as a number of tokens.
@@ -1176,7 +1176,7 @@ mod tests {
 
     #[test]
     fn the_spec_names_the_connector_and_role_the_engine_its_engine_id() {
-        let reported = crate::grpc::engine::KvFacts {
+        let reported = crate::engine::grpc::service::KvFacts {
             connector: Some("NixlConnector".into()),
             role: Some("kv_producer".into()),
             engine_id: Some("engine-side".into()),

@@ -23,9 +23,9 @@ use super::transport::pd::{self, Pair, PairAttempt, PairFailure, PrefillFailure}
 use super::transport::{Answer, Attempt, SendError};
 use super::{Pipeline, Seen, ThreadClients};
 use crate::admission::Ticket;
+use crate::engine::Protocol;
 use crate::fleet::rooms::RoomsHeld;
 use crate::fleet::{ConnectionMode, LoadGuard, Worker};
-use crate::grpc::engine::Disaggregation;
 use crate::http::body::RespBody;
 use crate::http::error::GatewayError;
 use crate::http::guard::Guard;
@@ -72,7 +72,7 @@ enum NoPair {
 enum Carrier {
     Http,
     /// gRPC engines sharing a KV cache this way.
-    Grpc(Disaggregation),
+    Grpc(Protocol),
 }
 
 /// Which leg an outcome belongs to.
@@ -191,7 +191,7 @@ impl Pipeline {
                         self.metrics.pd_pair(
                             facts.model,
                             &prefill,
-                            pd::Protocol::connector_mode(&prefill),
+                            pd::connector_mode(&prefill),
                             prefill_secs,
                             started.elapsed().as_secs_f64(),
                         );

@@ -11,11 +11,11 @@ use std::task::{Context, Poll};
 use hyper::body::Incoming;
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use tollgate::grpc::sglang::sglang_scheduler_client::SglangSchedulerClient;
+use tollgate::engine::grpc::sglang::sglang_scheduler_client::SglangSchedulerClient;
 
-pub use tollgate::grpc::sglang::generate_complete::MatchedStop;
-pub use tollgate::grpc::sglang::generate_response::Response;
-pub use tollgate::grpc::sglang::*;
+pub use tollgate::engine::grpc::sglang::generate_complete::MatchedStop;
+pub use tollgate::engine::grpc::sglang::generate_response::Response;
+pub use tollgate::engine::grpc::sglang::*;
 
 /// One HTTP/2 connection as the tower service tonic's client calls.
 #[derive(Clone)]

@@ -9,7 +9,7 @@
 use super::decode::{Decoding, Delta};
 use super::parse::Parsing;
 use super::reply::Finish;
-use crate::grpc::engine::{Complete, TokenLogprob};
+use crate::engine::{Complete, TokenLogprob};
 use crate::http::error::GatewayError;
 
 /// One sequence: its decoding, its output parsers (a chat choice on a worker that has

@@ -10,7 +10,7 @@ use super::scores::{Scored, Scoring};
 use crate::chat::detokenize::Detokenizer;
 use crate::chat::language::Language;
 use crate::chat::stops::{Outcome, StopMatcher, StopsError};
-use crate::grpc::engine::TokenLogprob;
+use crate::engine::TokenLogprob;
 
 /// What became final: text, and the scores of the tokens whose text it completes; on a
 /// chat choice whose output is parsed ([`Parsing`]), the text is the content and the

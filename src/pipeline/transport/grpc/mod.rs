@@ -39,9 +39,11 @@ use crate::chat::language::Language;
 use crate::chat::stops::StopsError;
 use crate::chat::template::RenderInput;
 use crate::chat::{budget, encode_cache};
+use crate::engine::grpc::{self, Engine, Events, Wire};
+use crate::engine::{
+    AbortOnDrop, EngineError, Event, EventStream, Failure, Generate, Handoff, TokenEngine,
+};
 use crate::fleet::{Transport, Worker};
-use crate::grpc::engine::{EngineError, Event, Events, Generate, Handoff};
-use crate::grpc::{self, Engine, Wire};
 use crate::http::body::{terminal, Dialect, FrameSender, RespBody};
 use crate::http::error::GatewayError;
 use crate::http::reply as http_reply;
@@ -70,6 +72,8 @@ pub use reply::{Finish, Usage};
 const INLINE_BODY_BYTES: usize = 32 * 1024;
 /// How long an `Abort` may take; it is sent after the client's answer, in the background.
 const ABORT_TIMEOUT: Duration = Duration::from_secs(5);
+/// What the engine is told when a generation is aborted.
+const ABORT_REASON: &str = "client went away or stop matched";
 /// Frames a stream may have waiting for a slow client before the producer waits.
 pub(super) const STREAM_FRAMES: usize = 16;
 /// Longest engine message quoted back to a client.
@@ -215,7 +219,7 @@ impl GrpcClient {
         prompt: Vec<u32>,
     ) -> Result<Generate, SendError> {
         let service = target.service;
-        if ask.schema.is_some() && !service.constrains() {
+        if ask.schema.is_some() && !service.caps().constrains {
             return Err(SendError::Refused(GatewayError::InvalidRequest {
                 message: format!(
                     "tool_choice required or a named function needs constrained decoding, \
@@ -224,7 +228,7 @@ impl GrpcClient {
                 ),
             }));
         }
-        if route == Route::Messages && !ask.stops.is_empty() && !service.takes_stop_sequences() {
+        if route == Route::Messages && !ask.stops.is_empty() && !service.caps().stop_sequences {
             return Err(SendError::Refused(GatewayError::InvalidRequest {
                 message: format!(
                     "stop_sequences are not supported on {} workers",
@@ -232,7 +236,7 @@ impl GrpcClient {
                 ),
             }));
         }
-        if ask.n > 1 && !service.samples_many() {
+        if ask.n > 1 && !service.caps().samples_many {
             return Err(SendError::Refused(GatewayError::InvalidRequest {
                 message: format!(
                     "n must be 1 on {} workers: the engine generates one sequence per request",
@@ -372,7 +376,7 @@ impl GrpcClient {
         target: &Target<'_>,
         job: Generate,
         deadline: Instant,
-    ) -> Result<(Events, AbortOnDrop), SendError> {
+    ) -> Result<(Events, AbortOnDrop<Engine>), SendError> {
         let engine = Engine::new(
             target.service,
             self.wire.clone(),
@@ -384,20 +388,15 @@ impl GrpcClient {
         let events = engine
             .generate(job, remaining)
             .await
-            .map_err(|err| match err {
+            .map_err(|failure| match failure {
                 // The same request would be refused by every engine: not retried.
-                grpc::CallError::Status(status) if grpc::engine::blames_request(&status) => {
-                    refusal(&EngineError {
-                        message: status.message().to_owned(),
-                        blames_request: true,
-                    })
-                }
-                other => SendError::Exchange(call_error(other)),
+                Failure::Refused(message) => refusal(&EngineError {
+                    message,
+                    blames_request: true,
+                }),
+                other => SendError::Exchange(engine_failure(other)),
             })?;
-        let abort = AbortOnDrop {
-            engine,
-            request_id: Some(request_id),
-        };
+        let abort = AbortOnDrop::new(engine, request_id, ABORT_REASON, ABORT_TIMEOUT);
         Ok((events, abort))
     }
 }
@@ -730,7 +729,7 @@ impl EngineStream<'_> {
             Err(_) => Err(GatewayError::UpstreamStalled {
                 secs: self.stall.map_or(0, |s| s.as_secs()),
             }),
-            Ok(Err(status)) => Err(call_error(grpc::CallError::Status(status))),
+            Ok(Err(failure)) => Err(engine_failure(failure)),
             Ok(Ok(event)) => Ok(event),
         }
     }
@@ -741,7 +740,7 @@ struct Generation {
     choices: Choices,
     reply: Reply,
     prompt_tokens: u32,
-    abort: AbortOnDrop,
+    abort: AbortOnDrop<Engine>,
     /// When the first generated id arrived.
     first_token: Option<Instant>,
     /// `/generate` answers with the whole text and ids so far: kept here; `None` for the
@@ -785,7 +784,7 @@ impl Generation {
                 let applied = self.choices.complete(complete);
                 if self.choices.engine_done() {
                     // The engine finished every sequence: nothing to abort.
-                    self.abort.request_id = None;
+                    self.abort.disarm();
                 }
                 applied
             }
@@ -1034,50 +1033,14 @@ impl Generation {
     }
 }
 
-/// Sends `Abort` for a generation the gateway stops waiting for (the client went away, a
-/// stop string matched, the attempt failed) unless the engine finished it first.
-struct AbortOnDrop {
-    engine: Engine,
-    /// `None` once there is nothing to abort.
-    request_id: Option<String>,
-}
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        let Some(request_id) = self.request_id.take() else {
-            return;
-        };
-        // A generation dropped with its runtime (shutdown) has no one left to tell.
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let engine = self.engine.clone();
-        runtime.spawn(async move {
-            if let Err(err) = engine
-                .abort(
-                    request_id.clone(),
-                    "client went away or stop matched",
-                    ABORT_TIMEOUT,
-                )
-                .await
-            {
-                tracing::debug!(request_id, error = %err, "abort not delivered");
-            }
-        });
-    }
-}
-
-/// How a failed call is answered: a deadline is the worker's timeout, anything else the
-/// exchange breaking.
-fn call_error(err: grpc::CallError) -> GatewayError {
-    match err {
-        grpc::CallError::Timeout => GatewayError::UpstreamTimeout,
-        grpc::CallError::Status(status) => match status.code() {
-            tonic::Code::DeadlineExceeded => GatewayError::UpstreamTimeout,
-            tonic::Code::Unavailable => GatewayError::UpstreamConnect,
-            _ => GatewayError::EngineFailed {
-                message: bounded_message(status.message()),
-            },
+/// How a failed engine call is answered: a deadline is the worker's timeout, an engine
+/// out of reach a connect failure, anything else the engine failing (in its words, cut).
+fn engine_failure(failure: Failure) -> GatewayError {
+    match failure {
+        Failure::Timeout => GatewayError::UpstreamTimeout,
+        Failure::Unreachable(_) => GatewayError::UpstreamConnect,
+        Failure::Refused(message) | Failure::Failed(message) => GatewayError::EngineFailed {
+            message: bounded_message(&message),
         },
     }
 }

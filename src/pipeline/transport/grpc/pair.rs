@@ -1,6 +1,6 @@
 //! Prefill/decode pairs of gRPC engines ("sequential PD"). The gateway renders and
 //! tokenizes the request once and sends the same prompt ids to both workers; the legs run
-//! as the engines' service shares a KV cache ([`Disaggregation`]):
+//! as the engines' service shares a KV cache ([`Protocol`]):
 //!
 //! - vLLM's connectors: the prefill leg generates one token and answers
 //!   `kv_transfer_params` (where its KV cache is), then the decode leg is sent those and
@@ -23,8 +23,8 @@ use super::super::pd::body::{Rooms, REMOTE_DECODE};
 use super::super::pd::{PairAnswer, PairFailure, PrefillFailure};
 use super::super::responses::{EngineTurns, Model};
 use super::{refusal, understand, EngineStream, GrpcClient, Started, Target};
+use crate::engine::{Event, Generate, Handoff, Protocol};
 use crate::fleet::{Transport, Worker};
-use crate::grpc::engine::{Disaggregation, Event, Generate, Handoff};
 use crate::http::error::GatewayError;
 use crate::pipeline::transport::{Attempt, SendError};
 
@@ -47,7 +47,7 @@ pub struct GrpcPair<'w> {
 #[derive(Clone)]
 pub(in crate::pipeline::transport) struct PrefillSide<'a> {
     target: Target<'a>,
-    how: Disaggregation,
+    how: Protocol,
     /// The prefill's bootstrap server (SGLang).
     host: String,
     port: u16,
@@ -77,10 +77,14 @@ struct PairStarted {
 impl GrpcClient {
     /// How `prefill` and `decode` share a KV cache, or why the gateway cannot pair them:
     /// both must be gRPC engines it serves, of one service that has disaggregation fields.
-    pub fn pairs(&self, prefill: &Worker, decode: &Worker) -> Result<Disaggregation, GatewayError> {
+    pub fn pairs(&self, prefill: &Worker, decode: &Worker) -> Result<Protocol, GatewayError> {
         self.reaches(prefill)?;
         self.reaches(decode)?;
-        let of = |w: &Worker| w.runtime.grpc_service().and_then(|s| s.disaggregation());
+        let of = |w: &Worker| {
+            w.runtime
+                .grpc_service()
+                .and_then(|s| s.caps().disaggregation)
+        };
         match (of(prefill), of(decode)) {
             (Some(p), Some(d)) if p == d => Ok(p),
             _ => Err(GatewayError::NotImplemented {
@@ -94,7 +98,7 @@ impl GrpcClient {
     pub async fn send_pair(
         &self,
         pair: GrpcPair<'_>,
-        how: Disaggregation,
+        how: Protocol,
         attempt: Attempt<'_>,
     ) -> Result<PairAnswer, PairFailure> {
         let refused = |err: GatewayError| PairFailure::Decode(SendError::Refused(err));
@@ -202,7 +206,7 @@ impl GrpcClient {
         let mut job =
             Self::checked_job(prefill, route, ask, prompt.clone()).map_err(prefill_failed)?;
         match side.how {
-            Disaggregation::KvTransfer => {
+            Protocol::KvTransfer => {
                 job.params.max_tokens = Some(1);
                 job.params.n = 1;
                 job.params.logprobs = None;
@@ -226,14 +230,14 @@ impl GrpcClient {
                 })
             }
             // One room per generation: SGLang's bootstrap fields name a single one.
-            Disaggregation::Bootstrap if ask.n > 1 => Err(PairFailure::Decode(SendError::Refused(
+            Protocol::Bootstrap if ask.n > 1 => Err(PairFailure::Decode(SendError::Refused(
                 GatewayError::InvalidRequest {
                     message: "n must be 1 on prefill/decode pairs of sglang gRPC engines: \
                               the bootstrap handoff carries one room"
                         .into(),
                 },
             ))),
-            Disaggregation::Bootstrap => {
+            Protocol::Bootstrap => {
                 let handoff = Handoff::Bootstrap {
                     host: side.host.clone(),
                     port: side.port,
@@ -305,7 +309,7 @@ impl GrpcClient {
                 Err(err) => return Err(SendError::Exchange(err)),
             }
         }
-        abort.request_id = None;
+        abort.disarm();
         Ok(params)
     }
 }

@@ -731,7 +731,7 @@ mod tests {
     fn scored(id: u32, offset: u32) -> Scored {
         Scored {
             id,
-            score: crate::grpc::engine::TokenLogprob {
+            score: crate::engine::TokenLogprob {
                 logprob: -0.5,
                 top: vec![(id, -0.5), (id + 1, -1.5)],
             },

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::chat::stops::{MAX_STOPS, MAX_STOP_BYTES};
-use crate::grpc::engine::{Params, Sampling};
+use crate::engine::{Params, Sampling};
 use crate::parsers::tool::{ToolSpec, Tools};
 
 /// Most `stop_token_ids` a request may carry.

@@ -15,7 +15,7 @@
 
 use std::collections::VecDeque;
 
-use crate::grpc::engine::TokenLogprob;
+use crate::engine::TokenLogprob;
 
 /// A token's score, released with its text.
 #[derive(Clone, Debug, PartialEq)]

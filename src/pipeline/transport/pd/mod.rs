@@ -18,6 +18,7 @@ use http_body_util::{BodyExt, Limited};
 
 use super::http::UpstreamClient;
 use super::{Answer, Attempt, SendError};
+use crate::engine::Protocol;
 use crate::fleet::{RuntimeType, Worker};
 use crate::http::error::GatewayError;
 use crate::http::upload::LimitedBody;
@@ -27,38 +28,28 @@ use body::{BodyError, Bootstrap, Rooms};
 /// SGLang's is drained so its connection can be reused).
 const PREFILL_ANSWER_LIMIT: usize = 4 * 1024 * 1024;
 
-/// How a pair shares the KV cache, decided by the prefill worker's runtime.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Protocol {
-    /// SGLang: both legs at once, with the same bootstrap fields.
-    Bootstrap,
-    /// vLLM's KV-transfer connectors: prefill for one token first, then decode with the
-    /// `kv_transfer_params` it returned.
-    KvTransfer,
+/// How an HTTP pair shares the KV cache, decided by the prefill worker's runtime: vLLM's
+/// connectors, or SGLang's bootstrap fields for every other runtime.
+pub fn protocol_of(prefill: &Worker) -> Protocol {
+    if prefill.runtime == RuntimeType::Vllm {
+        Protocol::KvTransfer
+    } else {
+        Protocol::Bootstrap
+    }
 }
 
-impl Protocol {
-    pub fn of(prefill: &Worker) -> Protocol {
-        if prefill.runtime == RuntimeType::Vllm {
-            Protocol::KvTransfer
-        } else {
-            Protocol::Bootstrap
-        }
-    }
-
-    /// `gw_pd_kv_connector_mode_total{mode}`: the KV connector the pair uses, from the
-    /// prefill worker's `kv_connector` (NIXL is `conn_a`, Mooncake `conn_b`); anything
-    /// else is passed through to the engines as they are configured.
-    pub fn connector_mode(prefill: &Worker) -> &'static str {
-        let name = prefill.spec.kv_connector.as_deref().unwrap_or_default();
-        let lower = name.to_ascii_lowercase();
-        if lower.contains("nixl") {
-            "conn_a"
-        } else if lower.contains("mooncake") {
-            "conn_b"
-        } else {
-            "passthrough"
-        }
+/// `gw_pd_kv_connector_mode_total{mode}`: the KV connector the pair uses, from the
+/// prefill worker's `kv_connector` (NIXL is `conn_a`, Mooncake `conn_b`); anything else
+/// is passed through to the engines as they are configured.
+pub fn connector_mode(prefill: &Worker) -> &'static str {
+    let name = prefill.spec.kv_connector.as_deref().unwrap_or_default();
+    let lower = name.to_ascii_lowercase();
+    if lower.contains("nixl") {
+        "conn_a"
+    } else if lower.contains("mooncake") {
+        "conn_b"
+    } else {
+        "passthrough"
     }
 }
 
@@ -117,7 +108,7 @@ pub async fn send(
     pair: Pair<'_>,
     attempt: PairAttempt<'_>,
 ) -> Result<PairAnswer, PairFailure> {
-    match Protocol::of(pair.prefill) {
+    match protocol_of(pair.prefill) {
         Protocol::Bootstrap => bootstrap(client, rooms, pair, attempt).await,
         Protocol::KvTransfer => kv_transfer(client, pair, attempt).await,
     }

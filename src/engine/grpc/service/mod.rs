@@ -39,6 +39,9 @@ use super::sglang::sglang_scheduler_client::SglangSchedulerClient;
 use super::tokenspeed::token_speed_scheduler_client::TokenSpeedSchedulerClient;
 use super::trtllm::trtllm_service_client::TrtllmServiceClient;
 use super::vllm::vllm_engine_client::VllmEngineClient;
+use crate::engine::{
+    Caps, EngineError, Event, EventStream, Failure, Generate, Protocol, TokenEngine,
+};
 
 /// The gRPC services the gateway speaks, in the order registration tries them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -81,160 +84,21 @@ impl Service {
         matches!(self, Service::Sglang | Service::Vllm | Service::Tokenspeed)
     }
 
-    /// Whether the service takes a JSON schema the output must match (SGLang's and vLLM's
-    /// `constraint`; the others' constraint fields are not spoken here).
-    pub fn constrains(self) -> bool {
-        matches!(self, Service::Sglang | Service::Vllm)
-    }
-
-    /// Whether the service's workers take Messages `stop_sequences`: spec 2 has MLX
-    /// workers refuse them with 400 (its engine has no stop strings of its own).
-    pub fn takes_stop_sequences(self) -> bool {
-        !matches!(self, Service::Mlx)
-    }
-
-    /// Whether the service generates several sequences from one prompt (OpenAI's `n`).
-    /// MLX's request has no such field: it would answer one sequence where `n` were asked.
-    pub fn samples_many(self) -> bool {
-        !matches!(self, Service::Mlx)
-    }
-
-    /// How the service's engines hand a prefill's KV cache to a decode engine, for the
-    /// services whose request carries it (SGLang's bootstrap fields, vLLM's connector
-    /// parameters); `None`: the service has no prefill/decode fields spoken here.
-    pub fn disaggregation(self) -> Option<Disaggregation> {
-        match self {
-            Service::Sglang => Some(Disaggregation::Bootstrap),
-            Service::Vllm => Some(Disaggregation::KvTransfer),
-            Service::Trtllm | Service::Tokenspeed | Service::Mlx => None,
-        }
-    }
-}
-
-/// The two ways engines share a prefill's KV cache with a decode engine.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Disaggregation {
-    /// SGLang: both legs run at once and meet at the prefill's bootstrap server, in one
-    /// room.
-    Bootstrap,
-    /// vLLM's KV connectors: the prefill runs first and answers where its KV cache is;
-    /// the decode leg is sent that.
-    KvTransfer,
-}
-
-/// A generation's part in a prefill/decode pair.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Handoff {
-    /// SGLang's `disaggregated_params`, the same on both legs.
-    Bootstrap { host: String, port: u16, room: u32 },
-    /// vLLM's `kv_transfer_params`, a JSON object given to the engine as it is.
-    KvTransfer(String),
-}
-
-/// The sampling knobs, every value explicit (proto3 zeroes are not the engines'
-/// defaults, so nothing is left to them).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Sampling {
-    pub temperature: f32,
-    pub top_p: f32,
-    /// `-1`: off.
-    pub top_k: i32,
-    pub min_p: f32,
-    pub frequency_penalty: f32,
-    pub presence_penalty: f32,
-    pub repetition_penalty: f32,
-}
-
-impl Sampling {
-    /// `top_k` when it limits anything (services whose field is optional leave "off"
-    /// unset; those whose "off" is 0 read `None` as 0).
-    fn top_k_limit(self) -> Option<u32> {
-        u32::try_from(self.top_k).ok().filter(|k| *k > 0)
-    }
-}
-
-/// How one generation samples and when it ends (stop strings stay with the gateway).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Params {
-    pub sampling: Sampling,
-    /// `None`: up to the context window.
-    pub max_tokens: Option<u32>,
-    /// Stop strings the engine stops on too, for the services whose request has them
-    /// (vLLM's, TokenSpeed's); the gateway matches them on its own text either way, so an
-    /// engine without them only generates a little longer.
-    pub stop: Vec<String>,
-    pub stop_token_ids: Vec<u32>,
-    pub skip_special_tokens: bool,
-    pub ignore_eos: bool,
-    /// Sequences generated from the one prompt (OpenAI's `n`), at least 1.
-    pub n: u32,
-    /// Log probabilities of every generated token with this many likeliest alternatives
-    /// each; `None`: none asked.
-    pub logprobs: Option<u32>,
-    /// A JSON schema the output must match (constrained decoding), for the services that
-    /// take one ([`Service::constrains`]).
-    pub json_schema: Option<String>,
-}
-
-/// One generation to start. It is always streamed from the engine, so the gateway sees
-/// every step and can stop the engine at once.
-#[derive(Clone, Debug)]
-pub struct Generate {
-    pub request_id: String,
-    pub input_ids: Vec<u32>,
-    pub params: Params,
-    /// Tokens left in the worker's context window after the prompt, when the window is
-    /// known: the bound sent to engines that need one when the client gave no
-    /// `max_tokens` (TensorRT-LLM has no "up to the window").
-    pub room: Option<u32>,
-    /// Set on the legs of a prefill/decode pair; sent by the services that take it
-    /// ([`Service::disaggregation`]).
-    pub handoff: Option<Handoff>,
-}
-
-/// What the engine sent, in the gateway's terms.
-#[derive(Debug, PartialEq)]
-pub enum Event {
-    /// New token ids of sequence `index`; `prompt_tokens` is 0 when the engine did not
-    /// say; `logprobs` is empty or one entry per id.
-    Chunk {
-        index: u32,
-        ids: Vec<u32>,
-        prompt_tokens: u32,
-        logprobs: Vec<Option<TokenLogprob>>,
-    },
-    /// Sequence `Complete::index` ended.
-    Complete(Complete),
-    /// The engine refused or failed the generation.
-    Error(EngineError),
-}
-
-/// The end of one sequence of a generation. It carries no ids: streamed, every service
-/// sent them in chunks already (see the module's doc).
-#[derive(Debug, PartialEq)]
-pub struct Complete {
-    pub index: u32,
-    /// `stop`, `length` or `abort`.
-    pub finish_reason: String,
-    pub prompt_tokens: u32,
-    /// The ids the engine generated for this sequence, as it counts them (the EOS or stop
-    /// id it ended on included). The service modules leave it 0 where the complete does
-    /// not report the whole sequence; [`Events`] then fills in the ids the chunks carried.
-    pub completion_tokens: u32,
-    /// A vLLM prefill's answer for its decode leg (`kv_transfer_params`, a JSON object).
-    pub kv_transfer_params: Option<String>,
-}
-
-impl Complete {
-    /// A complete with no counts beyond the prompt's; the service modules fill in what
-    /// their message carries.
-    fn new(index: u32, finish_reason: String, prompt_tokens: u32) -> Complete {
-        Complete {
-            index,
-            finish_reason,
-            prompt_tokens,
-            completion_tokens: 0,
-            kv_transfer_params: None,
+    /// What the service's engines can do. SGLang and vLLM take a JSON schema the output
+    /// must match (the others' constraint fields are not spoken here). MLX has no stop
+    /// strings of its own (spec 2: its workers refuse Messages `stop_sequences` with 400)
+    /// and no `n` (it would answer one sequence where several were asked). SGLang hands a
+    /// prefill's KV cache over by bootstrap fields, vLLM by its connectors' parameters.
+    pub fn caps(self) -> Caps {
+        Caps {
+            constrains: matches!(self, Service::Sglang | Service::Vllm),
+            stop_sequences: !matches!(self, Service::Mlx),
+            samples_many: !matches!(self, Service::Mlx),
+            disaggregation: match self {
+                Service::Sglang => Some(Protocol::Bootstrap),
+                Service::Vllm => Some(Protocol::KvTransfer),
+                Service::Trtllm | Service::Tokenspeed | Service::Mlx => None,
+            },
         }
     }
 }
@@ -242,23 +106,6 @@ impl Complete {
 /// Counts a non-negative int32 the way the gateway counts (a negative one is 0).
 fn count(n: i32) -> u32 {
     u32::try_from(n).unwrap_or(0)
-}
-
-/// A generated token's log probability and the likeliest tokens at its position.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct TokenLogprob {
-    pub logprob: f32,
-    /// `(id, log probability)`, in the engine's order (likeliest first).
-    pub top: Vec<(u32, f32)>,
-}
-
-/// An engine's refusal or failure.
-#[derive(Debug, PartialEq)]
-pub struct EngineError {
-    pub message: String,
-    /// The engine blames the request (a 4xx or `INVALID_ARGUMENT`): the client is told,
-    /// and no other worker would do better.
-    pub blames_request: bool,
 }
 
 /// An engine's KV-transfer configuration as it reports it (vLLM's `GetServerInfo`); a
@@ -410,7 +257,7 @@ impl Engine {
     }
 
     /// `Generate`, streamed; the stream is returned once the engine answered the call.
-    pub async fn generate(&self, job: Generate, timeout: Duration) -> Result<Events, CallError> {
+    async fn generate_call(&self, job: Generate, timeout: Duration) -> Result<Events, CallError> {
         Ok(Events::new(match &self.0 {
             Client::Sglang(rpc) => {
                 Stream::Sglang(call!(rpc, generate, sglang::request(job), timeout)?)
@@ -523,7 +370,7 @@ impl Engine {
     }
 
     /// `Abort`: asks the engine to stop generating for `request_id`.
-    pub async fn abort(
+    async fn abort_call(
         &self,
         request_id: String,
         reason: &str,
@@ -637,7 +484,7 @@ impl Events {
     /// The next event; `None` when the engine ended the stream. Messages without a body
     /// carry nothing and are skipped. Not bounded in time: the caller waits with its own
     /// deadline.
-    pub async fn next(&mut self) -> Result<Option<Event>, Status> {
+    async fn next_message(&mut self) -> Result<Option<Event>, Status> {
         loop {
             let event = match &mut self.stream {
                 Stream::Sglang(stream) => next_of!(stream, sglang::event),
@@ -689,9 +536,56 @@ impl Events {
     }
 }
 
+impl TokenEngine for Engine {
+    type Events = Events;
+
+    fn caps(&self) -> Caps {
+        self.service().caps()
+    }
+
+    async fn generate(&self, job: Generate, timeout: Duration) -> Result<Events, Failure> {
+        self.generate_call(job, timeout).await.map_err(failure)
+    }
+
+    async fn abort(
+        &self,
+        request_id: String,
+        reason: &'static str,
+        timeout: Duration,
+    ) -> Result<(), Failure> {
+        self.abort_call(request_id, reason, timeout)
+            .await
+            .map_err(failure)
+    }
+}
+
+impl EventStream for Events {
+    async fn next(&mut self) -> Result<Option<Event>, Failure> {
+        self.next_message()
+            .await
+            .map_err(|status| failure(CallError::Status(status)))
+    }
+}
+
+/// A failed call in the seam's terms: a deadline is a timeout, `UNAVAILABLE` an engine
+/// that cannot be reached, a status that blames the request ([`blames_request`]) a
+/// refusal, anything else a failure in the engine's words.
+fn failure(err: CallError) -> Failure {
+    match err {
+        CallError::Timeout => Failure::Timeout,
+        CallError::Status(status) => match status.code() {
+            Code::DeadlineExceeded => Failure::Timeout,
+            Code::Unavailable => Failure::Unreachable(status.message().to_owned()),
+            _ if blames_request(&status) => Failure::Refused(status.message().to_owned()),
+            _ => Failure::Failed(status.message().to_owned()),
+        },
+    }
+}
+
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+    use crate::engine::{Params, Sampling};
 
     pub(super) fn params() -> Params {
         Params {
@@ -737,7 +631,7 @@ pub(super) mod tests {
             .map(|s| s.reports_loads())
             .collect();
         assert_eq!(loads, [true, true, false, true, false]);
-        assert!(!Service::Mlx.samples_many() && Service::Trtllm.samples_many());
+        assert!(!Service::Mlx.caps().samples_many && Service::Trtllm.caps().samples_many);
     }
 
     #[test]
@@ -751,15 +645,5 @@ pub(super) mod tests {
             "too many requests"
         )));
         assert!(!blames_request(&Status::internal("boom")));
-    }
-
-    #[test]
-    fn top_k_off_is_none() {
-        let mut k = params().sampling;
-        assert_eq!(k.top_k_limit(), None);
-        k.top_k = 0;
-        assert_eq!(k.top_k_limit(), None);
-        k.top_k = 40;
-        assert_eq!(k.top_k_limit(), Some(40));
     }
 }

@@ -4,8 +4,8 @@
 //! one entry per token. Both become [`Scores`], and [`aligned`] hands each id its own
 //! entry, so the pipeline never guesses which score belongs to which token.
 
-use super::TokenLogprob;
-use crate::grpc::{mlx, sglang, tokenspeed, trtllm, vllm};
+use crate::engine::grpc::{mlx, sglang, tokenspeed, trtllm, vllm};
+use crate::engine::TokenLogprob;
 
 /// One message's log probabilities: `values[i]` scores `ids[i]`; `top[i]` are the
 /// likeliest tokens at that position.

@@ -3,11 +3,12 @@
 //! token, a streamed complete repeats every generated id, and health is a status word.
 
 use super::scores::{aligned, Scores};
-use super::{Complete, Event, Generate, ModelInfo};
-use crate::grpc::trtllm::{
+use super::ModelInfo;
+use crate::engine::grpc::trtllm::{
     generate_response::Response, AbortRequest, GenerateRequest, GetModelInfoResponse,
     HealthCheckResponse, OutputConfig, SamplingConfig, TokenizedInput,
 };
+use crate::engine::{Complete, Event, Generate};
 
 /// `max_tokens` when neither the client nor the worker's context window gives one: the
 /// engine has no "up to the window", and registration normally learns the window from
@@ -97,7 +98,7 @@ pub(super) fn abort_request(request_id: String) -> AbortRequest {
 mod tests {
     use super::super::tests::job;
     use super::*;
-    use crate::grpc::trtllm;
+    use crate::engine::grpc::trtllm;
 
     #[test]
     fn request_always_bounds_max_tokens() {

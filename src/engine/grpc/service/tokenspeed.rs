@@ -3,11 +3,12 @@
 //! `INVALID_ARGUMENT` statuses, and a streamed complete that repeats its step's ids.
 
 use super::scores::{aligned, Scores};
-use super::{Complete, Event, Generate, ModelInfo};
-use crate::grpc::tokenspeed::{
+use super::ModelInfo;
+use crate::engine::grpc::tokenspeed::{
     generate_response::Response, AbortRequest, GenerateRequest, GetLoadsRequest,
     GetModelInfoResponse, SamplingParams, TokenizedInput,
 };
+use crate::engine::{Complete, Event, Generate};
 
 pub(super) fn request(job: Generate) -> GenerateRequest {
     let p = job.params;
@@ -92,7 +93,7 @@ pub(super) fn abort_request(request_id: String, reason: &str) -> AbortRequest {
 mod tests {
     use super::super::tests::job;
     use super::*;
-    use crate::grpc::tokenspeed;
+    use crate::engine::grpc::tokenspeed;
 
     #[test]
     fn request_sets_every_scalar_but_an_unlimited_top_k() {

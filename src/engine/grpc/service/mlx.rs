@@ -2,11 +2,12 @@
 //! request, refusals as `INVALID_ARGUMENT` statuses, and a streamed complete without ids.
 
 use super::scores::{aligned, Scores};
-use super::{Complete, Event, Generate, ModelInfo};
-use crate::grpc::mlx::{
+use super::ModelInfo;
+use crate::engine::grpc::mlx::{
     generate_request, generate_response::Response, AbortRequest, GenerateRequest,
     GetModelInfoResponse, SamplingParams, TokenizedInput,
 };
+use crate::engine::{Complete, Event, Generate};
 
 /// `n` is not sent: the service has no field for it, and the pipeline refuses `n` > 1
 /// for MLX workers before dispatch.
@@ -76,7 +77,7 @@ pub(super) fn abort_request(request_id: String) -> AbortRequest {
 mod tests {
     use super::super::tests::job;
     use super::*;
-    use crate::grpc::mlx;
+    use crate::engine::grpc::mlx;
 
     #[test]
     fn request_sets_the_real_defaults_and_streams() {

@@ -11,11 +11,12 @@
 //! each carries its `index`.
 
 use super::scores::{aligned, Scores};
-use super::{count, Complete, EngineError, Event, Generate, Handoff, ModelInfo};
-use crate::grpc::sglang::{
+use super::{count, ModelInfo};
+use crate::engine::grpc::sglang::{
     generate_response::Response, sampling_params::Constraint, AbortRequest, DisaggregatedParams,
     GenerateRequest, GetLoadsRequest, GetModelInfoResponse, SamplingParams, TokenizedInput,
 };
+use crate::engine::{Complete, EngineError, Event, Generate, Handoff};
 
 pub(super) fn request(job: Generate) -> GenerateRequest {
     let p = job.params;
@@ -117,7 +118,7 @@ pub(super) fn abort_request(request_id: String, reason: &str) -> AbortRequest {
 mod tests {
     use super::super::tests::job;
     use super::*;
-    use crate::grpc::sglang;
+    use crate::engine::grpc::sglang;
 
     #[test]
     fn request_sets_every_default_and_streams() {

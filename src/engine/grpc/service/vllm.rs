@@ -9,12 +9,13 @@
 //! keeps; the complete's figure is not read.
 
 use super::scores::{aligned, Scores};
-use super::{Complete, Event, Generate, Handoff, KvFacts, ModelInfo};
-use crate::grpc::vllm::{
+use super::{KvFacts, ModelInfo};
+use crate::engine::grpc::vllm::{
     generate_request, generate_response::Response, sampling_params::Constraint, AbortRequest,
     GenerateRequest, GetLoadsRequest, GetModelInfoResponse, GetServerInfoResponse, SamplingParams,
     TokenizedInput,
 };
+use crate::engine::{Complete, Event, Generate, Handoff};
 
 pub(super) fn request(job: Generate) -> GenerateRequest {
     let p = job.params;
@@ -110,7 +111,7 @@ pub(super) fn abort_request(request_id: String) -> AbortRequest {
 mod tests {
     use super::super::tests::job;
     use super::*;
-    use crate::grpc::vllm;
+    use crate::engine::grpc::vllm;
 
     #[test]
     fn request_maps_top_k_off_to_zero_and_streams() {

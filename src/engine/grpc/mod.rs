@@ -1,6 +1,7 @@
 //! gRPC engines: the generated messages and clients of `proto/`, the gateway's calls to
-//! engines over its own HTTP/2 client, and [`engine`], the one face the rest of the
-//! gateway sees whichever service an engine speaks.
+//! engines over its own HTTP/2 client, and [`service`], the one face the rest of the
+//! gateway sees whichever service an engine speaks ([`Engine`] is a
+//! [`TokenEngine`](crate::engine::TokenEngine)).
 
 /// Administration messages the engines' services share (`proto/common.proto`).
 pub mod common {
@@ -40,7 +41,7 @@ pub mod mlx {
 
 pub mod bundle;
 pub mod client;
-pub mod engine;
+pub mod service;
 
 pub use client::{CallError, Wire};
-pub use engine::{Engine, Service};
+pub use service::{Engine, Events, Service};
