@@ -17,6 +17,7 @@ pub mod control;
 pub mod conversations;
 pub mod engine;
 pub mod fleet;
+pub mod generation;
 pub mod history;
 pub mod http;
 pub mod logging;

@@ -4,7 +4,7 @@
 //! OpenAI documents), and the engine's parameters carry the same values.
 
 use tollgate::chat::stops::{MAX_STOPS, MAX_STOP_BYTES};
-use tollgate::pipeline::transport::grpc::request::{
+use tollgate::generation::ask::{
     Ask, Input, Route, MAX_CHAT_TOP_LOGPROBS, MAX_CHOICES, MAX_STOP_TOKEN_IDS,
 };
 

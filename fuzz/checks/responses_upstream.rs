@@ -4,7 +4,7 @@
 //! byte (text, reasoning, calls and how it ended); a whole answer's JSON reads without
 //! panic and gives each call's start before its arguments.
 
-use tollgate::pipeline::transport::grpc::CallDelta;
+use tollgate::generation::delta::CallDelta;
 use tollgate::pipeline::transport::responses::provider::events::{whole, Reading};
 
 /// What a reading made of the stream: text, reasoning, the calls' pieces, and the end.

@@ -60,6 +60,12 @@ pub enum SendError {
     Refused(GatewayError),
 }
 
+impl From<crate::generation::prompt::Refused> for SendError {
+    fn from(refused: crate::generation::prompt::Refused) -> SendError {
+        SendError::Refused(refused.0)
+    }
+}
+
 /// The whole request body of an attempt, for a transport that reads it itself (the gRPC
 /// pipeline, the MCP tool loop); the pipeline has usually held it already.
 pub async fn whole_body(body: LimitedBody) -> Result<bytes::Bytes, SendError> {

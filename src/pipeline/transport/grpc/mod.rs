@@ -15,14 +15,9 @@
 //! Until the engine's first message the attempt can still fail over to another worker;
 //! after it, a failure ends the client's stream with an error event.
 
-mod choices;
-mod decode;
 mod messages;
 mod pair;
-mod parse;
 mod reply;
-pub mod request;
-mod scores;
 mod tokenize;
 
 use std::borrow::Cow;
@@ -37,8 +32,6 @@ use uuid::Uuid;
 use super::{Answer, Attempt, SendError};
 use crate::chat::language::Language;
 use crate::chat::stops::StopsError;
-use crate::chat::template::RenderInput;
-use crate::chat::{budget, encode_cache};
 use crate::engine::grpc::{self, Engine, Events, Wire};
 use crate::engine::{
     AbortOnDrop, EngineError, Event, EventStream, Failure, Generate, Handoff, TokenEngine,
@@ -52,24 +45,19 @@ use crate::metrics::{GenerationTiming, Metrics, RouteLabels};
 use crate::pipeline::PipelineSettings;
 
 use super::responses::{ClientGone, EngineTurns, Model, Runner, Sink, TurnEnd};
-use choices::{Applied, Choices};
-use decode::Decoding;
-use parse::Parsing;
+use crate::generation::ask::{Ask, Invalid, Route};
+use crate::generation::choices::{Applied, Choices};
+use crate::generation::decode::Decoding;
+use crate::generation::delta::{self, Finish, Usage};
+use crate::generation::parse::Parsing;
+use crate::generation::prompt::{self, on_budget};
 use reply::{Outcome, Reply, Spelling};
-use request::{Ask, Input, Invalid, Route};
 
 // What the gateway-run Responses API reads of the chat pipeline's output (and makes of a
 // provider's answer).
-pub use decode::Delta;
 pub use pair::GrpcPair;
 pub(super) use pair::PrefillSide;
-pub use parse::CallDelta;
-pub use reply::{Finish, Usage};
 
-/// Request bodies up to this size are rendered and tokenized on the event loop; larger
-/// ones (long chats, long documents) on the blocking pool, so one big prompt does not
-/// stall every other connection of its thread.
-const INLINE_BODY_BYTES: usize = 32 * 1024;
 /// How long an `Abort` may take; it is sent after the client's answer, in the background.
 const ABORT_TIMEOUT: Duration = Duration::from_secs(5);
 /// What the engine is told when a generation is aborted.
@@ -547,98 +535,28 @@ async fn answer_locally(
     Ok(http_reply::json(StatusCode::OK, json))
 }
 
-/// The request read and its prompt rendered and tokenized: on the event loop for a small
-/// body, on the blocking pool for a large one (parsing a long chat costs as much as
-/// tokenizing it), so one long prompt does not stall the other connections of its thread.
-/// A prompt that cannot fit `window` is refused before it is tokenized.
+/// The request read by its front-end (Messages converted, the OpenAI routes parsed) and
+/// its prompt's ids made, within the process's prompt budget ([`prompt::understand`]).
 async fn understand(
     target: &Target<'_>,
     route: Route,
     body: Bytes,
     deadline: Instant,
 ) -> Result<(Ask, Vec<u32>), SendError> {
-    let window = target.context_window;
-    on_budget(&target.language, body, deadline, move |language, body| {
-        read_request(language, route, window, body)
-    })
-    .await
-}
-
-/// `work` on `body` with the body's share of the process's prompt budget
-/// ([`budget`]): inline for a small body, on the blocking pool for a large one.
-async fn on_budget<T: Send + 'static>(
-    language: &Arc<Language>,
-    body: Bytes,
-    deadline: Instant,
-    work: impl FnOnce(&Language, &[u8]) -> Result<T, GatewayError> + Send + 'static,
-) -> Result<T, SendError> {
-    let share = budget::share(body.len(), deadline)
-        .await
-        .map_err(|budget::Full| SendError::Refused(GatewayError::PromptBudgetFull))?;
-    if body.len() <= INLINE_BODY_BYTES {
-        return work(language, &body).map_err(SendError::Refused);
-    }
-    let kit = language.clone();
-    let pooled = move || {
-        let _share = share;
-        encode_cache::on_pool(|| work(&kit, &body))
-    };
-    tokio::task::spawn_blocking(pooled)
-        .await
-        .map_err(|_| {
-            SendError::Refused(GatewayError::ChatTemplate {
-                message: "rendering the prompt failed".into(),
-            })
-        })?
-        .map_err(SendError::Refused)
-}
-
-/// [`understand`]'s work: the body parsed, the prompt's ids made (`ask.input` is taken).
-fn read_request(
-    language: &Language,
-    route: Route,
-    window: Option<u32>,
-    body: &[u8],
-) -> Result<(Ask, Vec<u32>), GatewayError> {
-    let mut ask = match route {
-        Route::Messages => messages::ask(body)?,
+    let read = move |body: &[u8]| match route {
+        Route::Messages => messages::ask(body),
         _ => Ask::parse(route, body)
-            .map_err(|Invalid(message)| GatewayError::InvalidRequest { message })?,
+            .map_err(|Invalid(message)| GatewayError::InvalidRequest { message }),
     };
-    let input = std::mem::replace(&mut ask.input, Input::Ids(Vec::new()));
-    let (prompt, opened) = prompt_ids(language, window, input)?;
-    ask.opened_by_prompt = opened;
-    Ok((ask, prompt))
-}
-
-/// Refuses a prompt of `bytes` that cannot fit `window` whatever its tokens.
-pub(super) fn fits(
-    language: &Language,
-    window: Option<u32>,
-    bytes: usize,
-) -> Result<(), GatewayError> {
-    let Some(window) = window else {
-        return Ok(());
-    };
-    let at_least = language.tokens_at_least(bytes);
-    if at_least > window as usize {
-        return Err(GatewayError::PromptTooLong {
-            bytes,
-            at_least,
-            window,
-        });
-    }
-    Ok(())
-}
-
-/// Whether a rendered chat prompt ends inside a reasoning block: templates of thinking
-/// models (DeepSeek-R1, Qwen3's Thinking models, MiniMax-M2) end the generation prompt
-/// with the opening tag.
-fn opens_reasoning(rendered: &str) -> bool {
-    let end = rendered.trim_end();
-    ["<think>", "\u{25c1}think\u{25b7}"]
-        .iter()
-        .any(|tag| end.ends_with(tag))
+    let understood = prompt::understand(
+        &target.language,
+        target.context_window,
+        read,
+        body,
+        deadline,
+    )
+    .await?;
+    Ok(understood)
 }
 
 /// An engine's refusal before anything was sent: one that blames the request (e.g. a
@@ -651,62 +569,6 @@ fn refusal(err: &EngineError) -> SendError {
     } else {
         SendError::Exchange(GatewayError::EngineFailed { message })
     }
-}
-
-/// The prompt's token ids: a chat rendered by the model's template then tokenized as is
-/// (the template writes any BOS itself), a text prompt tokenized with the tokenizer's
-/// special tokens, token ids as given; and whether the prompt opened a reasoning block.
-fn prompt_ids(
-    language: &Language,
-    window: Option<u32>,
-    input: Input,
-) -> Result<(Vec<u32>, bool), GatewayError> {
-    let (text, add_special) = match input {
-        Input::Ids(ids) => {
-            if let Some(id) = language.unknown_id(&ids) {
-                return Err(GatewayError::InvalidRequest {
-                    message: format!(
-                        "token id {id} is outside the model's vocabulary (ids below {})",
-                        language.vocab_end
-                    ),
-                });
-            }
-            return Ok((ids, false));
-        }
-        Input::Text(text) => (text, true),
-        Input::Chat {
-            messages,
-            tools,
-            add_generation_prompt,
-            kwargs,
-        } => {
-            let Some(template) = &language.template else {
-                return Err(GatewayError::ChatTemplate {
-                    message: "the model has no chat template; use /v1/completions".into(),
-                });
-            };
-            let rendered = template
-                .render(&RenderInput {
-                    messages: &messages,
-                    tools: tools.as_ref(),
-                    add_generation_prompt,
-                    kwargs: kwargs.as_ref(),
-                    bos_token: language.bos_token.as_deref(),
-                    eos_token: language.eos_token.as_deref(),
-                })
-                .map_err(|err| GatewayError::ChatTemplate {
-                    message: err.to_string(),
-                })?;
-            (rendered, false)
-        }
-    };
-    fits(language, window, text.len())?;
-    let opened = !add_special && opens_reasoning(&text);
-    encode_cache::encode(language, &text, add_special)
-        .map(|ids| (ids, opened))
-        .map_err(|err| GatewayError::InvalidRequest {
-            message: format!("the prompt could not be tokenized: {err}"),
-        })
 }
 
 /// The engine's message stream, each message awaited within the request's deadline and
@@ -855,7 +717,7 @@ impl Generation {
                 logprobs: &choice.delta.logprobs,
                 finish: choice.finish.unwrap_or(Finish::Stop),
                 reasoning: &choice.delta.reasoning,
-                calls: parse::calls(&choice.delta.calls),
+                calls: delta::calls(&choice.delta.calls),
             };
             let stopped_by = choice.decoding.stop_index();
             let body = speaker.body(&self.reply, &outcome, stopped_by, self.usage());
@@ -870,7 +732,7 @@ impl Generation {
                 logprobs: &c.delta.logprobs,
                 finish: c.finish.unwrap_or(Finish::Stop),
                 reasoning: &c.delta.reasoning,
-                calls: parse::calls(&c.delta.calls),
+                calls: delta::calls(&c.delta.calls),
             })
             .collect();
         let body = self.reply.body(&outcomes, ids, self.usage());

@@ -28,7 +28,7 @@ use crate::fleet::{Transport, Worker};
 use crate::http::error::GatewayError;
 use crate::pipeline::transport::{Attempt, SendError};
 
-use super::request::{Ask, Route};
+use crate::generation::ask::{Ask, Route};
 
 /// SGLang's bootstrap port when the prefill worker's spec names none (spec 1).
 pub const DEFAULT_BOOTSTRAP_PORT: u16 = 8998;

@@ -18,41 +18,10 @@ use bytes::{BufMut, Bytes, BytesMut};
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 
-use super::decode::Delta;
-use super::parse::{Call, CallDelta};
-use super::request::Route;
-use super::scores::Scored;
 use crate::chat::language::Language;
-
-/// Token counts of a generation.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct Usage {
-    pub prompt_tokens: u32,
-    pub completion_tokens: u32,
-    pub total_tokens: u32,
-}
-
-impl Usage {
-    pub fn new(prompt_tokens: u32, completion_tokens: u32) -> Usage {
-        Usage {
-            prompt_tokens,
-            completion_tokens,
-            total_tokens: prompt_tokens.saturating_add(completion_tokens),
-        }
-    }
-}
-
-/// Why a generation ended, as OpenAI names it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Finish {
-    /// EOS, a stop token or a stop string.
-    Stop,
-    /// `max_tokens` or the context window.
-    Length,
-    /// The model called a function (a chat choice whose output the tool-call parser read).
-    ToolCalls,
-}
+use crate::generation::ask::Route;
+use crate::generation::delta::{Call, CallDelta, Delta, Finish, Usage};
+use crate::generation::scores::Scored;
 
 /// What every chunk and body of one answer repeats.
 pub struct Reply {
@@ -601,7 +570,7 @@ mod tests {
             logprobs: &[],
             finish: Finish::ToolCalls,
             reasoning: "hmm",
-            calls: super::super::parse::calls(&calls),
+            calls: crate::generation::delta::calls(&calls),
         }];
         let v: Value = serde_json::from_slice(&r.body(&whole, &[], Usage::new(1, 2))).unwrap();
         let choice = &v["choices"][0];
@@ -721,7 +690,7 @@ mod tests {
     fn spelled(route: Route, top: usize) -> Reply {
         Reply {
             spelling: Some(Spelling {
-                language: Arc::new(super::super::choices::tests::language()),
+                language: Arc::new(crate::generation::choices::tests::language()),
                 top,
             }),
             ..reply(route)

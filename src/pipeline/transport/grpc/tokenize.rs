@@ -54,7 +54,7 @@ pub fn tokenize(
     max_model_len: Option<u32>,
 ) -> Result<Bytes, GatewayError> {
     let body: TokenizeBody = serde_json::from_slice(body).map_err(invalid)?;
-    super::fits(language, max_model_len, body.prompt.len())?;
+    crate::generation::prompt::fits(language, max_model_len, body.prompt.len())?;
     let ids =
         encode_cache::encode(language, &body.prompt, body.add_special_tokens).map_err(invalid)?;
     let tokens = ids.as_slice();

@@ -34,12 +34,12 @@ use http::HeaderMap;
 use serde_json::{json, Map, Value};
 use tokio::task::JoinSet;
 
+use crate::generation::ask::MAX_TOOLS;
 use crate::history::MAX_CONTEXT_BYTES;
 use crate::http::error::GatewayError;
 use crate::mcp::builtins::{BuiltinKind, Builtins};
 use crate::mcp::{CallLimits, McpHttp, Session, SessionSettings, Tool};
 use crate::metrics::Metrics;
-use crate::pipeline::transport::grpc::request::MAX_TOOLS;
 use crate::secret::Secret;
 
 use crate::history::new_item_id;

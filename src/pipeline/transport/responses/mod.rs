@@ -31,11 +31,11 @@ use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
 use super::grpc::{
-    sse_response, unix_now, Delta, Finish, GrpcClient, PrefillSide, Started, Target, Usage,
-    STREAM_FRAMES,
+    sse_response, unix_now, GrpcClient, PrefillSide, Started, Target, STREAM_FRAMES,
 };
 use super::{whole_body, Answer, Attempt, SendError};
 use crate::fleet::Worker;
+use crate::generation::delta::{Delta, Finish, Usage};
 use crate::history::{
     History, ItemRecord, ItemsQuery, Order, Owner, ResponseRecord, MAX_CONTEXT_BYTES,
     MAX_CONVERSATION_ITEMS,

@@ -16,8 +16,8 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::super::grpc::{CallDelta, Delta};
 use super::mcp::HeldCall;
+use crate::generation::delta::{CallDelta, Delta};
 use crate::history::new_item_id;
 use crate::mcp::builtins::BuiltinKind;
 

@@ -13,9 +13,8 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::super::decode::Delta;
-use super::super::parse::{Call, CallDelta};
-use super::super::reply::{Finish, Outcome, Reply, Usage};
+use super::super::reply::{Outcome, Reply};
+use crate::generation::delta::{Call, CallDelta, Delta, Finish, Usage};
 
 /// Writes one generation's Messages answer; streamed, it keeps which block is open.
 pub struct Speaker {
@@ -321,8 +320,8 @@ impl Speaker {
 
 #[cfg(test)]
 mod tests {
-    use super::super::super::request::Route;
     use super::*;
+    use crate::generation::ask::Route;
 
     fn reply() -> Reply {
         Reply {

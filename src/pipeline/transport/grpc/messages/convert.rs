@@ -25,7 +25,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::super::request::{self, Ask, Input, Invalid, Route, Stop, ToolChoice};
+use crate::generation::ask::{self as request, Ask, Input, Invalid, Route, Stop, ToolChoice};
 use crate::http::error::GatewayError;
 
 /// Block types spec 2 accepts; any other is refused.

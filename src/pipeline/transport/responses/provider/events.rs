@@ -15,8 +15,8 @@
 
 use serde_json::Value;
 
-use super::super::super::grpc::{CallDelta, Delta, Finish, Usage};
 use super::super::TurnEnd;
+use crate::generation::delta::{CallDelta, Delta, Finish, Usage};
 use crate::http::error::GatewayError;
 use crate::sse::SseParser;
 

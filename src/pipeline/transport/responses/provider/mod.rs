@@ -24,11 +24,11 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use serde_json::{json, Map, Value};
 
-use super::super::grpc::Delta;
 use super::super::SendError;
 use super::mcp::McpTools;
 use super::{ClientGone, Refused, Sink, TurnEnd, RESPONSES_PATH};
 use crate::fleet::Worker;
+use crate::generation::delta::Delta;
 use crate::http::body::{FrameSender, RespBody};
 use crate::http::error::GatewayError;
 use crate::mcp::McpHttp;

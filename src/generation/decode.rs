@@ -5,41 +5,12 @@
 //!
 //! [`scores`]: super::scores
 
-use super::parse::CallDelta;
-use super::scores::{Scored, Scoring};
+use super::delta::Delta;
+use super::scores::Scoring;
 use crate::chat::detokenize::Detokenizer;
 use crate::chat::language::Language;
 use crate::chat::stops::{Outcome, StopMatcher, StopsError};
 use crate::engine::TokenLogprob;
-
-/// What became final: text, and the scores of the tokens whose text it completes; on a
-/// chat choice whose output is parsed ([`Parsing`]), the text is the content and the
-/// reasoning and tool calls are beside it.
-///
-/// [`Parsing`]: super::parse::Parsing
-#[derive(Debug, Default)]
-pub struct Delta {
-    pub text: String,
-    pub logprobs: Vec<Scored>,
-    pub reasoning: String,
-    pub calls: Vec<CallDelta>,
-}
-
-impl Delta {
-    pub fn is_empty(&self) -> bool {
-        self.text.is_empty()
-            && self.logprobs.is_empty()
-            && self.reasoning.is_empty()
-            && self.calls.is_empty()
-    }
-
-    pub fn clear(&mut self) {
-        self.text.clear();
-        self.logprobs.clear();
-        self.reasoning.clear();
-        self.calls.clear();
-    }
-}
 
 pub struct Decoding {
     detokenizer: Detokenizer,

@@ -6,9 +6,9 @@
 //! so its later ids are read and dropped). The generation is over when every sequence is;
 //! the engine has nothing left to stop only when it completed every sequence itself.
 
-use super::decode::{Decoding, Delta};
+use super::decode::Decoding;
+use super::delta::{Delta, Finish};
 use super::parse::Parsing;
-use super::reply::Finish;
 use crate::engine::{Complete, TokenLogprob};
 use crate::http::error::GatewayError;
 
@@ -195,7 +195,7 @@ impl Choices {
 }
 
 #[cfg(test)]
-pub(super) mod tests {
+pub(crate) mod tests {
     use std::path::PathBuf;
     use std::sync::Arc;
 
@@ -208,7 +208,7 @@ pub(super) mod tests {
     use crate::chat::language::Language;
 
     /// Ids 0..3 are "a", "b", "c", "d" (no decoder: joined by spaces, windowed).
-    pub(in super::super) fn language() -> Language {
+    pub(crate) fn language() -> Language {
         let vocab = [("a", 0), ("b", 1), ("c", 2), ("d", 3)]
             .into_iter()
             .map(|(t, id)| (t.to_string(), id))

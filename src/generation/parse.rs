@@ -6,24 +6,11 @@
 //! Calls get their OpenAI ids (`call_` and 24 random characters) when they start, and
 //! keep them and their index across every delta.
 
-use super::decode::Delta;
-use super::request::{Ask, ToolChoice};
+use super::ask::{Ask, ToolChoice};
+use super::delta::{CallDelta, Delta};
 use crate::parsers::reasoning::{ReasoningDelta, ReasoningParser, Thinking};
 use crate::parsers::tool::{self, ToolDelta, ToolParser};
 use crate::parsers::Choice;
-
-/// One piece of a choice's tool calls, in order.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CallDelta {
-    /// Call `index` begins.
-    Start {
-        index: usize,
-        id: String,
-        name: String,
-    },
-    /// The next piece of call `index`'s arguments (JSON text).
-    Arguments { index: usize, fragment: String },
-}
 
 /// The parsers of one choice.
 pub struct Parsing {
@@ -140,41 +127,13 @@ fn call_id() -> String {
     format!("call_{}", &raw[..24])
 }
 
-/// One call of a whole answer.
-#[derive(Debug, PartialEq, Eq)]
-pub struct Call<'a> {
-    pub id: &'a str,
-    pub name: &'a str,
-    pub arguments: String,
-}
-
-/// The calls a whole answer's pieces make, in order.
-pub fn calls(pieces: &[CallDelta]) -> Vec<Call<'_>> {
-    let mut calls: Vec<Call<'_>> = Vec::new();
-    for piece in pieces {
-        match piece {
-            CallDelta::Start { id, name, .. } => calls.push(Call {
-                id,
-                name,
-                arguments: String::new(),
-            }),
-            CallDelta::Arguments { index, fragment } => {
-                if let Some(call) = calls.get_mut(*index) {
-                    call.arguments.push_str(fragment);
-                }
-            }
-        }
-    }
-    calls
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::parsers::Choice;
 
     fn ask(body: &str) -> Ask {
-        Ask::parse(super::super::request::Route::Chat, body.as_bytes()).unwrap()
+        Ask::parse(super::super::ask::Route::Chat, body.as_bytes()).unwrap()
     }
 
     const TOOLS: &str = r#""tools": [{"type": "function", "function": {"name": "get_weather",
@@ -216,16 +175,17 @@ mod tests {
             let mut parsing = Parsing::for_request(&choice, &a, false).unwrap();
             let got = run(&mut parsing, &pieces);
             assert!(parsing.called());
-            let calls: Vec<(String, serde_json::Value)> = calls(&got.calls)
-                .into_iter()
-                .map(|c| {
-                    assert!(c.id.starts_with("call_") && c.id.len() == 29, "{}", c.id);
-                    (
-                        c.name.to_owned(),
-                        serde_json::from_str(&c.arguments).unwrap(),
-                    )
-                })
-                .collect();
+            let calls: Vec<(String, serde_json::Value)> =
+                crate::generation::delta::calls(&got.calls)
+                    .into_iter()
+                    .map(|c| {
+                        assert!(c.id.starts_with("call_") && c.id.len() == 29, "{}", c.id);
+                        (
+                            c.name.to_owned(),
+                            serde_json::from_str(&c.arguments).unwrap(),
+                        )
+                    })
+                    .collect();
             let summary = (got.reasoning.clone(), got.text.clone(), calls);
             assert_eq!(summary.0, "hmm");
             assert_eq!(summary.1, "Let me look.");

@@ -72,7 +72,7 @@ impl Route {
 /// `stop`: one string or several.
 #[derive(Deserialize)]
 #[serde(untagged)]
-pub(super) enum Stop {
+pub enum Stop {
     One(String),
     Many(Vec<String>),
 }
@@ -606,7 +606,7 @@ fn thinking(kwargs: Option<&Map<String, Value>>) -> bool {
 }
 
 /// The non-empty stop strings of a `stop` field, within the bounds.
-pub(super) fn stop_strings(stop: Option<Stop>) -> Result<Vec<String>, Invalid> {
+pub fn stop_strings(stop: Option<Stop>) -> Result<Vec<String>, Invalid> {
     let stops = match stop {
         None => Vec::new(),
         Some(Stop::One(s)) => vec![s],
