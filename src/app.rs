@@ -18,7 +18,8 @@ use crate::conversations;
 use crate::fleet::Registry;
 use crate::http::body::RespBody;
 use crate::http::error::{
-    self, admin_error, error_response, AdminErrorBody, ErrorCode, GatewayError,
+    self, respond::admin_error, respond::error_response, respond::AdminErrorBody, ErrorCode,
+    GatewayError,
 };
 use crate::http::head_rules;
 use crate::http::reply;
@@ -135,10 +136,10 @@ async fn respond(
     }
     let route = match routed {
         Ok(route) => route,
-        Err(NoRoute::NotFound) => return error::not_found(),
+        Err(NoRoute::NotFound) => return error::respond::not_found(),
         Err(NoRoute::MethodNotAllowed) => {
             let allow = allowed_methods(req.uri().path()).unwrap_or_default();
-            return error::method_not_allowed(&allow);
+            return error::respond::method_not_allowed(&allow);
         }
     };
     if let Err(denied) = authenticate(&ctx.gateway.auth, route, &mut req).await {

@@ -18,7 +18,7 @@ use crate::control::load::bounded_parallel;
 use crate::control::prom_text::Merged;
 use crate::fleet::Worker;
 use crate::http::body::RespBody;
-use crate::http::error::{admin_error, AdminErrorBody};
+use crate::http::error::{respond::admin_error, respond::AdminErrorBody};
 use crate::http::reply;
 
 /// Timeout of one scrape (never longer than `--request-timeout-secs`). Engines render the

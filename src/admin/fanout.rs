@@ -29,7 +29,7 @@ use crate::engine::grpc::service::AdminFailure;
 use crate::engine::grpc::Engine;
 use crate::fleet::{parse_worker_url, ConnectionMode, RuntimeType, Transport, Worker};
 use crate::http::body::RespBody;
-use crate::http::error::{admin_error, AdminErrorBody};
+use crate::http::error::{respond::admin_error, respond::AdminErrorBody};
 
 /// Per-worker timeout of a cache flush (spec 1, "Limits").
 pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(45);

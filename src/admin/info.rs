@@ -14,7 +14,9 @@ use crate::control::calls::{call, get_with_headers, CallClient, CallError, CallR
 use crate::fleet::provider::KeyStyle;
 use crate::fleet::{ConnectionMode, RuntimeType, Worker, WorkerType};
 use crate::http::body::RespBody;
-use crate::http::error::{admin_error, error_response, AdminErrorBody, GatewayError};
+use crate::http::error::{
+    respond::admin_error, respond::error_response, respond::AdminErrorBody, GatewayError,
+};
 
 /// Timeout of one forwarded information call (never longer than `--request-timeout-secs`).
 /// `/health_generate` runs a short generation on the engine, so this leaves room for a

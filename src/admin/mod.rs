@@ -41,7 +41,7 @@ use crate::control::tokenizers::Tokenizers;
 use crate::fleet::Registry;
 
 use crate::http::body::RespBody;
-use crate::http::error::{admin_error, AdminErrorBody};
+use crate::http::error::{respond::admin_error, respond::AdminErrorBody};
 use crate::http::reply;
 
 /// What the administration handlers use: the fleet they read, the job board they submit

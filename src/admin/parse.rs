@@ -43,7 +43,7 @@ use serde_json::Value;
 
 use super::json_response;
 use crate::http::body::RespBody;
-use crate::http::error::{admin_error, AdminErrorBody};
+use crate::http::error::{respond::admin_error, respond::AdminErrorBody};
 use crate::parsers::reasoning::{self, Split, Thinking};
 use crate::parsers::tool::{self, ToolCall, ToolSpec, Tools};
 

@@ -15,7 +15,7 @@ use super::{json_response, Admin};
 use crate::control::spec_body::is_json_content_type;
 use crate::control::tokenizers::{AddError, AddRequest, Registered, Removed};
 use crate::http::body::RespBody;
-use crate::http::error::{admin_error, AdminErrorBody};
+use crate::http::error::{respond::admin_error, respond::AdminErrorBody};
 use crate::http::reply;
 
 /// Largest body of `POST /v1/tokenizers` (a name and two paths).

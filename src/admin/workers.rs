@@ -14,7 +14,7 @@ use crate::control::spec_body::{parse_patch, parse_spec, SpecError};
 use crate::fleet::spec::WorkerSpec;
 use crate::fleet::{parse_worker_url, Status, Transport, Worker, WorkerType};
 use crate::http::body::RespBody;
-use crate::http::error::{admin_error, AdminErrorBody};
+use crate::http::error::{respond::admin_error, respond::AdminErrorBody};
 use crate::http::reply;
 
 /// A worker-endpoint error: `{error: <message>, code: <CODE>}`.

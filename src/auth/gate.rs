@@ -12,7 +12,7 @@ use super::keys::{bearer_token, ControlPlaneKeys, DataPlaneAccess, DataPlaneKeys
 use super::AuthSettings;
 use super::{audit, Role};
 use crate::http::body::RespBody;
-use crate::http::error::{admin_error, AdminErrorBody};
+use crate::http::error::{respond::admin_error, respond::AdminErrorBody};
 
 /// Body of a control-plane 401 without a usable `Authorization` header.
 pub const MISSING_CREDENTIAL: &str = "Missing or invalid Authorization header";

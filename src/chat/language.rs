@@ -12,8 +12,8 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokenizers::Tokenizer;
 
+use super::boundaries::Boundaries;
 use super::detokenize::TokenBytes;
-use super::encode_cache::Boundaries;
 use super::template::{self, ChatTemplate};
 
 /// Largest `tokenizer_config.json` / `generation_config.json` read (a tokenizer config

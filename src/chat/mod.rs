@@ -2,6 +2,7 @@
 //! tokenizers, incremental detokenization and stop rules. Nothing here does IO on the data
 //! path; callers own the buffers and the timing.
 
+pub mod boundaries;
 pub mod budget;
 pub mod detokenize;
 pub mod encode_cache;

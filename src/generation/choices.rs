@@ -203,8 +203,8 @@ pub(crate) mod tests {
     use tokenizers::Tokenizer;
 
     use super::*;
+    use crate::chat::boundaries::Boundaries;
     use crate::chat::detokenize::TokenBytes;
-    use crate::chat::encode_cache::Boundaries;
     use crate::chat::language::Language;
 
     /// Ids 0..3 are "a", "b", "c", "d" (no decoder: joined by spaces, windowed).

@@ -38,8 +38,7 @@ pub mod terminal;
 mod tests;
 mod upstream;
 
-/// Boxed error type of both bodies; allocated only when an error actually happens.
-pub type BoxError = Box<dyn StdError + Send + Sync>;
+pub use super::BoxError;
 
 /// The worker's response did not finish before the request deadline.
 #[derive(Debug)]

@@ -11,3 +11,7 @@ pub mod reply;
 pub mod route;
 pub mod tls;
 pub mod upload;
+
+/// Boxed error type of request and response bodies (and the connections that carry
+/// them); allocated only when an error actually happens.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

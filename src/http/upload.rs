@@ -22,8 +22,8 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tokio::time::{Instant, Sleep};
 
-use super::body::BoxError;
 use super::guard::Guard;
+use super::BoxError;
 
 /// The client's body passed `--max-payload-size`.
 #[derive(Debug)]

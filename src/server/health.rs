@@ -36,8 +36,8 @@ fn answer(
 ) -> Response<RespBody> {
     let probe = matches!(req.uri().path(), "/health" | "/liveness" | "/readiness");
     match (probe, req.method() == Method::GET) {
-        (false, _) => error::not_found(),
-        (true, false) => error::method_not_allowed("GET"),
+        (false, _) => error::respond::not_found(),
+        (true, false) => error::respond::method_not_allowed("GET"),
         (true, true) if req.uri().path() == "/readiness" => readiness(),
         (true, true) => reply::empty(StatusCode::OK),
     }

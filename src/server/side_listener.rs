@@ -14,7 +14,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 
-use crate::http::body::BoxError;
+use crate::http::BoxError;
 use crate::logging::Throttle;
 
 /// Time a client has to send its request head.

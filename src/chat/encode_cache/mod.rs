@@ -16,7 +16,6 @@
 //! Lookups, evictions and reused bytes are counted in process-wide atomics
 //! ([`counts`]), exported by the metrics layer at scrape time.
 
-pub mod boundaries;
 mod clock;
 mod store;
 
@@ -27,9 +26,8 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 
 use tokenizers::Tokenizer;
 
+use super::boundaries::{Boundaries, Place};
 use super::language::Language;
-pub use boundaries::Boundaries;
-use boundaries::Place;
 use store::{Cache, Counters, Layer, Mark, Prefix};
 pub use store::{Counts, Limits};
 

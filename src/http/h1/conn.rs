@@ -29,7 +29,7 @@ use tokio::net::TcpStream;
 use super::chunked::{ChunkError, Chunked, Piece};
 use super::head::{self, HeadError, ReqFraming, RespFraming, ResponseHead};
 use super::pool::{self, Conn, Keep};
-use crate::http::body::BoxError;
+use crate::http::BoxError;
 
 /// A connection's read buffer starts at this size and is refilled by [`Conn::read_size`],
 /// between this and [`MAX_READ`]; a read never asks for less than [`MIN_READ`] bytes. Small

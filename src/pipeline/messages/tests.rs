@@ -1,5 +1,5 @@
 use super::*;
-use crate::http::error::error_response;
+use crate::http::error::respond::error_response;
 use serde_json::{json, Value};
 
 fn create(body: Value) -> Result<Checked, GatewayError> {
