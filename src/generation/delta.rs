@@ -3,9 +3,11 @@
 //! ([`Usage`]). The front-ends write these in their own shapes; nothing here knows a wire
 //! format beyond the names OpenAI gives finish reasons (serialised as they are).
 
+use bytes::Bytes;
 use serde::Serialize;
 
 use super::scores::Scored;
+use crate::http::error::GatewayError;
 
 /// What became final: text, and the scores of the tokens whose text it completes; on a
 /// chat choice whose output is parsed ([`Parsing`]), the text is the content and the
@@ -106,3 +108,19 @@ pub enum Finish {
     /// The model called a function (a chat choice whose output the tool-call parser read).
     ToolCalls,
 }
+
+/// How one model turn ended (a Responses answer is built from its turns' deltas; a
+/// response may run several turns).
+pub struct TurnEnd {
+    /// `None` when the generation failed partway; `error` says why.
+    pub finish: Option<Finish>,
+    pub error: Option<GatewayError>,
+    pub usage: Usage,
+}
+
+/// The client of a streamed turn went away.
+pub struct ClientGone;
+
+/// Where a turn's deltas go as they are made final: the response's writer, which returns
+/// the event frames they made (streamed) for the turn to send.
+pub type Sink<'a> = dyn FnMut(&Delta) -> Option<Bytes> + Send + 'a;

@@ -169,7 +169,7 @@ impl ThreadClients {
         );
         ThreadClients {
             http: UpstreamClient::new(settings, tls),
-            grpc: GrpcClient::new(settings, tls, metrics.clone(), responses.clone()),
+            grpc: GrpcClient::new(settings, tls, metrics.clone()),
             responses,
             tools: LoopClient {
                 http: mcp,

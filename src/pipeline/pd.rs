@@ -20,6 +20,7 @@ use super::send::{last_word, Failed};
 use super::transport::grpc::GrpcPair;
 use super::transport::pd::body::{BodyError, Rooms};
 use super::transport::pd::{self, Pair, PairAttempt, PairFailure, PrefillFailure};
+use super::transport::responses::RESPONSES_PATH;
 use super::transport::{Answer, Attempt, SendError};
 use super::{Pipeline, Seen, ThreadClients};
 use crate::admission::Ticket;
@@ -179,7 +180,14 @@ impl Pipeline {
                         deadline: req.deadline,
                         arrived: req.arrived,
                     };
-                    clients.grpc.send_pair(pair, how, attempt).await
+                    if attempt.head.uri.path() == RESPONSES_PATH {
+                        clients
+                            .responses
+                            .on_engine_pair(&clients.grpc, pair, how, attempt)
+                            .await
+                    } else {
+                        clients.grpc.send_pair(pair, how, attempt).await
+                    }
                 }
             };
             let [prefill_load, decode_load] = loads;

@@ -132,7 +132,11 @@ impl Transports<'_> {
             }
             ConnectionMode::Http => self.http.send(worker, attempt).await,
             ConnectionMode::Grpc if matches!(worker.transport, FleetTransport::Grpc { .. }) => {
-                self.grpc.send(worker, attempt).await
+                if attempt.head.uri.path() == responses::RESPONSES_PATH {
+                    self.responses.on_engine(self.grpc, worker, attempt).await
+                } else {
+                    self.grpc.send(worker, attempt).await
+                }
             }
             other => Err(SendError::Exchange(GatewayError::UnsupportedTransport {
                 transport: other.as_str(),

@@ -44,11 +44,10 @@ use crate::http::tls::UpstreamTls;
 use crate::metrics::{GenerationTiming, Metrics, RouteLabels};
 use crate::pipeline::PipelineSettings;
 
-use super::responses::{ClientGone, EngineTurns, Model, Runner, Sink, TurnEnd};
 use crate::generation::ask::{Ask, Invalid, Route};
 use crate::generation::choices::{Applied, Choices};
 use crate::generation::decode::Decoding;
-use crate::generation::delta::{self, Finish, Usage};
+use crate::generation::delta::{self, ClientGone, Finish, Sink, TurnEnd, Usage};
 use crate::generation::parse::Parsing;
 use crate::generation::prompt::{self, on_budget};
 use reply::{Outcome, Reply, Spelling};
@@ -76,8 +75,6 @@ pub struct GrpcClient {
     stall: Option<Duration>,
     /// Where streamed generations report their timing and tokens.
     metrics: Arc<Metrics>,
-    /// `/v1/responses`, run by the gateway over this client's generations.
-    responses: Runner,
 }
 
 impl GrpcClient {
@@ -86,13 +83,11 @@ impl GrpcClient {
         settings: &PipelineSettings,
         tls: &UpstreamTls,
         metrics: Arc<Metrics>,
-        responses: Runner,
     ) -> GrpcClient {
         GrpcClient {
             wire: grpc::client::wire(settings.upstream_pool_idle_timeout, tls),
             stall: settings.stream_stall_timeout,
             metrics,
-            responses,
         }
     }
 
@@ -112,24 +107,12 @@ impl GrpcClient {
         let path = attempt.head.uri.path();
         let route = Route::of_path(path);
         let local = matches!(path, "/v1/tokenize" | "/v1/detokenize");
-        let responses = path == "/v1/responses";
-        if route.is_none() && !local && !responses {
+        if route.is_none() && !local {
             return Err(SendError::Refused(GatewayError::NotImplemented {
                 route: "this route on gRPC workers",
             }));
         }
         let body = super::whole_body(attempt.body).await?;
-        if responses {
-            let model = Model::Engine(Box::new(EngineTurns {
-                grpc: self.clone(),
-                target: target.into_owned(),
-                pair: None,
-            }));
-            return self
-                .responses
-                .serve(model, attempt.head, attempt.deadline, body)
-                .await;
-        }
         let Some(route) = route else {
             return answer_locally(path, &target, body, attempt.deadline).await;
         };
@@ -407,7 +390,7 @@ pub(super) struct Target<'a> {
 impl<'w> Target<'w> {
     /// What of `worker` the pipeline reads; a worker that is not a gRPC engine of a
     /// service the gateway speaks, with its tokenizer, is not one.
-    fn of(worker: &'w Worker) -> Result<Target<'w>, GatewayError> {
+    pub(super) fn of(worker: &'w Worker) -> Result<Target<'w>, GatewayError> {
         let (Transport::Grpc { authority, tls }, Some(language), Some(service)) = (
             &worker.transport,
             worker.language.clone(),

@@ -21,7 +21,6 @@ use std::time::Instant;
 
 use super::super::pd::body::{Rooms, REMOTE_DECODE};
 use super::super::pd::{PairAnswer, PairFailure, PrefillFailure};
-use super::super::responses::{EngineTurns, Model};
 use super::{refusal, understand, EngineStream, GrpcClient, Started, Target};
 use crate::engine::{Event, Generate, Handoff, Protocol};
 use crate::fleet::{Transport, Worker};
@@ -93,17 +92,14 @@ impl GrpcClient {
         }
     }
 
-    /// Serves `attempt` on a pair: every generation route, and `/v1/responses` run by the
-    /// gateway with each model turn on the pair.
-    pub async fn send_pair(
-        &self,
-        pair: GrpcPair<'_>,
+    /// The prefill side of `pair`: its engine, how the pair shares the KV cache, and where
+    /// SGLang's bootstrap server listens.
+    pub(in crate::pipeline::transport) fn prefill_side<'w>(
+        pair: &GrpcPair<'w>,
         how: Protocol,
-        attempt: Attempt<'_>,
-    ) -> Result<PairAnswer, PairFailure> {
-        let refused = |err: GatewayError| PairFailure::Decode(SendError::Refused(err));
-        let side = PrefillSide {
-            target: Target::of(pair.prefill).map_err(refused)?,
+    ) -> Result<PrefillSide<'w>, GatewayError> {
+        Ok(PrefillSide {
+            target: Target::of(pair.prefill)?,
             how,
             host: pair_host(pair.prefill).to_owned(),
             port: pair
@@ -112,37 +108,28 @@ impl GrpcClient {
                 .bootstrap_port
                 .unwrap_or(DEFAULT_BOOTSTRAP_PORT),
             rooms: pair.rooms.clone(),
-        };
+        })
+    }
+
+    /// Serves `attempt` on a pair: every generation route (`/v1/responses` is run by the
+    /// gateway's Responses runner, each model turn on the pair).
+    pub async fn send_pair(
+        &self,
+        pair: GrpcPair<'_>,
+        how: Protocol,
+        attempt: Attempt<'_>,
+    ) -> Result<PairAnswer, PairFailure> {
+        let refused = |err: GatewayError| PairFailure::Decode(SendError::Refused(err));
+        let side = Self::prefill_side(&pair, how).map_err(refused)?;
         let decode = Target::of(pair.decode).map_err(refused)?;
-        let path = attempt.head.uri.path();
-        let route = Route::of_path(path);
-        if route.is_none() && path != "/v1/responses" {
+        let Some(route) = Route::of_path(attempt.head.uri.path()) else {
             return Err(refused(GatewayError::NotImplemented {
                 route: "this route on prefill/decode pairs of gRPC engines",
             }));
-        }
+        };
         let body = super::super::whole_body(attempt.body)
             .await
             .map_err(PairFailure::Decode)?;
-        let Some(route) = route else {
-            let model = Model::Engine(Box::new(EngineTurns {
-                grpc: self.clone(),
-                target: decode.into_owned(),
-                pair: Some(side.into_owned()),
-            }));
-            let answer = self
-                .responses
-                .serve(model, attempt.head, attempt.deadline, body)
-                .await
-                .map_err(PairFailure::Decode)?;
-            // Each turn's legs were counted as they ran.
-            return Ok(PairAnswer {
-                answer,
-                prefill_secs: None,
-                kv_missing: false,
-                kv_transfer_secs: None,
-            });
-        };
         let (ask, prompt) = understand(&decode, route, body, attempt.deadline)
             .await
             .map_err(PairFailure::Decode)?;

@@ -31,11 +31,13 @@ use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
 use super::grpc::{
-    sse_response, unix_now, GrpcClient, PrefillSide, Started, Target, STREAM_FRAMES,
+    sse_response, unix_now, GrpcClient, GrpcPair, PrefillSide, Started, Target, STREAM_FRAMES,
 };
+use super::pd::{PairAnswer, PairFailure};
 use super::{whole_body, Answer, Attempt, SendError};
+use crate::engine::Protocol;
 use crate::fleet::Worker;
-use crate::generation::delta::{Delta, Finish, Usage};
+use crate::generation::delta::{ClientGone, Delta, Finish, Sink, TurnEnd, Usage};
 use crate::history::{
     History, ItemRecord, ItemsQuery, Order, Owner, ResponseRecord, MAX_CONTEXT_BYTES,
     MAX_CONVERSATION_ITEMS,
@@ -53,22 +55,6 @@ use speak::{Ending, Writer};
 
 /// The route an external provider's Responses requests are served on by the gateway.
 pub const RESPONSES_PATH: &str = "/v1/responses";
-
-/// How one model turn ended (the response is built from its deltas; a response may run
-/// several turns).
-pub struct TurnEnd {
-    /// `None` when the generation failed partway; `error` says why.
-    pub finish: Option<Finish>,
-    pub error: Option<GatewayError>,
-    pub usage: Usage,
-}
-
-/// The client of a streamed turn went away.
-pub(super) struct ClientGone;
-
-/// Where a turn's deltas go as they are made final: the response's writer, which returns
-/// the event frames they made (streamed) for the turn to send.
-pub(super) type Sink<'a> = dyn FnMut(&Delta) -> Option<Bytes> + Send + 'a;
 
 /// What one data-plane thread's gateway-run Responses requests share: the history store,
 /// the pool to MCP servers and providers, the limits.
@@ -117,6 +103,58 @@ impl Runner {
         worker.runtime == crate::fleet::RuntimeType::External
             && attempt.head.method == http::Method::POST
             && attempt.head.uri.path() == RESPONSES_PATH
+    }
+
+    /// Serves a `/v1/responses` attempt on the gRPC engine `worker`, each model turn
+    /// through the gateway's chat pipeline.
+    pub async fn on_engine(
+        &self,
+        grpc: &GrpcClient,
+        worker: &Worker,
+        attempt: Attempt<'_>,
+    ) -> Result<Answer, SendError> {
+        let target = Target::of(worker).map_err(SendError::Exchange)?;
+        let body = whole_body(attempt.body).await?;
+        let model = Model::Engine(Box::new(EngineTurns {
+            grpc: grpc.clone(),
+            target: target.into_owned(),
+            pair: None,
+        }));
+        self.serve(model, attempt.head, attempt.deadline, body)
+            .await
+    }
+
+    /// Serves a `/v1/responses` attempt on a prefill/decode pair of gRPC engines: each
+    /// model turn's prefill leg on `pair.prefill`, its generation on `pair.decode`.
+    pub async fn on_engine_pair(
+        &self,
+        grpc: &GrpcClient,
+        pair: GrpcPair<'_>,
+        how: Protocol,
+        attempt: Attempt<'_>,
+    ) -> Result<PairAnswer, PairFailure> {
+        let refused = |err: GatewayError| PairFailure::Decode(SendError::Refused(err));
+        let side = GrpcClient::prefill_side(&pair, how).map_err(refused)?;
+        let decode = Target::of(pair.decode).map_err(refused)?;
+        let body = whole_body(attempt.body)
+            .await
+            .map_err(PairFailure::Decode)?;
+        let model = Model::Engine(Box::new(EngineTurns {
+            grpc: grpc.clone(),
+            target: decode.into_owned(),
+            pair: Some(side.into_owned()),
+        }));
+        let answer = self
+            .serve(model, attempt.head, attempt.deadline, body)
+            .await
+            .map_err(PairFailure::Decode)?;
+        // Each turn's legs were counted as they ran.
+        Ok(PairAnswer {
+            answer,
+            prefill_secs: None,
+            kv_missing: false,
+            kv_transfer_secs: None,
+        })
     }
 
     /// Serves a `/v1/responses` attempt on the external provider `worker`.

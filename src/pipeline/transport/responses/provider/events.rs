@@ -15,8 +15,7 @@
 
 use serde_json::Value;
 
-use super::super::TurnEnd;
-use crate::generation::delta::{CallDelta, Delta, Finish, Usage};
+use crate::generation::delta::{CallDelta, Delta, Finish, TurnEnd, Usage};
 use crate::http::error::GatewayError;
 use crate::sse::SseParser;
 

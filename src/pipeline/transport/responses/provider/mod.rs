@@ -26,9 +26,10 @@ use serde_json::{json, Map, Value};
 
 use super::super::SendError;
 use super::mcp::McpTools;
-use super::{ClientGone, Refused, Sink, TurnEnd, RESPONSES_PATH};
+use super::{Refused, RESPONSES_PATH};
 use crate::fleet::Worker;
 use crate::generation::delta::Delta;
+use crate::generation::delta::{ClientGone, Sink, TurnEnd};
 use crate::http::body::{FrameSender, RespBody};
 use crate::http::error::GatewayError;
 use crate::mcp::McpHttp;
