@@ -212,6 +212,9 @@ pub trait TokenEngine: Clone + Send + Sync + 'static {
     /// What the engine can do.
     fn caps(&self) -> Caps;
 
+    /// The runtime the engine belongs to (`sglang`, `vllm`, ...), as errors name it.
+    fn runtime(&self) -> &'static str;
+
     /// Starts `job`, always streamed; the stream once the engine accepted the call,
     /// within `timeout`.
     fn generate(
@@ -234,6 +237,59 @@ pub trait EventStream: Send {
     /// The next event; `None` once the engine ended the stream. Not bounded in time: the
     /// caller waits with its own deadline and stall limit.
     fn next(&mut self) -> impl Future<Output = Result<Option<Event>, Failure>> + Send;
+}
+
+/// An engine of any transport this build speaks: what the generation pipeline holds, so
+/// that it is written once for all of them (a transport joins as a variant).
+#[derive(Clone)]
+pub enum AnyEngine {
+    Grpc(grpc::Engine),
+}
+
+/// The events of an [`AnyEngine`]'s generation.
+pub enum AnyEvents {
+    Grpc(grpc::Events),
+}
+
+impl TokenEngine for AnyEngine {
+    type Events = AnyEvents;
+
+    fn caps(&self) -> Caps {
+        match self {
+            AnyEngine::Grpc(engine) => engine.caps(),
+        }
+    }
+
+    fn runtime(&self) -> &'static str {
+        match self {
+            AnyEngine::Grpc(engine) => engine.runtime(),
+        }
+    }
+
+    async fn generate(&self, job: Generate, timeout: Duration) -> Result<AnyEvents, Failure> {
+        match self {
+            AnyEngine::Grpc(engine) => engine.generate(job, timeout).await.map(AnyEvents::Grpc),
+        }
+    }
+
+    async fn abort(
+        &self,
+        request_id: String,
+        reason: &'static str,
+        timeout: Duration,
+    ) -> Result<(), Failure> {
+        match self {
+            AnyEngine::Grpc(engine) => engine.abort(request_id, reason, timeout).await,
+        }
+    }
+}
+
+impl EventStream for AnyEvents {
+    async fn next(&mut self) -> Result<Option<Event>, Failure> {
+        match self {
+            AnyEvents::Grpc(events) => events.next().await,
+        }
+    }
 }
 
 /// Sends `Abort` for a generation the gateway stops waiting for (the client went away, a

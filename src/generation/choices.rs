@@ -88,6 +88,11 @@ impl Choices {
         self.list.len()
     }
 
+    /// Whether there is no choice (never, for a generation: `n` is at least 1).
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
     /// The choices, by index.
     pub fn iter(&self) -> impl Iterator<Item = &Choice> {
         self.list.iter()

@@ -11,4 +11,5 @@ pub mod decode;
 pub mod delta;
 pub mod parse;
 pub mod prompt;
+pub mod run;
 pub mod scores;

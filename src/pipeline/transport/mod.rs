@@ -66,6 +66,15 @@ impl From<crate::generation::prompt::Refused> for SendError {
     }
 }
 
+impl From<crate::generation::run::StartError> for SendError {
+    fn from(err: crate::generation::run::StartError) -> SendError {
+        match err {
+            crate::generation::run::StartError::Refused(err) => SendError::Refused(err),
+            crate::generation::run::StartError::Worker(err) => SendError::Exchange(err),
+        }
+    }
+}
+
 /// The whole request body of an attempt, for a transport that reads it itself (the gRPC
 /// pipeline, the MCP tool loop); the pipeline has usually held it already.
 pub async fn whole_body(body: LimitedBody) -> Result<bytes::Bytes, SendError> {

@@ -543,6 +543,10 @@ impl TokenEngine for Engine {
         self.service().caps()
     }
 
+    fn runtime(&self) -> &'static str {
+        self.service().runtime()
+    }
+
     async fn generate(&self, job: Generate, timeout: Duration) -> Result<Events, Failure> {
         self.generate_call(job, timeout).await.map_err(failure)
     }

@@ -1,16 +1,13 @@
-//! The gRPC transport: the gateway's own chat pipeline in front of an SGLang scheduler.
+//! The gRPC transport's front-ends: OpenAI's chat completions, completions and
+//! `/generate`, and Anthropic's Messages, served by the gateway's own generation pipeline
+//! ([`crate::generation`]) on a gRPC engine.
 //!
-//! An attempt is served in the gateway: the OpenAI body is read ([`request`]), the prompt
-//! rendered with the model's chat template and tokenized (off the event loop when large),
-//! the token ids sent with `Generate`, and the ids that stream back decoded, cut at stop
-//! strings ([`decode`]) and answered as OpenAI JSON or SSE ([`reply`]). The engine always
-//! streams to the gateway, so a stop string or a client that goes away ends the
-//! generation at once: the engine is told with `Abort` ([`AbortOnDrop`]). With `n` > 1
-//! the engine generates the choices side by side and each is decoded on its own
-//! ([`choices`]); a stop string ends its choice only, and the engine is stopped when
-//! every choice is over before the engine finished them all.
-//!
-//! `/v1/messages` is the same chat with Messages at both ends ([`messages`]).
+//! An attempt is served in the gateway: the body is read by its front-end (the OpenAI
+//! routes' [`Ask::parse`], Messages' conversion in [`messages`]), the prompt rendered and
+//! tokenized, the generation run ([`run::start`]), and what its choices make final written
+//! as OpenAI JSON or SSE ([`reply`]) or as Messages. The engine always streams to the
+//! gateway, so a stop string or a client that goes away ends the generation at once.
+//! `/v1/tokenize` and `/v1/detokenize` are answered from the worker's tokenizer.
 //!
 //! Until the engine's first message the attempt can still fail over to another worker;
 //! after it, a failure ends the client's stream with an error event.
@@ -27,44 +24,29 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use ::http::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
 use ::http::{Response, StatusCode};
 use bytes::Bytes;
-use uuid::Uuid;
 
 use super::{Answer, Attempt, SendError};
-use crate::chat::language::Language;
-use crate::chat::stops::StopsError;
-use crate::engine::grpc::{self, Engine, Events, Wire};
-use crate::engine::{
-    AbortOnDrop, EngineError, Event, EventStream, Failure, Generate, Handoff, TokenEngine,
-};
+use crate::engine::grpc::{self, Engine, Wire};
+use crate::engine::{AnyEngine, AnyEvents, Event};
 use crate::fleet::{Transport, Worker};
+use crate::generation::ask::{Ask, Invalid, Route};
+use crate::generation::choices::Applied;
+use crate::generation::delta::{self, Finish};
+use crate::generation::prompt::{self, on_budget};
+use crate::generation::run::{self, EngineStream, Generation, Started, Target};
 use crate::http::body::{terminal, Dialect, FrameSender, RespBody};
 use crate::http::error::GatewayError;
 use crate::http::reply as http_reply;
 use crate::http::tls::UpstreamTls;
 use crate::metrics::{GenerationTiming, Metrics, RouteLabels};
 use crate::pipeline::PipelineSettings;
-
-use crate::generation::ask::{Ask, Invalid, Route};
-use crate::generation::choices::{Applied, Choices};
-use crate::generation::decode::Decoding;
-use crate::generation::delta::{self, ClientGone, Finish, Sink, TurnEnd, Usage};
-use crate::generation::parse::Parsing;
-use crate::generation::prompt::{self, on_budget};
 use reply::{Outcome, Reply, Spelling};
 
-// What the gateway-run Responses API reads of the chat pipeline's output (and makes of a
-// provider's answer).
 pub use pair::GrpcPair;
 pub(super) use pair::PrefillSide;
 
-/// How long an `Abort` may take; it is sent after the client's answer, in the background.
-const ABORT_TIMEOUT: Duration = Duration::from_secs(5);
-/// What the engine is told when a generation is aborted.
-const ABORT_REASON: &str = "client went away or stop matched";
 /// Frames a stream may have waiting for a slow client before the producer waits.
 pub(super) const STREAM_FRAMES: usize = 16;
-/// Longest engine message quoted back to a client.
-const MAX_ENGINE_MESSAGE: usize = 512;
 
 /// One data-plane thread's client to gRPC engines (cloned into the tasks that produce
 /// streamed Responses).
@@ -101,9 +83,29 @@ impl GrpcClient {
         }
     }
 
+    /// What a generation on `worker` reads of it, its engine reached through this thread's
+    /// pool; a worker that is not a gRPC engine of a service the gateway speaks, with its
+    /// tokenizer, is not one.
+    pub(super) fn target<'w>(&self, worker: &'w Worker) -> Result<Target<'w>, GatewayError> {
+        let (Transport::Grpc { authority, tls }, Some(language), Some(service)) = (
+            &worker.transport,
+            worker.language.clone(),
+            worker.runtime.grpc_service(),
+        ) else {
+            return Err(GatewayError::UnsupportedTransport { transport: "grpc" });
+        };
+        Ok(Target {
+            context_window: worker.context_window,
+            parsers: worker.parsers.clone(),
+            model_id: worker.model_id.as_deref().map(Cow::Borrowed),
+            language,
+            engine: AnyEngine::Grpc(Engine::new(service, self.wire.clone(), authority, *tls)),
+        })
+    }
+
     /// Serves `attempt` on `worker` through the gateway's chat pipeline.
     pub async fn send(&self, worker: &Worker, attempt: Attempt<'_>) -> Result<Answer, SendError> {
-        let target = Target::of(worker).map_err(SendError::Exchange)?;
+        let target = self.target(worker).map_err(SendError::Exchange)?;
         let path = attempt.head.uri.path();
         let route = Route::of_path(path);
         let local = matches!(path, "/v1/tokenize" | "/v1/detokenize");
@@ -117,11 +119,25 @@ impl GrpcClient {
             return answer_locally(path, &target, body, attempt.deadline).await;
         };
         let (ask, prompt) = understand(&target, route, body, attempt.deadline).await?;
-        let started = self
-            .start(&target, route, &ask, prompt, attempt.deadline, None)
-            .await?;
-        self.answer(started, &ask, attempt.deadline, attempt.arrived)
-            .await
+        let started = run::start(
+            &target,
+            route,
+            &ask,
+            prompt,
+            attempt.deadline,
+            None,
+            self.stall,
+        )
+        .await?;
+        self.answer(
+            started,
+            route,
+            &ask,
+            &target,
+            attempt.deadline,
+            attempt.arrived,
+        )
+        .await
     }
 
     /// The client's answer from a generation whose engine has begun: streamed by a task
@@ -129,26 +145,49 @@ impl GrpcClient {
     async fn answer(
         &self,
         started: Started,
+        route: Route,
         ask: &Ask,
+        target: &Target<'_>,
         deadline: Instant,
         arrived: Instant,
     ) -> Result<Answer, SendError> {
         let Started {
-            mut generation,
+            generation,
             mut events,
             first,
             dispatched,
+            id,
         } = started;
+        let reply = Reply {
+            route,
+            id,
+            created: unix_now(),
+            model: ask
+                .model
+                .clone()
+                .or_else(|| target.model_id.as_deref().map(str::to_owned))
+                .unwrap_or_default(),
+            spelling: ask.logprobs.map(|top| Spelling {
+                language: target.language.clone(),
+                top: top as usize,
+            }),
+        };
+        let mut answering = Answering {
+            generation,
+            reply,
+            text: (route == Route::Generate).then(String::new),
+            speaker: (route == Route::Messages).then(|| messages::Speaker::new(ask.stops.clone())),
+        };
         if ask.stream {
             let (tx, body) = RespBody::generated(STREAM_FRAMES);
             let stall = self.stall;
             let metrics = self.metrics.clone();
             let include_usage = ask.include_usage;
             tokio::spawn(async move {
-                generation
+                answering
                     .stream(tx, events, first, deadline, stall, include_usage)
                     .await;
-                generation.record(&metrics, arrived, dispatched);
+                answering.record(&metrics, arrived, dispatched);
             });
             Ok(sse_response(body))
         } else {
@@ -157,7 +196,7 @@ impl GrpcClient {
                 deadline,
                 stall: self.stall,
             };
-            generation.collect(stream, first).await
+            answering.collect(stream, first).await
         }
     }
 
@@ -174,493 +213,47 @@ impl GrpcClient {
         let (ask, prompt) = understand(target, Route::Chat, chat, deadline).await?;
         match pair {
             Some(side) => self.pair_turn(side, target, &ask, prompt, deadline).await,
-            None => {
-                self.start(target, Route::Chat, &ask, prompt, deadline, None)
-                    .await
-            }
-        }
-    }
-
-    /// The generation `ask` makes on `target`, once checked against what the engine
-    /// offers (a refusal here can still go to another worker).
-    fn checked_job(
-        target: &Target<'_>,
-        route: Route,
-        ask: &Ask,
-        prompt: Vec<u32>,
-    ) -> Result<Generate, SendError> {
-        let service = target.service;
-        if ask.schema.is_some() && !service.caps().constrains {
-            return Err(SendError::Refused(GatewayError::InvalidRequest {
-                message: format!(
-                    "tool_choice required or a named function needs constrained decoding, \
-                     which {} workers do not offer through this gateway",
-                    service.runtime()
-                ),
-            }));
-        }
-        if route == Route::Messages && !ask.stops.is_empty() && !service.caps().stop_sequences {
-            return Err(SendError::Refused(GatewayError::InvalidRequest {
-                message: format!(
-                    "stop_sequences are not supported on {} workers",
-                    service.runtime()
-                ),
-            }));
-        }
-        if ask.n > 1 && !service.caps().samples_many {
-            return Err(SendError::Refused(GatewayError::InvalidRequest {
-                message: format!(
-                    "n must be 1 on {} workers: the engine generates one sequence per request",
-                    service.runtime()
-                ),
-            }));
-        }
-        // Checked before dispatch (spec 2): whether prompt plus max_tokens fits is the
-        // engine's to say.
-        if let Some(window) = target.context_window {
-            if prompt.len() > window as usize {
-                return Err(SendError::Refused(GatewayError::ContextLengthExceeded {
-                    prompt_tokens: prompt.len(),
-                    window,
-                }));
-            }
-        }
-
-        let prefix = match route {
-            Route::Chat => "chatcmpl-",
-            Route::Completions => "cmpl-",
-            Route::Generate => "",
-            Route::Messages => "msg_",
-        };
-        let prompt_tokens = u32::try_from(prompt.len()).unwrap_or(u32::MAX);
-        Ok(Generate {
-            request_id: format!("{prefix}{}", Uuid::new_v4().simple()),
-            input_ids: prompt,
-            params: ask.sampling_params(),
-            room: target
-                .context_window
-                .map(|window| window.saturating_sub(prompt_tokens)),
-            handoff: None,
-        })
-    }
-
-    /// Checks `ask` against what the engine offers, sends the generation (a leg of a
-    /// prefill/decode pair with `handoff`) and waits for the engine's first message,
-    /// which settles whether this engine serves it (a refusal until then can still go to
-    /// another worker).
-    async fn start(
-        &self,
-        target: &Target<'_>,
-        route: Route,
-        ask: &Ask,
-        prompt: Vec<u32>,
-        deadline: Instant,
-        handoff: Option<Handoff>,
-    ) -> Result<Started, SendError> {
-        let mut job = Self::checked_job(target, route, ask, prompt)?;
-        job.handoff = handoff;
-        let Target {
-            parsers,
-            model_id,
-            language,
-            ..
-        } = target;
-        let id = job.request_id.clone();
-        let prompt_tokens = u32::try_from(job.input_ids.len()).unwrap_or(u32::MAX);
-        let ending_ids = ask.ending_ids(&language.eos_ids);
-        // Chat output goes through the worker's parsers; Harmony's are read from the
-        // format's special tokens, so those stay in the text.
-        let parsers = parsers.as_deref().filter(|_| route.is_chat());
-        let skip_special_tokens = ask.skip_special_tokens && !parsers.is_some_and(|p| p.harmony);
-        let decodings = (0..ask.n)
-            .map(|_| {
-                let decoding = Decoding::new(
-                    language,
-                    &ask.stops,
-                    ask.visible_stops,
-                    skip_special_tokens,
-                    ending_ids.clone(),
-                    ask.logprobs.is_some(),
-                )?;
-                let parsing =
-                    parsers.and_then(|p| Parsing::for_request(p, ask, ask.opened_by_prompt));
-                Ok((decoding, parsing))
-            })
-            .collect::<Result<Vec<_>, StopsError>>()
-            .map_err(|err| {
-                SendError::Refused(GatewayError::InvalidRequest {
-                    message: err.to_string(),
-                })
-            })?;
-        let dispatched = Instant::now();
-        let (mut events, abort) = self.launch(target, job, deadline).await?;
-        let mut stream = EngineStream {
-            events: &mut events,
-            deadline,
-            stall: self.stall,
-        };
-        // The first message settles whether this engine serves the request: a refusal
-        // here can still go to another worker.
-        let first = match stream.next().await {
-            Ok(Some(Event::Error(err))) => return Err(refusal(&err)),
-            Ok(Some(event)) => event,
-            Ok(None) => return Err(SendError::Exchange(GatewayError::UpstreamBroken)),
-            Err(err) => return Err(SendError::Exchange(err)),
-        };
-        let reply = Reply {
-            route,
-            id,
-            created: unix_now(),
-            model: ask
-                .model
-                .clone()
-                .or_else(|| model_id.as_deref().map(str::to_owned))
-                .unwrap_or_default(),
-            spelling: ask.logprobs.map(|top| Spelling {
-                language: language.clone(),
-                top: top as usize,
-            }),
-        };
-        let generation = Generation {
-            choices: Choices::new(decodings),
-            reply,
-            prompt_tokens,
-            abort,
-            first_token: None,
-            keep: (route == Route::Generate).then(Kept::default),
-            speaker: (route == Route::Messages).then(|| messages::Speaker::new(ask.stops.clone())),
-        };
-        Ok(Started {
-            generation,
-            events,
-            first,
-            dispatched,
-        })
-    }
-}
-
-impl GrpcClient {
-    /// Sends `job` to `target`'s engine; its stream once the engine answered the call,
-    /// and the guard that aborts the generation if it is dropped unfinished.
-    async fn launch(
-        &self,
-        target: &Target<'_>,
-        job: Generate,
-        deadline: Instant,
-    ) -> Result<(Events, AbortOnDrop<Engine>), SendError> {
-        let engine = Engine::new(
-            target.service,
-            self.wire.clone(),
-            &target.authority,
-            target.tls,
-        );
-        let request_id = job.request_id.clone();
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        let events = engine
-            .generate(job, remaining)
-            .await
-            .map_err(|failure| match failure {
-                // The same request would be refused by every engine: not retried.
-                Failure::Refused(message) => refusal(&EngineError {
-                    message,
-                    blames_request: true,
-                }),
-                other => SendError::Exchange(engine_failure(other)),
-            })?;
-        let abort = AbortOnDrop::new(engine, request_id, ABORT_REASON, ABORT_TIMEOUT);
-        Ok((events, abort))
-    }
-}
-
-/// The worker a generation goes to, as the transport reaches it: what of the worker the
-/// pipeline reads. Borrowed from the worker on the request's path (the clones are
-/// reference counts); [`Target::into_owned`] for the turns of a Responses request, which
-/// may run in a task of their own.
-#[derive(Clone)]
-pub(super) struct Target<'a> {
-    context_window: Option<u32>,
-    parsers: Option<Arc<crate::parsers::Choice>>,
-    model_id: Option<Cow<'a, str>>,
-    language: Arc<Language>,
-    service: grpc::Service,
-    authority: ::http::uri::Authority,
-    tls: bool,
-}
-
-impl<'w> Target<'w> {
-    /// What of `worker` the pipeline reads; a worker that is not a gRPC engine of a
-    /// service the gateway speaks, with its tokenizer, is not one.
-    pub(super) fn of(worker: &'w Worker) -> Result<Target<'w>, GatewayError> {
-        let (Transport::Grpc { authority, tls }, Some(language), Some(service)) = (
-            &worker.transport,
-            worker.language.clone(),
-            worker.runtime.grpc_service(),
-        ) else {
-            return Err(GatewayError::UnsupportedTransport { transport: "grpc" });
-        };
-        Ok(Target {
-            context_window: worker.context_window,
-            parsers: worker.parsers.clone(),
-            model_id: worker.model_id.as_deref().map(Cow::Borrowed),
-            language,
-            service,
-            authority: authority.clone(),
-            tls: *tls,
-        })
-    }
-}
-
-impl Target<'_> {
-    pub(super) fn into_owned(self) -> Target<'static> {
-        Target {
-            model_id: self.model_id.map(|id| Cow::Owned(id.into_owned())),
-            ..self
+            None => Ok(run::start(
+                target,
+                Route::Chat,
+                &ask,
+                prompt,
+                deadline,
+                None,
+                self.stall,
+            )
+            .await?),
         }
     }
 }
 
-/// A generation whose engine sent its first message.
-pub(super) struct Started {
+/// A started generation and how its answer is written: OpenAI's chat and completions
+/// shapes, `/generate`'s whole-text events, or Messages'.
+struct Answering {
     generation: Generation,
-    events: Events,
-    first: Event,
-    dispatched: Instant,
-}
-
-impl Started {
-    /// Runs the generation to its end: each delta made final goes to `sink`, and the
-    /// frames it returns to `tx` when streaming. A failure partway ends the turn with
-    /// what was made so far (the failure in [`TurnEnd::error`]).
-    pub(super) async fn drive(
-        self,
-        deadline: Instant,
-        stall: Option<Duration>,
-        sink: &mut Sink<'_>,
-        tx: Option<&FrameSender>,
-    ) -> Result<TurnEnd, ClientGone> {
-        let Started {
-            mut generation,
-            mut events,
-            first,
-            ..
-        } = self;
-        let mut stream = EngineStream {
-            events: &mut events,
-            deadline,
-            stall,
-        };
-        let mut event = Some(first);
-        let mut finish = None;
-        let mut error = None;
-        while finish.is_none() {
-            let next = match event.take() {
-                Some(event) => Ok(Some(event)),
-                None => match tx {
-                    Some(tx) => tokio::select! {
-                        next = stream.next() => next,
-                        () = tx.closed() => return Err(ClientGone),
-                    },
-                    None => stream.next().await,
-                },
-            };
-            let applied = match next {
-                Ok(Some(event)) => generation.apply(event),
-                Ok(None) => Err(GatewayError::UpstreamBroken),
-                Err(err) => Err(err),
-            };
-            let index = match applied {
-                Ok(Applied::Going(index)) => index,
-                Ok(Applied::Finished(index, done)) => {
-                    finish = Some(done);
-                    index
-                }
-                Ok(Applied::Ignored) => continue,
-                Err(err) => {
-                    error = Some(err);
-                    break;
-                }
-            };
-            let Some(choice) = generation.choices.get_mut(index) else {
-                continue;
-            };
-            let frames = sink(&choice.delta);
-            choice.delta.clear();
-            if let (Some(tx), Some(frames)) = (tx, frames) {
-                if tx.send(frames).await.is_err() {
-                    return Err(ClientGone);
-                }
-            }
-        }
-        Ok(TurnEnd {
-            finish,
-            error,
-            usage: generation.usage(),
-        })
-    }
-}
-
-/// `/v1/tokenize` and `/v1/detokenize`: answered from the worker's tokenizer.
-async fn answer_locally(
-    path: &str,
-    target: &Target<'_>,
-    body: Bytes,
-    deadline: Instant,
-) -> Result<Answer, SendError> {
-    let window = target.context_window;
-    let json = if path == "/v1/tokenize" {
-        on_budget(&target.language, body, deadline, move |language, body| {
-            tokenize::tokenize(language, body, window)
-        })
-        .await?
-    } else {
-        on_budget(&target.language, body, deadline, tokenize::detokenize).await?
-    };
-    Ok(http_reply::json(StatusCode::OK, json))
-}
-
-/// The request read by its front-end (Messages converted, the OpenAI routes parsed) and
-/// its prompt's ids made, within the process's prompt budget ([`prompt::understand`]).
-async fn understand(
-    target: &Target<'_>,
-    route: Route,
-    body: Bytes,
-    deadline: Instant,
-) -> Result<(Ask, Vec<u32>), SendError> {
-    let read = move |body: &[u8]| match route {
-        Route::Messages => messages::ask(body),
-        _ => Ask::parse(route, body)
-            .map_err(|Invalid(message)| GatewayError::InvalidRequest { message }),
-    };
-    let understood = prompt::understand(
-        &target.language,
-        target.context_window,
-        read,
-        body,
-        deadline,
-    )
-    .await?;
-    Ok(understood)
-}
-
-/// An engine's refusal before anything was sent: one that blames the request (e.g. a
-/// prompt over its context window) answers the client; any other may go to another
-/// worker.
-fn refusal(err: &EngineError) -> SendError {
-    let message = bounded_message(&err.message);
-    if err.blames_request {
-        SendError::Refused(GatewayError::InvalidRequest { message })
-    } else {
-        SendError::Exchange(GatewayError::EngineFailed { message })
-    }
-}
-
-/// The engine's message stream, each message awaited within the request's deadline and
-/// the stall limit.
-struct EngineStream<'a> {
-    events: &'a mut Events,
-    deadline: Instant,
-    stall: Option<Duration>,
-}
-
-impl EngineStream<'_> {
-    /// The next event; `None` when the engine ended the stream.
-    async fn next(&mut self) -> Result<Option<Event>, GatewayError> {
-        let by = match self.stall {
-            Some(stall) => self.deadline.min(Instant::now() + stall),
-            None => self.deadline,
-        };
-        match tokio::time::timeout_at(by.into(), self.events.next()).await {
-            Err(_) if Instant::now() >= self.deadline => Err(GatewayError::UpstreamTimeout),
-            Err(_) => Err(GatewayError::UpstreamStalled {
-                secs: self.stall.map_or(0, |s| s.as_secs()),
-            }),
-            Ok(Err(failure)) => Err(engine_failure(failure)),
-            Ok(Ok(event)) => Ok(event),
-        }
-    }
-}
-
-/// One generation in progress: its choices so far and what its answer repeats.
-struct Generation {
-    choices: Choices,
     reply: Reply,
-    prompt_tokens: u32,
-    abort: AbortOnDrop<Engine>,
-    /// When the first generated id arrived.
-    first_token: Option<Instant>,
-    /// `/generate` answers with the whole text and ids so far: kept here; `None` for the
-    /// OpenAI routes, which send deltas.
-    keep: Option<Kept>,
+    /// `/generate` repeats the whole text so far: kept here; `None` for the OpenAI routes,
+    /// which send deltas.
+    text: Option<String>,
     /// `/v1/messages` answers in Messages' shapes, written by this; `None` elsewhere.
     speaker: Option<messages::Speaker>,
 }
 
-/// The whole output so far, for `/generate`.
-#[derive(Default)]
-struct Kept {
-    text: String,
-    ids: Vec<u32>,
-}
-
-impl Generation {
-    /// Applies `event` to its choice, whose delta takes the text and scores it made final.
-    fn apply(&mut self, event: Event) -> Result<Applied, GatewayError> {
-        match event {
-            Event::Chunk {
-                index,
-                ids,
-                prompt_tokens,
-                logprobs,
-            } => {
-                if self.first_token.is_none() && !ids.is_empty() {
-                    self.first_token = Some(Instant::now());
-                }
-                if prompt_tokens > 0 {
-                    self.prompt_tokens = prompt_tokens;
-                }
-                let applied = self.choices.chunk(index, &ids, logprobs)?;
-                self.keep_ids(&ids);
-                Ok(applied)
-            }
-            Event::Complete(complete) => {
-                if complete.prompt_tokens > 0 {
-                    self.prompt_tokens = complete.prompt_tokens;
-                }
-                let applied = self.choices.complete(complete);
-                if self.choices.engine_done() {
-                    // The engine finished every sequence: nothing to abort.
-                    self.abort.disarm();
-                }
-                applied
-            }
-            Event::Error(err) => Err(GatewayError::EngineFailed {
-                message: bounded_message(&err.message),
-            }),
-        }
-    }
-
-    /// Keeps the ids the decoding consumed of `ids` (those after a stop are dropped);
-    /// `/generate` has one choice.
-    fn keep_ids(&mut self, ids: &[u32]) {
-        if let (Some(kept), Some(choice)) = (&mut self.keep, self.choices.iter().next()) {
-            kept.ids.extend_from_slice(ids);
-            kept.ids.truncate(choice.decoding.tokens as usize);
-        }
-    }
-
+impl Answering {
     /// Reports a finished stream's timing: time to first token from the request's
     /// arrival, the mean gap between tokens after it, the generation from dispatch.
     fn record(&self, metrics: &Metrics, arrived: Instant, dispatched: Instant) {
         let now = Instant::now();
-        let tokens = self.choices.tokens();
+        let usage = self.generation.usage();
+        let tokens = usage.completion_tokens;
+        let first_token = self.generation.first_token();
         let timing = GenerationTiming {
-            ttft: self.first_token.map(|t| (t - arrived).as_secs_f64()),
-            tpot: self
-                .first_token
+            ttft: first_token.map(|t| (t - arrived).as_secs_f64()),
+            tpot: first_token
                 .filter(|_| tokens > 1)
                 .map(|t| (now - t).as_secs_f64() / f64::from(tokens - 1)),
             duration: (now - dispatched).as_secs_f64(),
-            input_tokens: u64::from(self.prompt_tokens),
+            input_tokens: u64::from(usage.prompt_tokens),
             output_tokens: u64::from(tokens),
         };
         let route = RouteLabels {
@@ -671,11 +264,6 @@ impl Generation {
         metrics.generation(&route, &timing);
     }
 
-    /// Completion tokens summed over the choices.
-    fn usage(&self) -> Usage {
-        Usage::new(self.prompt_tokens, self.choices.tokens())
-    }
-
     /// A non-streamed answer: every event read, one JSON body.
     async fn collect(
         mut self,
@@ -684,8 +272,8 @@ impl Generation {
     ) -> Result<Answer, SendError> {
         let mut event = first;
         loop {
-            self.apply(event).map_err(SendError::Exchange)?;
-            if self.choices.all_finished() {
+            self.generation.apply(event).map_err(SendError::Exchange)?;
+            if self.generation.choices.all_finished() {
                 break;
             }
             event = match stream.next().await {
@@ -694,7 +282,9 @@ impl Generation {
                 Err(err) => return Err(SendError::Exchange(err)),
             };
         }
-        if let (Some(speaker), Some(choice)) = (&self.speaker, self.choices.iter().next()) {
+        if let (Some(speaker), Some(choice)) =
+            (&self.speaker, self.generation.choices.iter().next())
+        {
             let outcome = Outcome {
                 text: &choice.delta.text,
                 logprobs: &choice.delta.logprobs,
@@ -703,11 +293,12 @@ impl Generation {
                 calls: delta::calls(&choice.delta.calls),
             };
             let stopped_by = choice.decoding.stop_index();
-            let body = speaker.body(&self.reply, &outcome, stopped_by, self.usage());
+            let body = speaker.body(&self.reply, &outcome, stopped_by, self.generation.usage());
             return Ok(http_reply::json(StatusCode::OK, body));
         }
-        let ids = self.keep.as_ref().map_or(&[][..], |k| &k.ids[..]);
+        let ids = self.generation.kept_ids();
         let outcomes: Vec<Outcome<'_>> = self
+            .generation
             .choices
             .iter()
             .map(|c| Outcome {
@@ -718,7 +309,7 @@ impl Generation {
                 calls: delta::calls(&c.delta.calls),
             })
             .collect();
-        let body = self.reply.body(&outcomes, ids, self.usage());
+        let body = self.reply.body(&outcomes, ids, self.generation.usage());
         Ok(http_reply::json(StatusCode::OK, body))
     }
 
@@ -729,7 +320,7 @@ impl Generation {
     async fn stream(
         &mut self,
         tx: FrameSender,
-        mut events: Events,
+        mut events: AnyEvents,
         first: Event,
         deadline: Instant,
         stall: Option<Duration>,
@@ -745,7 +336,7 @@ impl Generation {
                 return;
             }
         }
-        for index in 0..self.choices.len() as u32 {
+        for index in 0..self.generation.choices.len() as u32 {
             if let Some(role) = self.reply.role_event(index) {
                 if tx.send(role).await.is_err() {
                     return;
@@ -755,7 +346,7 @@ impl Generation {
         let mut event = Some(first);
         loop {
             let step = match event.take() {
-                Some(event) => self.apply(event),
+                Some(event) => self.generation.apply(event),
                 None => {
                     let next = tokio::select! {
                         next = stream.next() => next,
@@ -804,14 +395,17 @@ impl Generation {
                     return;
                 }
             }
-            if self.choices.all_finished() {
+            if self.generation.choices.all_finished() {
                 break;
             }
         }
         if self.speaker.is_none() {
             if include_usage
-                && self.keep.is_none()
-                && tx.send(self.reply.usage_event(self.usage())).await.is_err()
+                && self.text.is_none()
+                && tx
+                    .send(self.reply.usage_event(self.generation.usage()))
+                    .await
+                    .is_err()
             {
                 return;
             }
@@ -825,20 +419,18 @@ impl Generation {
     /// The events that end choice `index`: for the OpenAI routes its last text and its
     /// finishing event; for `/generate` one event with the whole text and the reason.
     fn finishing(&mut self, index: u32, finish: Finish) -> Vec<Bytes> {
-        let usage = self.usage();
-        let Some(choice) = self.choices.get_mut(index) else {
+        let usage = self.generation.usage();
+        let (choices, ids) = self.generation.split();
+        let Some(choice) = choices.get_mut(index) else {
             return Vec::new();
         };
         let mut events = Vec::with_capacity(2);
         if let Some(speaker) = &mut self.speaker {
             let stopped_by = choice.decoding.stop_index();
             events.push(speaker.end(&choice.delta, finish, stopped_by, usage));
-        } else if let Some(kept) = &mut self.keep {
-            kept.text.push_str(&choice.delta.text);
-            events.push(
-                self.reply
-                    .generate_event(&kept.text, &kept.ids, Some(finish), usage),
-            );
+        } else if let Some(text) = &mut self.text {
+            text.push_str(&choice.delta.text);
+            events.push(self.reply.generate_event(text, ids, Some(finish), usage));
         } else {
             if !choice.delta.is_empty() {
                 events.push(self.reply.delta_event(index, &choice.delta, None));
@@ -849,14 +441,13 @@ impl Generation {
         choice.delta.clear();
         events
     }
-}
 
-impl Generation {
     /// The event for what choice `index` made final mid-stream (taken from its delta): a
     /// delta, or for `/generate` the whole text so far; `None` when there is nothing new.
     fn progress(&mut self, index: u32) -> Option<Bytes> {
-        let usage = self.usage();
-        let choice = self.choices.get_mut(index)?;
+        let usage = self.generation.usage();
+        let (choices, ids) = self.generation.split();
+        let choice = choices.get_mut(index)?;
         if choice.delta.is_empty() {
             return None;
         }
@@ -865,11 +456,10 @@ impl Generation {
             choice.delta.clear();
             return frame;
         }
-        let frame = match &mut self.keep {
-            Some(kept) => {
-                kept.text.push_str(&choice.delta.text);
-                self.reply
-                    .generate_event(&kept.text, &kept.ids, None, usage)
+        let frame = match &mut self.text {
+            Some(text) => {
+                text.push_str(&choice.delta.text);
+                self.reply.generate_event(text, ids, None, usage)
             }
             None => self.reply.delta_event(index, &choice.delta, None),
         };
@@ -878,25 +468,47 @@ impl Generation {
     }
 }
 
-/// How a failed engine call is answered: a deadline is the worker's timeout, an engine
-/// out of reach a connect failure, anything else the engine failing (in its words, cut).
-fn engine_failure(failure: Failure) -> GatewayError {
-    match failure {
-        Failure::Timeout => GatewayError::UpstreamTimeout,
-        Failure::Unreachable(_) => GatewayError::UpstreamConnect,
-        Failure::Refused(message) | Failure::Failed(message) => GatewayError::EngineFailed {
-            message: bounded_message(&message),
-        },
-    }
+/// `/v1/tokenize` and `/v1/detokenize`: answered from the worker's tokenizer.
+async fn answer_locally(
+    path: &str,
+    target: &Target<'_>,
+    body: Bytes,
+    deadline: Instant,
+) -> Result<Answer, SendError> {
+    let window = target.context_window;
+    let json = if path == "/v1/tokenize" {
+        on_budget(&target.language, body, deadline, move |language, body| {
+            tokenize::tokenize(language, body, window)
+        })
+        .await?
+    } else {
+        on_budget(&target.language, body, deadline, tokenize::detokenize).await?
+    };
+    Ok(http_reply::json(StatusCode::OK, json))
 }
 
-/// An engine's message, cut to [`MAX_ENGINE_MESSAGE`] bytes at a character boundary.
-fn bounded_message(message: &str) -> String {
-    let mut end = message.len().min(MAX_ENGINE_MESSAGE);
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    message[..end].to_owned()
+/// The request read by its front-end (Messages converted, the OpenAI routes parsed) and
+/// its prompt's ids made, within the process's prompt budget ([`prompt::understand`]).
+async fn understand(
+    target: &Target<'_>,
+    route: Route,
+    body: Bytes,
+    deadline: Instant,
+) -> Result<(Ask, Vec<u32>), SendError> {
+    let read = move |body: &[u8]| match route {
+        Route::Messages => messages::ask(body),
+        _ => Ask::parse(route, body)
+            .map_err(|Invalid(message)| GatewayError::InvalidRequest { message }),
+    };
+    let understood = prompt::understand(
+        &target.language,
+        target.context_window,
+        read,
+        body,
+        deadline,
+    )
+    .await?;
+    Ok(understood)
 }
 
 pub(super) fn unix_now() -> u64 {

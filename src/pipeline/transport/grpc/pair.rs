@@ -21,9 +21,10 @@ use std::time::Instant;
 
 use super::super::pd::body::{Rooms, REMOTE_DECODE};
 use super::super::pd::{PairAnswer, PairFailure, PrefillFailure};
-use super::{refusal, understand, EngineStream, GrpcClient, Started, Target};
-use crate::engine::{Event, Generate, Handoff, Protocol};
+use super::{understand, GrpcClient};
+use crate::engine::{Event, Generate, Handoff, Protocol, TokenEngine};
 use crate::fleet::{Transport, Worker};
+use crate::generation::run::{self, refusal, EngineStream, Started, Target};
 use crate::http::error::GatewayError;
 use crate::pipeline::transport::{Attempt, SendError};
 
@@ -95,11 +96,12 @@ impl GrpcClient {
     /// The prefill side of `pair`: its engine, how the pair shares the KV cache, and where
     /// SGLang's bootstrap server listens.
     pub(in crate::pipeline::transport) fn prefill_side<'w>(
+        &self,
         pair: &GrpcPair<'w>,
         how: Protocol,
     ) -> Result<PrefillSide<'w>, GatewayError> {
         Ok(PrefillSide {
-            target: Target::of(pair.prefill)?,
+            target: self.target(pair.prefill)?,
             how,
             host: pair_host(pair.prefill).to_owned(),
             port: pair
@@ -120,8 +122,8 @@ impl GrpcClient {
         attempt: Attempt<'_>,
     ) -> Result<PairAnswer, PairFailure> {
         let refused = |err: GatewayError| PairFailure::Decode(SendError::Refused(err));
-        let side = Self::prefill_side(&pair, how).map_err(refused)?;
-        let decode = Target::of(pair.decode).map_err(refused)?;
+        let side = self.prefill_side(&pair, how).map_err(refused)?;
+        let decode = self.target(pair.decode).map_err(refused)?;
         let Some(route) = Route::of_path(attempt.head.uri.path()) else {
             return Err(refused(GatewayError::NotImplemented {
                 route: "this route on prefill/decode pairs of gRPC engines",
@@ -137,7 +139,14 @@ impl GrpcClient {
             .start_pair(&side, &decode, route, &ask, prompt, attempt.deadline)
             .await?;
         let answer = self
-            .answer(begun.started, &ask, attempt.deadline, attempt.arrived)
+            .answer(
+                begun.started,
+                route,
+                &ask,
+                &decode,
+                attempt.deadline,
+                attempt.arrived,
+            )
             .await
             .map_err(PairFailure::Decode)?;
         Ok(PairAnswer {
@@ -168,7 +177,7 @@ impl GrpcClient {
                 }
             })?;
         let model = ask.model.as_deref();
-        let runtime = side.target.service.runtime();
+        let runtime = side.target.engine.runtime();
         self.metrics
             .pd_legs(model, runtime, begun.prefill_secs, begun.kv_transfer_secs);
         if begun.kv_missing {
@@ -190,8 +199,8 @@ impl GrpcClient {
         let began = Instant::now();
         let prefill_failed = |err| PairFailure::Prefill(PrefillFailure::Send(err));
         let prefill = &side.target;
-        let mut job =
-            Self::checked_job(prefill, route, ask, prompt.clone()).map_err(prefill_failed)?;
+        let mut job = run::checked_job(prefill, route, ask, prompt.clone())
+            .map_err(|err| prefill_failed(err.into()))?;
         match side.how {
             Protocol::KvTransfer => {
                 job.params.max_tokens = Some(1);
@@ -205,10 +214,9 @@ impl GrpcClient {
                 let prefill_end = Instant::now();
                 let kv_missing = params.is_none();
                 let handoff = params.map(Handoff::KvTransfer);
-                let started = self
-                    .start(decode, route, ask, prompt, deadline, handoff)
+                let started = run::start(decode, route, ask, prompt, deadline, handoff, self.stall)
                     .await
-                    .map_err(PairFailure::Decode)?;
+                    .map_err(|err| PairFailure::Decode(err.into()))?;
                 Ok(PairStarted {
                     started,
                     prefill_secs: (prefill_end - began).as_secs_f64(),
@@ -232,14 +240,22 @@ impl GrpcClient {
                 };
                 job.handoff = Some(handoff.clone());
                 let prefill_leg = self.prefill_leg(prefill, job, deadline);
-                let decode_leg = self.start(decode, route, ask, prompt, deadline, Some(handoff));
+                let decode_leg = run::start(
+                    decode,
+                    route,
+                    ask,
+                    prompt,
+                    deadline,
+                    Some(handoff),
+                    self.stall,
+                );
                 tokio::pin!(prefill_leg);
                 tokio::pin!(decode_leg);
                 tokio::select! {
                     done = &mut prefill_leg => {
                         done.map_err(prefill_failed)?;
                         let prefill_end = Instant::now();
-                        let started = decode_leg.await.map_err(PairFailure::Decode)?;
+                        let started = decode_leg.await.map_err(|err| PairFailure::Decode(err.into()))?;
                         Ok(PairStarted {
                             started,
                             prefill_secs: (prefill_end - began).as_secs_f64(),
@@ -250,7 +266,7 @@ impl GrpcClient {
                     started = &mut decode_leg => {
                         // Decode began first (its first message can come as soon as it
                         // holds the KV cache); the prefill leg must still end well.
-                        let started = started.map_err(PairFailure::Decode)?;
+                        let started = started.map_err(|err| PairFailure::Decode(err.into()))?;
                         prefill_leg.await.map_err(prefill_failed)?;
                         Ok(PairStarted {
                             started,
@@ -273,7 +289,7 @@ impl GrpcClient {
         deadline: Instant,
     ) -> Result<Option<String>, SendError> {
         let sequences = job.params.n.max(1);
-        let (mut events, mut abort) = self.launch(target, job, deadline).await?;
+        let (mut events, mut abort) = run::launch(target, job, deadline).await?;
         let mut stream = EngineStream {
             events: &mut events,
             deadline,
@@ -283,7 +299,7 @@ impl GrpcClient {
         let mut params = None;
         while ended < sequences {
             match stream.next().await {
-                Ok(Some(Event::Error(err))) => return Err(refusal(&err)),
+                Ok(Some(Event::Error(err))) => return Err(refusal(&err).into()),
                 Ok(Some(Event::Chunk { .. })) => {}
                 Ok(Some(Event::Complete(complete))) => {
                     ended += 1;

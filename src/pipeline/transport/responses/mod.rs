@@ -30,14 +30,13 @@ use http::StatusCode;
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
-use super::grpc::{
-    sse_response, unix_now, GrpcClient, GrpcPair, PrefillSide, Started, Target, STREAM_FRAMES,
-};
+use super::grpc::{sse_response, unix_now, GrpcClient, GrpcPair, PrefillSide, STREAM_FRAMES};
 use super::pd::{PairAnswer, PairFailure};
 use super::{whole_body, Answer, Attempt, SendError};
 use crate::engine::Protocol;
 use crate::fleet::Worker;
 use crate::generation::delta::{ClientGone, Delta, Finish, Sink, TurnEnd, Usage};
+use crate::generation::run::{Started, Target};
 use crate::history::{
     History, ItemRecord, ItemsQuery, Order, Owner, ResponseRecord, MAX_CONTEXT_BYTES,
     MAX_CONVERSATION_ITEMS,
@@ -113,7 +112,7 @@ impl Runner {
         worker: &Worker,
         attempt: Attempt<'_>,
     ) -> Result<Answer, SendError> {
-        let target = Target::of(worker).map_err(SendError::Exchange)?;
+        let target = grpc.target(worker).map_err(SendError::Exchange)?;
         let body = whole_body(attempt.body).await?;
         let model = Model::Engine(Box::new(EngineTurns {
             grpc: grpc.clone(),
@@ -134,8 +133,8 @@ impl Runner {
         attempt: Attempt<'_>,
     ) -> Result<PairAnswer, PairFailure> {
         let refused = |err: GatewayError| PairFailure::Decode(SendError::Refused(err));
-        let side = GrpcClient::prefill_side(&pair, how).map_err(refused)?;
-        let decode = Target::of(pair.decode).map_err(refused)?;
+        let side = grpc.prefill_side(&pair, how).map_err(refused)?;
+        let decode = grpc.target(pair.decode).map_err(refused)?;
         let body = whole_body(attempt.body)
             .await
             .map_err(PairFailure::Decode)?;
