@@ -55,6 +55,9 @@ pub enum McpError {
     },
     /// The request's time for MCP calls, all together, is spent (`--mcp-loop-timeout-secs`).
     OutOfTime,
+    /// The server lists more tools than the gateway reads ([`MAX_TOOLS`] over at most
+    /// [`MAX_PAGES`] pages): an allowed tool could be among those never read.
+    TooManyTools,
 }
 
 impl fmt::Display for McpError {
@@ -77,6 +80,11 @@ impl fmt::Display for McpError {
             ),
             McpError::OutOfTime => f.write_str(
                 "this request's time for MCP tool calls is spent (--mcp-loop-timeout-secs)",
+            ),
+            McpError::TooManyTools => write!(
+                f,
+                "MCP server lists more than {MAX_TOOLS} tools (or more than {MAX_PAGES} pages \
+                 of them), more than the gateway reads"
             ),
         }
     }

@@ -151,7 +151,8 @@ impl Session {
         Ok(session)
     }
 
-    /// Every tool the server lists (following its cursors, within the bounds).
+    /// Every tool the server lists (following its cursors). A listing past the bounds is
+    /// refused rather than cut: a tool the request allows could be among those not read.
     pub async fn list_tools(&mut self) -> Result<Vec<Tool>, McpError> {
         let mut tools = Vec::new();
         let mut cursor: Option<String> = None;
@@ -167,7 +168,7 @@ impl Session {
                 .ok_or_else(|| McpError::Protocol("tools/list without tools".into()))?;
             for tool in listed {
                 if tools.len() == MAX_TOOLS {
-                    return Ok(tools);
+                    return Err(McpError::TooManyTools);
                 }
                 tools.push(tool_of(tool)?);
             }
@@ -176,10 +177,10 @@ impl Session {
                 .and_then(Value::as_str)
                 .map(str::to_owned);
             if cursor.is_none() {
-                break;
+                return Ok(tools);
             }
         }
-        Ok(tools)
+        Err(McpError::TooManyTools)
     }
 
     /// Calls tool `name` with `arguments` (a JSON object).

@@ -217,6 +217,23 @@ def test_a_server_offering_too_many_tools_is_named_as_the_cause(setup, tmp_path)
         crowded.stop()
 
 
+def test_a_server_listing_more_tools_than_the_gateway_reads_is_refused(setup, tmp_path):
+    """A listing past 512 tools used to be cut silently there, so an allowed tool beyond it
+    looked absent; now the listing is refused with its reason, even with allowed_tools."""
+    crowded = harness.mcp_tools(tmp_path, TOKEN, extra_tools=600, name="mcp-huge")
+    crowded.start()
+    try:
+        harness.wait_log(crowded, ("LISTENING",), 60)
+        with pytest.raises(openai.APIStatusError) as failed:
+            create(setup, input="go", tools=[
+                mcp_tool(setup, server_url=f"{crowded.url}/mcp", allowed_tools=["add"])])
+        assert failed.value.status_code == 424
+        assert failed.value.code == "connect_mcp_server_failed"
+        assert "more than 512 tools" in str(failed.value), failed.value
+    finally:
+        crowded.stop()
+
+
 def test_an_unreachable_mcp_server_is_424(setup):
     with pytest.raises(openai.APIStatusError) as failed:
         create(setup, input="go", tools=[mcp_tool(setup, server_url="http://127.0.0.1:1/mcp")])
