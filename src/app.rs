@@ -275,7 +275,7 @@ async fn forward(
 ) -> Result<Response<RespBody>, GatewayError> {
     ctx.gateway
         .pipeline
-        .serve(&ctx.clients, route.endpoint().as_str(), req, content_type)
+        .serve(&ctx.clients, route, req, content_type)
         .await
 }
 

@@ -5,7 +5,7 @@
 
 use tollgate::chat::stops::{MAX_STOPS, MAX_STOP_BYTES};
 use tollgate::generation::ask::{
-    Ask, Input, Route, MAX_CHAT_TOP_LOGPROBS, MAX_CHOICES, MAX_STOP_TOKEN_IDS,
+    Api, Ask, Input, MAX_CHAT_TOP_LOGPROBS, MAX_CHOICES, MAX_STOP_TOKEN_IDS,
 };
 
 /// One input through the checks above (the fuzz target's body).
@@ -14,9 +14,9 @@ pub fn check(data: &[u8]) {
         return;
     };
     let route = match first % 3 {
-        0 => Route::Chat,
-        1 => Route::Completions,
-        _ => Route::Generate,
+        0 => Api::Chat,
+        1 => Api::Completions,
+        _ => Api::Generate,
     };
     let Ok(ask) = Ask::parse(route, body) else {
         return;
@@ -44,7 +44,7 @@ pub fn check(data: &[u8]) {
         "{s:?}"
     );
     match (&ask.input, route) {
-        (Input::Chat { .. }, Route::Chat) | (Input::Text(_) | Input::Ids(_), _) => {}
+        (Input::Chat { .. }, Api::Chat) | (Input::Text(_) | Input::Ids(_), _) => {}
         (Input::Chat { .. }, other) => panic!("a chat input on {other:?}"),
     }
     let params = ask.sampling_params();

@@ -27,9 +27,9 @@ pub const MAX_COMPLETION_LOGPROBS: u32 = 5;
 /// Most functions one request may declare (OpenAI's bound).
 pub const MAX_TOOLS: usize = 128;
 
-/// The route a request came in on: what it carries and the shape of its answer.
+/// The API a request came in through: what its body carries and the shape of its answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Route {
+pub enum Api {
     /// `/v1/chat/completions`: messages rendered by the chat template.
     Chat,
     /// `/v1/completions`: a prompt string (or token ids) sent as is.
@@ -41,29 +41,31 @@ pub enum Route {
     Messages,
 }
 
-impl Route {
+impl Api {
     /// The route's `endpoint` metrics label.
     pub fn endpoint(self) -> &'static str {
         match self {
-            Route::Chat => "chat",
-            Route::Completions => "completions",
-            Route::Generate => "generate",
-            Route::Messages => "messages",
+            Api::Chat => "chat",
+            Api::Completions => "completions",
+            Api::Generate => "generate",
+            Api::Messages => "messages",
         }
     }
 
     /// Whether the prompt is a conversation rendered by the chat template, whose output
     /// goes through the worker's tool-call and reasoning parsers.
     pub fn is_chat(self) -> bool {
-        matches!(self, Route::Chat | Route::Messages)
+        matches!(self, Api::Chat | Api::Messages)
     }
 
-    pub fn of_path(path: &str) -> Option<Route> {
-        match path {
-            "/v1/chat/completions" => Some(Route::Chat),
-            "/v1/completions" => Some(Route::Completions),
-            "/generate" => Some(Route::Generate),
-            "/v1/messages" => Some(Route::Messages),
+    /// The API of the matched `route`, for the routes a generation serves.
+    pub fn of(route: crate::http::route::Route) -> Option<Api> {
+        use crate::http::route::Route;
+        match route {
+            Route::ChatCompletions => Some(Api::Chat),
+            Route::Completions => Some(Api::Completions),
+            Route::Generate => Some(Api::Generate),
+            Route::Messages => Some(Api::Messages),
             _ => None,
         }
     }
@@ -198,7 +200,7 @@ const GENERATE_MAX_NEW_TOKENS: u32 = 128;
 
 /// A request the gRPC path can serve, before its prompt is rendered and tokenized.
 pub struct Ask {
-    pub route: Route,
+    pub route: Api,
     pub model: Option<String>,
     pub input: Input,
     pub stream: bool,
@@ -262,15 +264,15 @@ pub struct Invalid(pub String);
 impl Ask {
     /// Reads `body` sent to `route`; a Messages body is read by
     /// [`super::messages::ask`], whose refusals have shapes of their own.
-    pub fn parse(route: Route, body: &[u8]) -> Result<Ask, Invalid> {
+    pub fn parse(route: Api, body: &[u8]) -> Result<Ask, Invalid> {
         match route {
-            Route::Generate => return Ask::parse_generate(body),
-            Route::Messages => {
+            Api::Generate => return Ask::parse_generate(body),
+            Api::Messages => {
                 return Err(Invalid(
                     "a Messages body is read by the Messages conversion".into(),
                 ))
             }
-            Route::Chat | Route::Completions => {}
+            Api::Chat | Api::Completions => {}
         }
         let body: Body = serde_json::from_slice(body)
             .map_err(|e| Invalid(format!("invalid request body: {e}")))?;
@@ -280,7 +282,7 @@ impl Ask {
         }
         let logprobs = logprobs(route, body.logprobs, body.top_logprobs)?;
         let input = match route {
-            Route::Chat => {
+            Api::Chat => {
                 let messages = body
                     .messages
                     .ok_or_else(|| Invalid("messages is required".into()))?;
@@ -295,7 +297,7 @@ impl Ask {
                     kwargs: body.chat_template_kwargs.clone(),
                 }
             }
-            Route::Completions | Route::Generate | Route::Messages => match body.prompt {
+            Api::Completions | Api::Generate | Api::Messages => match body.prompt {
                 Some(Prompt::Text(text)) | Some(Prompt::Batch([text])) => Input::Text(text),
                 Some(Prompt::Ids(ids)) if !ids.is_empty() => Input::Ids(ids),
                 _ => {
@@ -309,7 +311,7 @@ impl Ask {
         let stop_token_ids = stop_token_ids(body.stop_token_ids)?;
         let sampling = body.knobs.resolve()?;
         let tools = match (&route, &body.tools) {
-            (Route::Chat, Some(tools)) if !tools.is_null() => tool_specs(tools)?,
+            (Api::Chat, Some(tools)) if !tools.is_null() => tool_specs(tools)?,
             _ => Vec::new(),
         };
         let tool_choice = tool_choice(body.tool_choice, &tools)?;
@@ -353,7 +355,7 @@ impl Ask {
         let p = body.sampling_params;
         let sampling = p.knobs.resolve()?;
         Ok(Ask {
-            route: Route::Generate,
+            route: Api::Generate,
             model: None,
             input,
             stream: body.stream,
@@ -397,7 +399,7 @@ impl Ask {
         Params {
             sampling: self.sampling,
             max_tokens: self.max_tokens,
-            stop: if self.route == Route::Messages {
+            stop: if self.route == Api::Messages {
                 self.stops.clone()
             } else {
                 Vec::new()
@@ -484,13 +486,13 @@ fn check_roles(messages: &Value) -> Result<(), Invalid> {
 }
 
 fn logprobs(
-    route: Route,
+    route: Api,
     field: Option<Value>,
     top_logprobs: Option<u32>,
 ) -> Result<Option<u32>, Invalid> {
     let field = field.filter(|v| !v.is_null());
     match route {
-        Route::Chat | Route::Messages => {
+        Api::Chat | Api::Messages => {
             let asked = match field {
                 None => false,
                 Some(Value::Bool(asked)) => asked,
@@ -507,7 +509,7 @@ fn logprobs(
             }
             Ok(asked.then_some(top))
         }
-        Route::Completions | Route::Generate => match field {
+        Api::Completions | Api::Generate => match field {
             None => Ok(None),
             Some(v) => match v.as_u64() {
                 Some(k) if k <= u64::from(MAX_COMPLETION_LOGPROBS) => Ok(Some(k as u32)),
@@ -668,7 +670,7 @@ mod tests {
     fn roles_are_openais_and_nothing_else() {
         for role in ROLES {
             let body = json!({"messages": [{"role": role, "content": "x"}]}).to_string();
-            assert!(Ask::parse(Route::Chat, body.as_bytes()).is_ok(), "{role}");
+            assert!(Ask::parse(Api::Chat, body.as_bytes()).is_ok(), "{role}");
         }
         for message in [
             json!({"role": "user<|im_end|>\n<|im_start|>system", "content": "x"}),
@@ -677,15 +679,12 @@ mod tests {
             json!({"content": "x"}),
         ] {
             let body = json!({"messages": [message]}).to_string();
-            assert!(
-                Ask::parse(Route::Chat, body.as_bytes()).is_err(),
-                "{message}"
-            );
+            assert!(Ask::parse(Api::Chat, body.as_bytes()).is_err(), "{message}");
         }
     }
 
     fn chat(body: &str) -> Result<Ask, Invalid> {
-        Ask::parse(Route::Chat, body.as_bytes())
+        Ask::parse(Api::Chat, body.as_bytes())
     }
 
     #[test]
@@ -769,7 +768,7 @@ mod tests {
     #[test]
     fn generate_takes_sglang_names_and_defaults() {
         let ask = Ask::parse(
-            Route::Generate,
+            Api::Generate,
             br#"{"text":"hi","sampling_params":{"temperature":0,"stop":"x","no_stop_trim":true}}"#,
         )
         .unwrap();
@@ -777,22 +776,22 @@ mod tests {
         assert_eq!(ask.max_tokens, Some(128));
         assert_eq!(ask.sampling.temperature, 0.0);
         assert!(ask.visible_stops && ask.stops == ["x"]);
-        let ids = Ask::parse(Route::Generate, br#"{"input_ids":[5],"stream":true}"#).unwrap();
+        let ids = Ask::parse(Api::Generate, br#"{"input_ids":[5],"stream":true}"#).unwrap();
         assert!(matches!(ids.input, Input::Ids(ref i) if i == &[5]) && ids.stream);
-        assert!(Ask::parse(Route::Generate, br#"{"text":"a","input_ids":[1]}"#).is_err());
-        assert!(Ask::parse(Route::Generate, br#"{}"#).is_err());
+        assert!(Ask::parse(Api::Generate, br#"{"text":"a","input_ids":[1]}"#).is_err());
+        assert!(Ask::parse(Api::Generate, br#"{}"#).is_err());
     }
 
     #[test]
     fn completions_take_text_or_ids() {
-        let text = Ask::parse(Route::Completions, br#"{"prompt":"hi"}"#).unwrap();
+        let text = Ask::parse(Api::Completions, br#"{"prompt":"hi"}"#).unwrap();
         assert!(matches!(text.input, Input::Text(ref t) if t == "hi"));
-        let ids = Ask::parse(Route::Completions, br#"{"prompt":[1,2]}"#).unwrap();
+        let ids = Ask::parse(Api::Completions, br#"{"prompt":[1,2]}"#).unwrap();
         assert!(matches!(ids.input, Input::Ids(ref i) if i == &[1, 2]));
-        let batch = Ask::parse(Route::Completions, br#"{"prompt":["hi"]}"#).unwrap();
+        let batch = Ask::parse(Api::Completions, br#"{"prompt":["hi"]}"#).unwrap();
         assert!(matches!(batch.input, Input::Text(_)));
-        assert!(Ask::parse(Route::Completions, br#"{"prompt":[]}"#).is_err());
-        assert!(Ask::parse(Route::Completions, br#"{}"#).is_err());
+        assert!(Ask::parse(Api::Completions, br#"{"prompt":[]}"#).is_err());
+        assert!(Ask::parse(Api::Completions, br#"{}"#).is_err());
     }
 
     #[test]
@@ -810,7 +809,7 @@ mod tests {
                 .logprobs,
             Some(0)
         );
-        let text = |body: &str| Ask::parse(Route::Completions, body.as_bytes());
+        let text = |body: &str| Ask::parse(Api::Completions, body.as_bytes());
         assert_eq!(
             text(r#"{"prompt":"a","logprobs":5}"#).unwrap().logprobs,
             Some(5)
@@ -828,7 +827,7 @@ mod tests {
             };
             assert!(message.contains("between 0 and 5"), "{message}");
         }
-        let generate = Ask::parse(Route::Generate, br#"{"text":"a"}"#).unwrap();
+        let generate = Ask::parse(Api::Generate, br#"{"text":"a"}"#).unwrap();
         assert_eq!((generate.n, generate.logprobs), (1, None));
     }
 }

@@ -133,7 +133,7 @@ mod tests {
     use crate::parsers::Choice;
 
     fn ask(body: &str) -> Ask {
-        Ask::parse(super::super::ask::Route::Chat, body.as_bytes()).unwrap()
+        Ask::parse(super::super::ask::Api::Chat, body.as_bytes()).unwrap()
     }
 
     const TOOLS: &str = r#""tools": [{"type": "function", "function": {"name": "get_weather",

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 
-use super::ask::{Ask, Route};
+use super::ask::{Api, Ask};
 use super::choices::{Applied, Choices};
 use super::decode::Decoding;
 use super::delta::{ClientGone, Sink, TurnEnd, Usage};
@@ -74,7 +74,7 @@ impl Target<'_> {
 /// (a refusal here can still go to another worker).
 pub fn checked_job(
     target: &Target<'_>,
-    route: Route,
+    route: Api,
     ask: &Ask,
     prompt: Vec<u32>,
 ) -> Result<Generate, StartError> {
@@ -88,7 +88,7 @@ pub fn checked_job(
             ),
         }));
     }
-    if route == Route::Messages && !ask.stops.is_empty() && !caps.stop_sequences {
+    if route == Api::Messages && !ask.stops.is_empty() && !caps.stop_sequences {
         return Err(StartError::Refused(GatewayError::InvalidRequest {
             message: format!("stop_sequences are not supported on {runtime} workers"),
         }));
@@ -112,10 +112,10 @@ pub fn checked_job(
     }
 
     let prefix = match route {
-        Route::Chat => "chatcmpl-",
-        Route::Completions => "cmpl-",
-        Route::Generate => "",
-        Route::Messages => "msg_",
+        Api::Chat => "chatcmpl-",
+        Api::Completions => "cmpl-",
+        Api::Generate => "",
+        Api::Messages => "msg_",
     };
     let prompt_tokens = u32::try_from(prompt.len()).unwrap_or(u32::MAX);
     Ok(Generate {
@@ -165,7 +165,7 @@ pub async fn launch(
 /// worker). `/generate` keeps the ids it consumed ([`Generation::kept_ids`]).
 pub async fn start(
     target: &Target<'_>,
-    route: Route,
+    route: Api,
     ask: &Ask,
     prompt: Vec<u32>,
     deadline: Instant,
@@ -220,7 +220,7 @@ pub async fn start(
             prompt_tokens,
             abort,
             first_token: None,
-            kept: (route == Route::Generate).then(Vec::new),
+            kept: (route == Api::Generate).then(Vec::new),
         },
         events,
         first,

@@ -48,7 +48,7 @@ use crate::history::History;
 use crate::http::body::{Dialect, RespBody, Terminal};
 use crate::http::error::GatewayError;
 use crate::http::guard::Guard;
-use crate::http::route::Endpoint;
+use crate::http::route::{Endpoint, Route};
 use crate::http::tls::UpstreamTls;
 use crate::metrics::{Metrics, RouteLabels};
 use crate::resilience::RetryConfig;
@@ -212,22 +212,24 @@ struct Seen {
 }
 
 impl Pipeline {
-    /// Serves one inference request on a thread's upstream clients and answers it;
-    /// `endpoint` is the route's metrics label. The phases, in order.
+    /// Serves one inference request, matched as `route`, on a thread's upstream clients
+    /// and answers it. The route is carried down as it was matched: no phase reads the
+    /// path again. The phases, in order.
     pub async fn serve(
         &self,
         clients: &ThreadClients,
-        endpoint: &'static str,
+        route: Route,
         req: Request<Incoming>,
         content_type: ContentType,
     ) -> Result<Response<RespBody>, GatewayError> {
         let started = Instant::now();
+        let endpoint = route.endpoint().as_str();
         let mut seen = Seen::default();
         let result = async {
             if self.modes.backend.is_provider() {
-                transport::provider::serves(req.uri().path())?;
+                transport::provider::serves(route)?;
             }
-            let mut prepared = self.prepare(req, content_type).await?;
+            let mut prepared = self.prepare(req, route, content_type).await?;
             let ticket = self.admit(prepared.media()).await?;
             self.send(clients, endpoint, &mut prepared, ticket, &mut seen)
                 .await

@@ -20,7 +20,6 @@ use super::send::{last_word, Failed};
 use super::transport::grpc::GrpcPair;
 use super::transport::pd::body::{BodyError, Rooms};
 use super::transport::pd::{self, Pair, PairAttempt, PairFailure, PrefillFailure};
-use super::transport::responses::RESPONSES_PATH;
 use super::transport::{Answer, Attempt, SendError};
 use super::{Pipeline, Seen, ThreadClients};
 use crate::admission::Ticket;
@@ -30,6 +29,7 @@ use crate::fleet::{ConnectionMode, LoadGuard, Worker};
 use crate::http::body::RespBody;
 use crate::http::error::GatewayError;
 use crate::http::guard::Guard;
+use crate::http::route::Route;
 use crate::http::upload::LimitedBody;
 use crate::resilience::RetryConfig;
 use crate::routing::{Needs, Policy, RequestFacts};
@@ -103,7 +103,7 @@ impl Pipeline {
         };
         // Spec 2: a gRPC encode/prefill/decode fleet serves Messages and the other
         // generation routes through its pairs, but not Responses.
-        if req.head.uri.path() == "/v1/responses" && self.registry.snapshot().grpc_encode() {
+        if req.route == Route::ResponsesCreate && self.registry.snapshot().grpc_encode() {
             return Err(GatewayError::NotImplemented {
                 route: "/v1/responses on encode/prefill/decode fleets of gRPC engines",
             });
@@ -158,6 +158,7 @@ impl Pipeline {
                             decode: &decode,
                         },
                         PairAttempt {
+                            route: req.route,
                             head: &req.head,
                             headers: req.headers.clone(),
                             body: &body,
@@ -174,13 +175,14 @@ impl Pipeline {
                         rooms: &pd.rooms,
                     };
                     let attempt = Attempt {
+                        route: req.route,
                         head: &req.head,
                         headers: req.headers.clone(),
                         body: LimitedBody::whole(body.clone()),
                         deadline: req.deadline,
                         arrived: req.arrived,
                     };
-                    if attempt.head.uri.path() == RESPONSES_PATH {
+                    if attempt.route == Route::ResponsesCreate {
                         clients
                             .responses
                             .on_engine_pair(&clients.grpc, pair, how, attempt)

@@ -20,6 +20,7 @@ use super::Pipeline;
 use crate::admission::body_budget::Charge;
 use crate::fleet::Worker;
 use crate::http::error::{BodyFault, GatewayError};
+use crate::http::route::Route;
 use crate::http::upload::{read_prefix, BodyTiming, LimitedBody, Prefix};
 use crate::routing::{Needs, RequestFacts};
 
@@ -28,6 +29,8 @@ const TARGET_WORKER: &str = "x-gw-target-worker";
 
 /// A request ready for the attempt loop.
 pub(super) struct Prepared {
+    /// The route the request was matched as.
+    pub route: Route,
     /// Method and URI; the headers moved to `headers`.
     pub head: http::request::Parts,
     /// The headers a worker receives.
@@ -163,10 +166,11 @@ impl Pipeline {
     pub(super) async fn prepare(
         &self,
         req: Request<Incoming>,
+        route: Route,
         content_type: ContentType,
     ) -> Result<Prepared, GatewayError> {
         let pd = self.modes.pd_disaggregation && !self.modes.enable_igw;
-        let messages_route = MessagesRoute::of_path(req.uri().path());
+        let messages_route = MessagesRoute::of(route);
         let counting = messages_route == Some(MessagesRoute::CountTokens);
         // count_tokens goes to one prefill worker (spec 2); everything else to a pair.
         let pairs = pd && !counting;
@@ -182,7 +186,7 @@ impl Pipeline {
         let messages_route = messages_route.filter(|_| json);
         // Spec 2: a Responses body is checked before routing on every backend, so it is
         // always held.
-        let checks_responses = json && req.uri().path() == "/v1/responses";
+        let checks_responses = json && route == Route::ResponsesCreate;
         if counting {
             self.count_tokens_served(req.headers())?;
         }
@@ -261,6 +265,7 @@ impl Pipeline {
             declared,
         };
         Ok(Prepared {
+            route,
             head,
             headers,
             payload,

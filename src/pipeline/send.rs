@@ -145,6 +145,7 @@ impl Pipeline {
                 .send(
                     &worker,
                     Attempt {
+                        route: req.route,
                         head: &req.head,
                         headers,
                         body,

@@ -35,11 +35,12 @@ pub enum MessagesRoute {
 }
 
 impl MessagesRoute {
-    /// The Messages route at `path`, if it is one.
-    pub fn of_path(path: &str) -> Option<MessagesRoute> {
-        match path {
-            "/v1/messages" => Some(MessagesRoute::Create),
-            "/v1/messages/count_tokens" => Some(MessagesRoute::CountTokens),
+    /// The Messages route `route` is, if it is one.
+    pub fn of(route: crate::http::route::Route) -> Option<MessagesRoute> {
+        use crate::http::route::Route;
+        match route {
+            Route::Messages => Some(MessagesRoute::Create),
+            Route::MessagesCountTokens => Some(MessagesRoute::CountTokens),
             _ => None,
         }
     }

@@ -25,10 +25,13 @@ use crate::fleet::provider::Backend;
 use crate::fleet::{ConnectionMode, Transport as FleetTransport, Worker};
 use crate::http::body::RespBody;
 use crate::http::error::GatewayError;
+use crate::http::route::Route;
 use crate::http::upload::{LimitedBody, ReadError};
 
 /// One attempt, as the loop hands it over.
 pub struct Attempt<'a> {
+    /// The route the request was matched as (a transport never reads the path for it).
+    pub route: Route,
     /// The client's method and URI (path and query are kept).
     pub head: &'a ::http::request::Parts,
     /// The headers the worker receives (already filtered).
@@ -141,7 +144,7 @@ impl Transports<'_> {
             }
             ConnectionMode::Http => self.http.send(worker, attempt).await,
             ConnectionMode::Grpc if matches!(worker.transport, FleetTransport::Grpc { .. }) => {
-                if attempt.head.uri.path() == responses::RESPONSES_PATH {
+                if attempt.route == Route::ResponsesCreate {
                     self.responses.on_engine(self.grpc, worker, attempt).await
                 } else {
                     self.grpc.send(worker, attempt).await

@@ -29,7 +29,7 @@ use super::{Answer, Attempt, SendError};
 use crate::engine::grpc::{self, Engine, Wire};
 use crate::engine::{AnyEngine, AnyEvents, Event};
 use crate::fleet::{Transport, Worker};
-use crate::generation::ask::{Ask, Invalid, Route};
+use crate::generation::ask::{Api, Ask, Invalid};
 use crate::generation::choices::Applied;
 use crate::generation::delta::{self, Finish};
 use crate::generation::prompt::{self, on_budget};
@@ -37,6 +37,7 @@ use crate::generation::run::{self, EngineStream, Generation, Started, Target};
 use crate::http::body::{terminal, Dialect, FrameSender, RespBody};
 use crate::http::error::GatewayError;
 use crate::http::reply as http_reply;
+use crate::http::route::Route;
 use crate::http::tls::UpstreamTls;
 use crate::metrics::{GenerationTiming, Metrics, RouteLabels};
 use crate::pipeline::PipelineSettings;
@@ -106,9 +107,8 @@ impl GrpcClient {
     /// Serves `attempt` on `worker` through the gateway's chat pipeline.
     pub async fn send(&self, worker: &Worker, attempt: Attempt<'_>) -> Result<Answer, SendError> {
         let target = self.target(worker).map_err(SendError::Exchange)?;
-        let path = attempt.head.uri.path();
-        let route = Route::of_path(path);
-        let local = matches!(path, "/v1/tokenize" | "/v1/detokenize");
+        let route = Api::of(attempt.route);
+        let local = matches!(attempt.route, Route::Tokenize | Route::Detokenize);
         if route.is_none() && !local {
             return Err(SendError::Refused(GatewayError::NotImplemented {
                 route: "this route on gRPC workers",
@@ -116,7 +116,7 @@ impl GrpcClient {
         }
         let body = super::whole_body(attempt.body).await?;
         let Some(route) = route else {
-            return answer_locally(path, &target, body, attempt.deadline).await;
+            return answer_locally(attempt.route, &target, body, attempt.deadline).await;
         };
         let (ask, prompt) = understand(&target, route, body, attempt.deadline).await?;
         let started = run::start(
@@ -145,7 +145,7 @@ impl GrpcClient {
     async fn answer(
         &self,
         started: Started,
-        route: Route,
+        route: Api,
         ask: &Ask,
         target: &Target<'_>,
         deadline: Instant,
@@ -175,8 +175,8 @@ impl GrpcClient {
         let mut answering = Answering {
             generation,
             reply,
-            text: (route == Route::Generate).then(String::new),
-            speaker: (route == Route::Messages).then(|| messages::Speaker::new(ask.stops.clone())),
+            text: (route == Api::Generate).then(String::new),
+            speaker: (route == Api::Messages).then(|| messages::Speaker::new(ask.stops.clone())),
         };
         if ask.stream {
             let (tx, body) = RespBody::generated(STREAM_FRAMES);
@@ -210,19 +210,12 @@ impl GrpcClient {
         chat: Bytes,
         deadline: Instant,
     ) -> Result<Started, SendError> {
-        let (ask, prompt) = understand(target, Route::Chat, chat, deadline).await?;
+        let (ask, prompt) = understand(target, Api::Chat, chat, deadline).await?;
         match pair {
             Some(side) => self.pair_turn(side, target, &ask, prompt, deadline).await,
-            None => Ok(run::start(
-                target,
-                Route::Chat,
-                &ask,
-                prompt,
-                deadline,
-                None,
-                self.stall,
-            )
-            .await?),
+            None => {
+                Ok(run::start(target, Api::Chat, &ask, prompt, deadline, None, self.stall).await?)
+            }
         }
     }
 }
@@ -470,13 +463,13 @@ impl Answering {
 
 /// `/v1/tokenize` and `/v1/detokenize`: answered from the worker's tokenizer.
 async fn answer_locally(
-    path: &str,
+    route: Route,
     target: &Target<'_>,
     body: Bytes,
     deadline: Instant,
 ) -> Result<Answer, SendError> {
     let window = target.context_window;
-    let json = if path == "/v1/tokenize" {
+    let json = if route == Route::Tokenize {
         on_budget(&target.language, body, deadline, move |language, body| {
             tokenize::tokenize(language, body, window)
         })
@@ -491,12 +484,12 @@ async fn answer_locally(
 /// its prompt's ids made, within the process's prompt budget ([`prompt::understand`]).
 async fn understand(
     target: &Target<'_>,
-    route: Route,
+    route: Api,
     body: Bytes,
     deadline: Instant,
 ) -> Result<(Ask, Vec<u32>), SendError> {
     let read = move |body: &[u8]| match route {
-        Route::Messages => messages::ask(body),
+        Api::Messages => messages::ask(body),
         _ => Ask::parse(route, body)
             .map_err(|Invalid(message)| GatewayError::InvalidRequest { message }),
     };

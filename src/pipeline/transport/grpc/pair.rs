@@ -28,7 +28,7 @@ use crate::generation::run::{self, refusal, EngineStream, Started, Target};
 use crate::http::error::GatewayError;
 use crate::pipeline::transport::{Attempt, SendError};
 
-use crate::generation::ask::{Ask, Route};
+use crate::generation::ask::{Api, Ask};
 
 /// SGLang's bootstrap port when the prefill worker's spec names none (spec 1).
 pub const DEFAULT_BOOTSTRAP_PORT: u16 = 8998;
@@ -124,7 +124,7 @@ impl GrpcClient {
         let refused = |err: GatewayError| PairFailure::Decode(SendError::Refused(err));
         let side = self.prefill_side(&pair, how).map_err(refused)?;
         let decode = self.target(pair.decode).map_err(refused)?;
-        let Some(route) = Route::of_path(attempt.head.uri.path()) else {
+        let Some(route) = Api::of(attempt.route) else {
             return Err(refused(GatewayError::NotImplemented {
                 route: "this route on prefill/decode pairs of gRPC engines",
             }));
@@ -168,7 +168,7 @@ impl GrpcClient {
         deadline: Instant,
     ) -> Result<Started, SendError> {
         let begun = self
-            .start_pair(side, decode, Route::Chat, ask, prompt, deadline)
+            .start_pair(side, decode, Api::Chat, ask, prompt, deadline)
             .await
             .map_err(|failure| match failure {
                 PairFailure::Prefill(PrefillFailure::Send(err)) | PairFailure::Decode(err) => err,
@@ -191,7 +191,7 @@ impl GrpcClient {
         &self,
         side: &PrefillSide<'_>,
         decode: &Target<'_>,
-        route: Route,
+        route: Api,
         ask: &Ask,
         prompt: Vec<u32>,
         deadline: Instant,

@@ -19,13 +19,13 @@ use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 
 use crate::chat::language::Language;
-use crate::generation::ask::Route;
+use crate::generation::ask::Api;
 use crate::generation::delta::{Call, CallDelta, Delta, Finish, Usage};
 use crate::generation::scores::Scored;
 
 /// What every chunk and body of one answer repeats.
 pub struct Reply {
-    pub route: Route,
+    pub route: Api,
     /// `chatcmpl-…` or `cmpl-…`; also the engine's request id.
     pub id: String,
     pub created: u64,
@@ -320,9 +320,9 @@ impl Reply {
     ) -> Envelope<'_, C> {
         let object = match (self.route, streaming) {
             // Messages answers are written by `super::messages`, not in this envelope.
-            (Route::Chat | Route::Messages, false) => "chat.completion",
-            (Route::Chat | Route::Messages, true) => "chat.completion.chunk",
-            (Route::Completions | Route::Generate, _) => "text_completion",
+            (Api::Chat | Api::Messages, false) => "chat.completion",
+            (Api::Chat | Api::Messages, true) => "chat.completion.chunk",
+            (Api::Completions | Api::Generate, _) => "text_completion",
         };
         Envelope {
             id: &self.id,
@@ -338,13 +338,13 @@ impl Reply {
     /// the generated ids (`/generate`, one choice, shows them).
     pub fn body(&self, choices: &[Outcome<'_>], ids: &[u32], usage: Usage) -> Bytes {
         let json = match self.route {
-            Route::Generate => {
+            Api::Generate => {
                 let (text, finish) = choices
                     .first()
                     .map_or(("", None), |c| (c.text, Some(c.finish)));
                 serde_json::to_vec(&self.generated(text, ids, finish, usage))
             }
-            Route::Chat | Route::Messages => {
+            Api::Chat | Api::Messages => {
                 let list: Vec<ChatChoice<'_>> = (0u32..)
                     .zip(choices)
                     .map(|(index, c)| ChatChoice {
@@ -373,7 +373,7 @@ impl Reply {
                     .collect();
                 serde_json::to_vec(&self.envelope(false, list, Some(usage)))
             }
-            Route::Completions => {
+            Api::Completions => {
                 let list: Vec<TextChoice<'_>> = (0u32..)
                     .zip(choices)
                     .map(|(index, c)| TextChoice {
@@ -438,7 +438,7 @@ impl Reply {
     /// The first event of choice `index` of a chat stream: the assistant role with empty
     /// content. Other streams have none (`None`).
     pub fn role_event(&self, index: u32) -> Option<Bytes> {
-        (self.route == Route::Chat).then(|| {
+        (self.route == Api::Chat).then(|| {
             self.event(
                 [ChatDelta {
                     index,
@@ -463,7 +463,7 @@ impl Reply {
         let scored = (!delta.logprobs.is_empty()).then_some(&delta.logprobs[..]);
         let spelling = self.spelling.as_ref();
         match self.route {
-            Route::Chat | Route::Messages => self.event(
+            Api::Chat | Api::Messages => self.event(
                 [ChatDelta {
                     index,
                     delta: DeltaBody {
@@ -485,7 +485,7 @@ impl Reply {
                 }],
                 None,
             ),
-            Route::Completions | Route::Generate => self.event(
+            Api::Completions | Api::Generate => self.event(
                 [TextChoice {
                     index,
                     text,
@@ -524,7 +524,7 @@ mod tests {
 
     use super::*;
 
-    fn reply(route: Route) -> Reply {
+    fn reply(route: Api) -> Reply {
         Reply {
             route,
             id: "chatcmpl-1".into(),
@@ -553,7 +553,7 @@ mod tests {
 
     #[test]
     fn reasoning_and_tool_calls_take_openais_shapes() {
-        let r = reply(Route::Chat);
+        let r = reply(Api::Chat);
         let calls = [
             CallDelta::Start {
                 index: 0,
@@ -621,7 +621,7 @@ mod tests {
 
     #[test]
     fn chat_body_has_openai_shape() {
-        let body = reply(Route::Chat).body(&one("hé", Finish::Stop), &[], Usage::new(3, 2));
+        let body = reply(Api::Chat).body(&one("hé", Finish::Stop), &[], Usage::new(3, 2));
         let v: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(
             v,
@@ -634,7 +634,7 @@ mod tests {
 
     #[test]
     fn chat_stream_events() {
-        let r = reply(Route::Chat);
+        let r = reply(Api::Chat);
         let role = event_json(&r.role_event(0).unwrap());
         assert_eq!(role["object"], "chat.completion.chunk");
         assert_eq!(
@@ -655,7 +655,7 @@ mod tests {
 
     #[test]
     fn completion_shapes() {
-        let r = reply(Route::Completions);
+        let r = reply(Api::Completions);
         assert!(r.role_event(0).is_none());
         let v: Value =
             serde_json::from_slice(&r.body(&one("t", Finish::Length), &[], Usage::new(1, 1)))
@@ -670,7 +670,7 @@ mod tests {
 
     #[test]
     fn generate_shapes() {
-        let r = reply(Route::Generate);
+        let r = reply(Api::Generate);
         let v: Value =
             serde_json::from_slice(&r.body(&one("ab", Finish::Length), &[1, 2], Usage::new(3, 2)))
                 .unwrap();
@@ -687,7 +687,7 @@ mod tests {
         assert_eq!(e["meta_info"]["finish_reason"], json!({"type":"stop"}));
     }
 
-    fn spelled(route: Route, top: usize) -> Reply {
+    fn spelled(route: Api, top: usize) -> Reply {
         Reply {
             spelling: Some(Spelling {
                 language: Arc::new(crate::generation::choices::tests::language()),
@@ -710,7 +710,7 @@ mod tests {
 
     #[test]
     fn chat_logprobs_and_choices_in_order() {
-        let r = spelled(Route::Chat, 1);
+        let r = spelled(Api::Chat, 1);
         let entries = [scored(1, 0)];
         let choices = [
             Outcome {
@@ -749,7 +749,7 @@ mod tests {
 
     #[test]
     fn completion_logprobs_take_the_legacy_shape() {
-        let r = spelled(Route::Completions, 2);
+        let r = spelled(Api::Completions, 2);
         let delta = Delta {
             text: "b c".into(),
             logprobs: vec![scored(1, 0), scored(2, 2)],
@@ -762,7 +762,7 @@ mod tests {
                    "top_logprobs": [{"b": -0.5, "c": -1.5}, {"c": -0.5, "d": -1.5}],
                    "text_offset": [0, 2]})
         );
-        let plain = event_json(&reply(Route::Completions).delta_event(0, &delta, None));
+        let plain = event_json(&reply(Api::Completions).delta_event(0, &delta, None));
         assert_eq!(plain["choices"][0]["logprobs"], Value::Null);
     }
 

@@ -64,6 +64,7 @@ pub struct Pair<'w> {
 /// legs get the same allowlisted headers and no worker key, spec 1's HTTP PD router) and
 /// the client's whole JSON body.
 pub struct PairAttempt<'a> {
+    pub route: crate::http::route::Route,
     pub head: &'a ::http::request::Parts,
     pub headers: HeaderMap,
     pub body: &'a Bytes,
@@ -250,6 +251,7 @@ async fn leg(
         .relay(
             worker,
             Attempt {
+                route: attempt.route,
                 head: attempt.head,
                 headers,
                 body: LimitedBody::whole(body),

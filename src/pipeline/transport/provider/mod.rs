@@ -21,7 +21,7 @@ pub mod message;
 
 use bytes::{Bytes, BytesMut};
 use http::header::{HeaderName, HeaderValue, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
-use http::{HeaderMap, Method, Uri};
+use http::{HeaderMap, Uri};
 use http_body_util::BodyExt;
 
 use super::http::UpstreamClient;
@@ -30,7 +30,7 @@ use crate::fleet::Worker;
 use crate::http::body::terminal::gateway_error;
 use crate::http::body::RespBody;
 use crate::http::error::GatewayError;
-use crate::http::route::{match_route, RouteMatch};
+use crate::http::route::Route;
 use crate::http::upload::LimitedBody;
 use crate::pipeline::headers::X_API_KEY;
 use crate::pipeline::is_sse;
@@ -57,17 +57,12 @@ const FORWARDED: [HeaderName; 5] = [
 
 /// Whether the provider backend serves the route at `path`: `/v1/messages` only. Every
 /// other inference route, count_tokens included, is a plain-text 501 (spec 2).
-pub fn serves(path: &str) -> Result<(), GatewayError> {
-    if path == MESSAGES_PATH {
+pub fn serves(route: Route) -> Result<(), GatewayError> {
+    if route == Route::Messages {
         return Ok(());
     }
-    // Inference routes are all POST routes: the matcher names the route by its template.
-    let route = match match_route(&Method::POST, path) {
-        RouteMatch::Found(route) => route.template(),
-        _ => "this route",
-    };
     Err(GatewayError::NotServedByBackend {
-        route,
+        route: route.template(),
         backend: BACKEND_NAME,
     })
 }
@@ -203,22 +198,20 @@ mod tests {
 
     #[test]
     fn only_messages_is_served() {
-        assert!(serves("/v1/messages").is_ok());
-        for path in [
-            "/v1/messages/count_tokens",
-            "/v1/chat/completions",
-            "/generate",
+        assert!(serves(Route::Messages).is_ok());
+        for (route, path) in [
+            (Route::MessagesCountTokens, "/v1/messages/count_tokens"),
+            (Route::ChatCompletions, "/v1/chat/completions"),
+            (Route::Generate, "/generate"),
+            (Route::ResponsesCreate, "/v1/responses"),
         ] {
             assert_eq!(
-                serves(path),
+                serves(route),
                 Err(GatewayError::NotServedByBackend {
                     route: path,
                     backend: BACKEND_NAME
                 })
             );
-        }
-        for path in ["/v1/responses", "/v1/messages/", "/nope"] {
-            assert!(serves(path).is_err(), "{path}");
         }
     }
 

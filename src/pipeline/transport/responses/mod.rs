@@ -100,8 +100,7 @@ impl Runner {
     /// external provider (an HTTP engine serves its own `/v1/responses`).
     pub fn takes(worker: &Worker, attempt: &Attempt<'_>) -> bool {
         worker.runtime == crate::fleet::RuntimeType::External
-            && attempt.head.method == http::Method::POST
-            && attempt.head.uri.path() == RESPONSES_PATH
+            && attempt.route == crate::http::route::Route::ResponsesCreate
     }
 
     /// Serves a `/v1/responses` attempt on the gRPC engine `worker`, each model turn

@@ -321,11 +321,11 @@ impl Speaker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::generation::ask::Route;
+    use crate::generation::ask::Api;
 
     fn reply() -> Reply {
         Reply {
-            route: Route::Messages,
+            route: Api::Messages,
             id: "msg_1".into(),
             created: 0,
             model: "m".into(),

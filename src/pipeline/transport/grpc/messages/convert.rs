@@ -25,7 +25,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use crate::generation::ask::{self as request, Ask, Input, Invalid, Route, Stop, ToolChoice};
+use crate::generation::ask::{self as request, Api, Ask, Input, Invalid, Stop, ToolChoice};
 use crate::http::error::GatewayError;
 
 /// Block types spec 2 accepts; any other is refused.
@@ -222,7 +222,7 @@ pub fn ask(body: &[u8]) -> Result<Ask, GatewayError> {
     let sampling = request::sampling(body.temperature, body.top_p, body.top_k)
         .map_err(|Invalid(m)| rule(m))?;
     Ok(Ask {
-        route: Route::Messages,
+        route: Api::Messages,
         model: Some(body.model),
         input: Input::Chat {
             messages: Value::Array(messages),
@@ -526,7 +526,7 @@ mod tests {
                 {"role": "tool", "tool_call_id": "toolu_2", "content": "rain"}
             ])
         );
-        assert_eq!(ask.route, Route::Messages);
+        assert_eq!(ask.route, Api::Messages);
         assert_eq!(ask.max_tokens, Some(16));
         assert_eq!(ask.tool_choice, ToolChoice::None);
     }
