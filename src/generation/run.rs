@@ -432,7 +432,7 @@ pub fn refusal(err: &EngineError) -> StartError {
 
 /// How a failed engine call is answered: a deadline is the worker's timeout, an engine
 /// out of reach a connect failure, anything else the engine failing (in its words, cut).
-pub fn engine_failure(failure: Failure) -> GatewayError {
+fn engine_failure(failure: Failure) -> GatewayError {
     match failure {
         Failure::Timeout => GatewayError::UpstreamTimeout,
         Failure::Unreachable(_) => GatewayError::UpstreamConnect,
@@ -443,7 +443,7 @@ pub fn engine_failure(failure: Failure) -> GatewayError {
 }
 
 /// An engine's message, cut to [`MAX_ENGINE_MESSAGE`] bytes at a character boundary.
-pub fn bounded_message(message: &str) -> String {
+fn bounded_message(message: &str) -> String {
     let mut end = message.len().min(MAX_ENGINE_MESSAGE);
     while !message.is_char_boundary(end) {
         end -= 1;

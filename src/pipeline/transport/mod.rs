@@ -23,6 +23,8 @@ use ::http::{HeaderMap, Response};
 
 use crate::fleet::provider::Backend;
 use crate::fleet::{ConnectionMode, Transport as FleetTransport, Worker};
+use crate::generation::prompt::Refused;
+use crate::generation::run::StartError;
 use crate::http::body::RespBody;
 use crate::http::error::GatewayError;
 use crate::http::route::Route;
@@ -63,17 +65,19 @@ pub enum SendError {
     Refused(GatewayError),
 }
 
-impl From<crate::generation::prompt::Refused> for SendError {
-    fn from(refused: crate::generation::prompt::Refused) -> SendError {
+impl From<Refused> for SendError {
+    fn from(refused: Refused) -> SendError {
         SendError::Refused(refused.0)
     }
 }
 
-impl From<crate::generation::run::StartError> for SendError {
-    fn from(err: crate::generation::run::StartError) -> SendError {
+/// A generation that did not start: refused for the client, or failed by the worker
+/// (which the attempt loop may try elsewhere).
+impl From<StartError> for SendError {
+    fn from(err: StartError) -> SendError {
         match err {
-            crate::generation::run::StartError::Refused(err) => SendError::Refused(err),
-            crate::generation::run::StartError::Worker(err) => SendError::Exchange(err),
+            StartError::Refused(err) => SendError::Refused(err),
+            StartError::Worker(err) => SendError::Exchange(err),
         }
     }
 }
