@@ -175,7 +175,6 @@ pub fn run(config: Config) -> Result<(), String> {
         modes: FleetModes {
             enable_igw: config.fleet.enable_igw,
             dp_aware: config.fleet.dp_aware,
-            pd_disaggregation: config.fleet.pd_disaggregation,
             backend: config.fleet.backend,
             routing_key_headers: routing_settings.routing_key_headers.clone(),
             overload_retry_after: config.control.load_monitor_interval,

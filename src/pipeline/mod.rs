@@ -22,6 +22,7 @@
 //! [`Pipeline`] handle carries what the path reads.
 
 pub mod body_path;
+mod dispatch;
 pub mod headers;
 pub mod messages;
 mod pd;
@@ -128,8 +129,6 @@ pub struct FleetModes {
     pub enable_igw: bool,
     /// `--dp-aware`: a request to a rank target carries its rank in the body.
     pub dp_aware: bool,
-    /// `--pd-disaggregation`: prefill/decode dispatch.
-    pub pd_disaggregation: bool,
     /// `--backend`: under a provider backend only `/v1/messages` is served.
     pub backend: Backend,
     /// `--routing-key-headers`: where a request's routing key may come from.
@@ -226,10 +225,11 @@ impl Pipeline {
         let endpoint = route.endpoint().as_str();
         let mut seen = Seen::default();
         let result = async {
-            if self.modes.backend.is_provider() {
+            let dispatch = self.dispatch(route);
+            if dispatch.provider {
                 transport::provider::serves(route)?;
             }
-            let mut prepared = self.prepare(req, route, content_type).await?;
+            let mut prepared = self.prepare(req, route, dispatch, content_type).await?;
             let ticket = self.admit(prepared.media()).await?;
             self.send(clients, endpoint, &mut prepared, ticket, &mut seen)
                 .await

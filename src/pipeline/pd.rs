@@ -1,37 +1,36 @@
-//! Phase 3 under `--pd-disaggregation`: the attempt loop of prefill/decode dispatch. Each
-//! attempt picks a pair — a prefill worker by `--prefill-policy`, then a decode worker it
-//! pairs with (`pairing_protocol`, else runtime/transport/connector) by `--decode-policy`
-//! — and hands it to the pair transport ([`transport::pd`]), which runs the engines'
-//! protocol. The outcome is held against the worker whose leg produced it (breakers,
-//! `gw_worker_errors_total`); a retryable failure re-picks a pair, avoiding the worker that
-//! failed, within the same retry rules as single workers (the body is always held), and a
-//! retry counts for both roles.
+//! Phase 3 under `--pd-disaggregation`: the pair [`Way`] of the one attempt loop
+//! ([`super::send`]). Each attempt picks a pair — a prefill worker by `--prefill-policy`,
+//! then a decode worker it pairs with (`pairing_protocol`, else runtime/transport/connector)
+//! by `--decode-policy` — and hands it to the pair transport ([`transport::pd`]), which runs
+//! the engines' protocol. The outcome is held against the worker whose leg produced it
+//! (breakers, `gw_worker_errors_total`); a retryable failure re-picks a pair, avoiding the
+//! worker that failed, within the loop's retry rules (the body is always held), and a retry
+//! counts for both roles.
 
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
-use http::Response;
+use bytes::Bytes;
 use uuid::Uuid;
 
-use super::prepare::{Payload, Prepared};
+use super::dispatch::Dispatch;
+use super::prepare::Payload;
 use super::select::{self, NoPick};
-use super::send::{last_word, Failed};
+use super::send::{Outgoing, Sent, Way};
 use super::transport::grpc::GrpcPair;
 use super::transport::pd::body::{BodyError, Rooms};
 use super::transport::pd::{self, Pair, PairAttempt, PairFailure, PrefillFailure};
-use super::transport::{Answer, Attempt, SendError};
+use super::transport::Attempt;
 use super::{Pipeline, Seen, ThreadClients};
-use crate::admission::Ticket;
 use crate::engine::Protocol;
 use crate::fleet::rooms::RoomsHeld;
-use crate::fleet::{ConnectionMode, LoadGuard, Worker};
-use crate::http::body::RespBody;
+use crate::fleet::{ConnectionMode, Worker};
 use crate::http::error::GatewayError;
 use crate::http::guard::Guard;
 use crate::http::route::Route;
 use crate::http::upload::LimitedBody;
-use crate::resilience::RetryConfig;
+use crate::resilience::Outcome;
 use crate::routing::{Needs, Policy, RequestFacts};
 
 /// What prefill/decode dispatch keeps across requests: the two roles' policies and the
@@ -61,13 +60,6 @@ impl PdDispatch {
     }
 }
 
-/// Why no pair was picked.
-enum NoPair {
-    Prefill,
-    Decode,
-    Overloaded,
-}
-
 /// How a pair's legs are carried.
 #[derive(Clone, Copy)]
 enum Carrier {
@@ -83,199 +75,274 @@ enum Role {
     Decode,
 }
 
+/// Dispatch to prefill/decode pairs: the way [`Pipeline::attempts`] goes under
+/// `--pd-disaggregation`.
+pub(super) struct Pairs<'a> {
+    clients: &'a ThreadClients,
+    pd: &'a PdDispatch,
+    /// The body, held whole by prepare for a paired request.
+    body: Bytes,
+    /// The workers set aside, by role.
+    tried: [Vec<Uuid>; 2],
+    /// The role the last pick found no worker for.
+    missing: Role,
+}
+
 impl Pipeline {
-    /// Phase 3 for a pair: attempts until decode's answer is the client's, or none can be.
-    pub(super) async fn send_pairs(
-        &self,
-        clients: &ThreadClients,
-        endpoint: &'static str,
-        req: &mut Prepared,
-        ticket: Ticket,
-        seen: &mut Seen,
-    ) -> Result<Response<RespBody>, GatewayError> {
+    /// The pair way for a prepared request, or why it cannot go to pairs at all.
+    pub(super) fn pairs<'a>(
+        &'a self,
+        clients: &'a ThreadClients,
+        dispatch: Dispatch,
+        out: &Outgoing<'_>,
+    ) -> Result<Pairs<'a>, GatewayError> {
         let Some(pd) = &self.pd else {
             return Err(GatewayError::NoAvailableWorkers);
         };
         // Prepare holds a paired request's body whole (or refuses it).
-        let body = match &req.payload {
+        let body = match &*out.payload {
             Payload::Held(bytes) => bytes.clone(),
             Payload::Stream(_) => return Err(GatewayError::BufferBudgetFull),
         };
         // Spec 2: a gRPC encode/prefill/decode fleet serves Messages and the other
         // generation routes through its pairs, but not Responses.
-        if req.route == Route::ResponsesCreate && self.registry.snapshot().grpc_encode() {
+        if out.route == Route::ResponsesCreate && dispatch.encode {
             return Err(GatewayError::NotImplemented {
                 route: "/v1/responses on encode/prefill/decode fleets of gRPC engines",
             });
         }
-        let peeked = req.routing.peek();
-        let facts = req.routing.facts(&peeked);
-        if let Some(source) = req.routing.key_source(&peeked) {
-            self.metrics.routing_key_source(source);
-        }
-        seen.model = peeked.model.as_deref().map(str::to_owned);
+        Ok(Pairs {
+            clients,
+            pd,
+            body,
+            tried: [Vec::new(), Vec::new()],
+            missing: Role::Prefill,
+        })
+    }
+}
 
-        let mut tried: [Vec<Uuid>; 2] = [Vec::new(), Vec::new()];
-        let mut attempt: u32 = 0;
-        let mut resent = false;
-        let mut last: Option<Failed> = None;
-        loop {
-            let (prefill, decode) = match (self.pick_pair(pd, &facts, &tried), last.take()) {
-                (Ok(pair), _) => pair,
-                (Err(NoPair::Overloaded), _) => return Err(self.shed(attempt)),
-                (Err(_), Some(failed)) => return last_word(failed, ticket),
-                (Err(NoPair::Prefill), None) => return Err(GatewayError::NoPrefillServers),
-                (Err(NoPair::Decode), None) => return Err(GatewayError::NoAvailableWorkers),
-            };
-            let carrier = match (prefill.connection_mode(), decode.connection_mode()) {
-                (ConnectionMode::Http, ConnectionMode::Http) => Carrier::Http,
-                (ConnectionMode::Grpc, ConnectionMode::Grpc) => {
-                    Carrier::Grpc(clients.grpc.pairs(&prefill, &decode)?)
-                }
-                _ => {
-                    return Err(GatewayError::NotImplemented {
-                        route: "prefill/decode pairs of an HTTP and a gRPC worker",
-                    })
-                }
-            };
-            seen.worker = Some(decode.clone());
-            // gRPC pairs take their decode rooms first (the `pd_admission` stage).
-            let rooms = match carrier {
-                Carrier::Grpc(_) => {
-                    Some(self.decode_rooms(pd, &decode, &body, req.deadline).await?)
-                }
-                Carrier::Http => None,
-            };
-            let loads = [prefill.track(), decode.track()];
-            let started = Instant::now();
-            let sent = match carrier {
-                Carrier::Http => {
-                    pd::send(
-                        &clients.http,
-                        &pd.rooms,
-                        Pair {
-                            prefill: &prefill,
-                            decode: &decode,
-                        },
-                        PairAttempt {
-                            route: req.route,
-                            head: &req.head,
-                            headers: req.headers.clone(),
-                            body: &body,
-                            deadline: req.deadline,
-                            arrived: req.arrived,
-                        },
-                    )
-                    .await
-                }
-                Carrier::Grpc(how) => {
-                    let pair = GrpcPair {
-                        prefill: &prefill,
-                        decode: &decode,
-                        rooms: &pd.rooms,
-                    };
-                    let attempt = Attempt {
-                        route: req.route,
-                        head: &req.head,
-                        headers: req.headers.clone(),
-                        body: LimitedBody::whole(body.clone()),
-                        deadline: req.deadline,
-                        arrived: req.arrived,
-                    };
-                    if attempt.route == Route::ResponsesCreate {
-                        clients
-                            .responses
-                            .on_engine_pair(&clients.grpc, pair, how, attempt)
-                            .await
-                    } else {
-                        clients.grpc.send_pair(pair, how, attempt).await
-                    }
-                }
-            };
-            let [prefill_load, decode_load] = loads;
-            let (role, failed) = match sent {
-                Ok(paired) => {
-                    drop(prefill_load);
-                    self.record_outcome(&prefill, crate::resilience::Outcome::Success);
-                    if let Some(prefill_secs) = paired.prefill_secs {
-                        self.metrics.pd_pair(
-                            facts.model,
-                            &prefill,
-                            pd::connector_mode(&prefill),
-                            prefill_secs,
-                            started.elapsed().as_secs_f64(),
-                        );
-                    }
-                    if let Some(secs) = paired.kv_transfer_secs {
-                        self.metrics
-                            .pd_kv_transfer(facts.model, prefill.runtime.as_str(), secs);
-                    }
-                    if paired.kv_missing {
-                        self.metrics.pd_kv_transfer_failure();
-                    }
-                    match self.answered(&decode, paired.answer, decode_load) {
-                        Ok(answer) => {
-                            let resp = Pipeline::respond(answer.0, answer.1, ticket);
-                            return Ok(match rooms {
-                                Some(rooms) => resp.map(|body| body.holding(Guard::new(rooms))),
-                                None => resp,
-                            });
-                        }
-                        Err(failed) => (Role::Decode, failed),
-                    }
-                }
-                Err(PairFailure::Body(err)) => {
-                    if err == BodyError::NotObject {
-                        self.metrics.pd_bootstrap_failure();
-                    }
-                    return Err(GatewayError::InvalidRequest {
-                        message: err.to_string(),
-                    });
-                }
-                Err(PairFailure::Prefill(PrefillFailure::Status(answer))) => {
-                    match self.answered(&prefill, *answer, prefill_load) {
-                        Ok(answer) => return Ok(Pipeline::respond(answer.0, answer.1, ticket)),
-                        Err(failed) => (Role::Prefill, failed),
-                    }
-                }
-                Err(PairFailure::Prefill(PrefillFailure::Send(err))) => {
-                    (Role::Prefill, self.no_answer(&prefill, err)?)
-                }
-                Err(PairFailure::Decode(err)) => (Role::Decode, self.no_answer(&decode, err)?),
-            };
-            // A pooled connection the worker closed as the request went out: one immediate
-            // resend, before any retry (as for single workers).
-            if matches!(&failed, Failed::Exchange(GatewayError::UpstreamBroken)) && !resent {
-                resent = true;
-                self.metrics.send_retry();
-                last = Some(failed);
-                continue;
+impl Way for Pairs<'_> {
+    type Picked = (Arc<Worker>, Arc<Worker>);
+
+    /// A prefill worker by its policy, then a decode worker it pairs with by theirs.
+    fn pick(
+        &mut self,
+        pipeline: &Pipeline,
+        facts: &RequestFacts<'_>,
+    ) -> Result<Self::Picked, NoPick> {
+        let pd = self.pd;
+        self.missing = Role::Prefill;
+        let snapshot = pipeline.registry.snapshot();
+        let (prefill, how) = select::pick(
+            &snapshot,
+            select::Among::Prefill,
+            pd.prefill.as_ref(),
+            facts,
+            &self.tried[Role::Prefill as usize],
+        )?;
+        let decodes = snapshot.routable_decode();
+        // Fleets usually pair every worker with every other: then nothing is copied.
+        let candidates: Cow<'_, [Arc<Worker>]> = if decodes.iter().all(|d| prefill.pairs_with(d)) {
+            Cow::Borrowed(decodes)
+        } else {
+            Cow::Owned(
+                decodes
+                    .iter()
+                    .filter(|d| prefill.pairs_with(d))
+                    .cloned()
+                    .collect(),
+            )
+        };
+        let picked = select::pick_from(
+            &candidates,
+            pd.decode.as_ref(),
+            facts,
+            &self.tried[Role::Decode as usize],
+        );
+        let (decode, decode_how) = match picked {
+            Ok(picked) => picked,
+            Err(NoPick::None) => {
+                self.missing = Role::Decode;
+                return Err(NoPick::None);
             }
-            let failed_worker = if role == Role::Prefill {
-                &prefill
-            } else {
-                &decode
-            };
-            attempt += 1;
-            let backoff = self.retry.backoff(attempt);
-            let can_retry =
-                attempt <= self.retry.max_retries && Instant::now() + backoff < req.deadline;
-            if !can_retry {
-                if attempt > self.retry.max_retries {
-                    tracing::debug!(worker = %failed_worker.url, attempts = attempt, "retries exhausted");
-                    self.metrics.retries_exhausted(failed_worker, endpoint);
-                }
-                return last_word(failed, ticket);
-            }
-            self.metrics
-                .pd_retry(&prefill, &decode, endpoint, attempt, backoff.as_secs_f64());
-            tracing::debug!(worker = %failed_worker.url, attempt, "retrying on another pair");
-            tried[role as usize].push(failed_worker.id);
-            last = Some(failed);
-            tokio::time::sleep(backoff).await;
+            Err(overloaded) => return Err(overloaded),
+        };
+        pipeline
+            .metrics
+            .selected(&prefill, facts.model, pd.prefill.name(), &how);
+        pipeline
+            .metrics
+            .selected(&decode, facts.model, pd.decode.name(), &decode_how);
+        Ok((prefill, decode))
+    }
+
+    fn none_picked(&self, _: &Pipeline) -> GatewayError {
+        match self.missing {
+            Role::Prefill => GatewayError::NoPrefillServers,
+            Role::Decode => GatewayError::NoAvailableWorkers,
         }
     }
 
+    async fn attempt(
+        &mut self,
+        pipeline: &Pipeline,
+        (prefill, decode): &Self::Picked,
+        out: &mut Outgoing<'_>,
+        seen: &mut Seen,
+    ) -> Result<Sent, GatewayError> {
+        let (clients, pd) = (self.clients, self.pd);
+        let carrier = match (prefill.connection_mode(), decode.connection_mode()) {
+            (ConnectionMode::Http, ConnectionMode::Http) => Carrier::Http,
+            (ConnectionMode::Grpc, ConnectionMode::Grpc) => {
+                Carrier::Grpc(clients.grpc.pairs(prefill, decode)?)
+            }
+            _ => {
+                return Err(GatewayError::NotImplemented {
+                    route: "prefill/decode pairs of an HTTP and a gRPC worker",
+                })
+            }
+        };
+        seen.worker = Some(decode.clone());
+        // gRPC pairs take their decode rooms first (the `pd_admission` stage).
+        let rooms = match carrier {
+            Carrier::Grpc(_) => Some(
+                pipeline
+                    .decode_rooms(pd, decode, &self.body, out.deadline)
+                    .await?,
+            ),
+            Carrier::Http => None,
+        };
+        let loads = [prefill.track(), decode.track()];
+        let started = Instant::now();
+        let sent = match carrier {
+            Carrier::Http => {
+                pd::send(
+                    &clients.http,
+                    &pd.rooms,
+                    Pair { prefill, decode },
+                    PairAttempt {
+                        route: out.route,
+                        head: out.head,
+                        headers: out.headers.clone(),
+                        body: &self.body,
+                        deadline: out.deadline,
+                        arrived: out.arrived,
+                    },
+                )
+                .await
+            }
+            Carrier::Grpc(how) => {
+                let pair = GrpcPair {
+                    prefill,
+                    decode,
+                    rooms: &pd.rooms,
+                };
+                let attempt = Attempt {
+                    route: out.route,
+                    head: out.head,
+                    headers: out.headers.clone(),
+                    body: LimitedBody::whole(self.body.clone()),
+                    deadline: out.deadline,
+                    arrived: out.arrived,
+                };
+                if attempt.route == Route::ResponsesCreate {
+                    clients
+                        .responses
+                        .on_engine_pair(&clients.grpc, pair, how, attempt)
+                        .await
+                } else {
+                    clients.grpc.send_pair(pair, how, attempt).await
+                }
+            }
+        };
+        let [prefill_load, decode_load] = loads;
+        let (failed, by) = match sent {
+            Ok(paired) => {
+                drop(prefill_load);
+                pipeline.record_outcome(prefill, Outcome::Success);
+                let model = seen.model.as_deref();
+                if let Some(prefill_secs) = paired.prefill_secs {
+                    pipeline.metrics.pd_pair(
+                        model,
+                        prefill,
+                        pd::connector_mode(prefill),
+                        prefill_secs,
+                        started.elapsed().as_secs_f64(),
+                    );
+                }
+                if let Some(secs) = paired.kv_transfer_secs {
+                    pipeline
+                        .metrics
+                        .pd_kv_transfer(model, prefill.runtime.as_str(), secs);
+                }
+                if paired.kv_missing {
+                    pipeline.metrics.pd_kv_transfer_failure();
+                }
+                match pipeline.answered(decode, paired.answer, decode_load, true) {
+                    Ok((answer, load)) => {
+                        return Ok(Sent::Answer {
+                            answer,
+                            load,
+                            holding: rooms.map(Guard::new),
+                        })
+                    }
+                    Err(failed) => (failed, decode),
+                }
+            }
+            Err(PairFailure::Body(err)) => {
+                if err == BodyError::NotObject {
+                    pipeline.metrics.pd_bootstrap_failure();
+                }
+                return Err(GatewayError::InvalidRequest {
+                    message: err.to_string(),
+                });
+            }
+            Err(PairFailure::Prefill(PrefillFailure::Status(answer))) => {
+                match pipeline.answered(prefill, *answer, prefill_load, true) {
+                    Ok((answer, load)) => {
+                        return Ok(Sent::Answer {
+                            answer,
+                            load,
+                            holding: None,
+                        })
+                    }
+                    Err(failed) => (failed, prefill),
+                }
+            }
+            Err(PairFailure::Prefill(PrefillFailure::Send(err))) => {
+                (pipeline.no_answer(prefill, err)?, prefill)
+            }
+            Err(PairFailure::Decode(err)) => (pipeline.no_answer(decode, err)?, decode),
+        };
+        Ok(Sent::Failed {
+            failed,
+            by: by.clone(),
+        })
+    }
+
+    /// A retry counts for both roles; the worker whose leg failed is set aside in its role.
+    fn retrying(
+        &mut self,
+        pipeline: &Pipeline,
+        (prefill, decode): &Self::Picked,
+        by: &Worker,
+        endpoint: &'static str,
+        attempt: u32,
+        backoff: std::time::Duration,
+    ) {
+        pipeline
+            .metrics
+            .pd_retry(prefill, decode, endpoint, attempt, backoff.as_secs_f64());
+        let role = if by.id == prefill.id {
+            Role::Prefill
+        } else {
+            Role::Decode
+        };
+        self.tried[role as usize].push(by.id);
+    }
+}
+
+impl Pipeline {
     /// The `pd_admission` stage: a room per sequence of `body` on `decode`, waiting for
     /// rooms to free up for at most `--pd-admission-wait-secs` (and the request's
     /// deadline). A request that needs more rooms than the window has, or whose wait runs
@@ -307,102 +374,6 @@ impl Pipeline {
         Err(GatewayError::OverloadShed {
             retry_after_secs: self.modes.overload_retry_after.as_secs(),
         })
-    }
-
-    /// A prefill worker by its policy, then a decode worker it pairs with by theirs.
-    fn pick_pair(
-        &self,
-        pd: &PdDispatch,
-        facts: &RequestFacts<'_>,
-        tried: &[Vec<Uuid>; 2],
-    ) -> Result<(Arc<Worker>, Arc<Worker>), NoPair> {
-        let snapshot = self.registry.snapshot();
-        let (prefill, how) = select::pick(
-            &snapshot,
-            select::Among::Prefill,
-            pd.prefill.as_ref(),
-            facts,
-            &tried[Role::Prefill as usize],
-        )
-        .map_err(|no| match no {
-            NoPick::None => NoPair::Prefill,
-            NoPick::Overloaded => NoPair::Overloaded,
-        })?;
-        let decodes = snapshot.routable_decode();
-        // Fleets usually pair every worker with every other: then nothing is copied.
-        let candidates: Cow<'_, [Arc<Worker>]> = if decodes.iter().all(|d| prefill.pairs_with(d)) {
-            Cow::Borrowed(decodes)
-        } else {
-            Cow::Owned(
-                decodes
-                    .iter()
-                    .filter(|d| prefill.pairs_with(d))
-                    .cloned()
-                    .collect(),
-            )
-        };
-        let (decode, decode_how) = select::pick_from(
-            &candidates,
-            pd.decode.as_ref(),
-            facts,
-            &tried[Role::Decode as usize],
-        )
-        .map_err(|no| match no {
-            NoPick::None => NoPair::Decode,
-            NoPick::Overloaded => NoPair::Overloaded,
-        })?;
-        self.metrics
-            .selected(&prefill, facts.model, pd.prefill.name(), &how);
-        self.metrics
-            .selected(&decode, facts.model, pd.decode.name(), &decode_how);
-        Ok((prefill, decode))
-    }
-
-    /// A leg's answer: counted and fed to its worker's breaker; the client's unless its
-    /// status is one to retry.
-    fn answered(
-        &self,
-        worker: &Worker,
-        answer: Answer,
-        load: LoadGuard,
-    ) -> Result<(Answer, LoadGuard), Failed> {
-        let status = answer.status();
-        self.metrics.upstream_response(status.as_u16(), "");
-        if status.is_server_error() {
-            let kind = if status == http::StatusCode::GATEWAY_TIMEOUT {
-                "timeout"
-            } else {
-                "backend_error"
-            };
-            self.metrics.worker_error(worker, kind);
-        }
-        let outcome = worker.breaker.config().classify(status);
-        self.record_outcome(worker, outcome);
-        if RetryConfig::retries_status(status) {
-            Err(Failed::Status(Box::new((answer, load))))
-        } else {
-            Ok((answer, load))
-        }
-    }
-
-    /// A leg without an answer: a timeout ends the request (as for single workers), a
-    /// broken exchange may be retried on another pair.
-    fn no_answer(&self, worker: &Worker, err: SendError) -> Result<Failed, GatewayError> {
-        match err {
-            SendError::Timeout => {
-                self.failed_exchange(worker, &GatewayError::UpstreamTimeout);
-                Err(GatewayError::UpstreamTimeout)
-            }
-            SendError::Refused(answer) => Err(answer),
-            SendError::ClientBody(fault) => Err(GatewayError::from_read(
-                fault,
-                self.settings.max_payload_size,
-            )),
-            SendError::Exchange(failure) => {
-                self.failed_exchange(worker, &failure);
-                Ok(Failed::Exchange(failure))
-            }
-        }
     }
 }
 

@@ -12,6 +12,7 @@ use http::{HeaderMap, HeaderValue, Request};
 use hyper::body::Incoming;
 
 use super::body_path::{self, BodyPath, StreamReason};
+use super::dispatch::Dispatch;
 use super::headers::{self, ContentType};
 use super::messages::{self, MessagesRoute};
 use super::peek::{self, Peeked, Wants};
@@ -31,6 +32,8 @@ const TARGET_WORKER: &str = "x-gw-target-worker";
 pub(super) struct Prepared {
     /// The route the request was matched as.
     pub route: Route,
+    /// How it is dispatched.
+    pub dispatch: Dispatch,
     /// Method and URI; the headers moved to `headers`.
     pub head: http::request::Parts,
     /// The headers a worker receives.
@@ -61,10 +64,6 @@ pub(super) struct Routing {
     held: Bytes,
     /// Candidates are the model's workers (`--enable-igw`, count_tokens).
     pub by_model: bool,
-    /// Candidates are the prefill workers (count_tokens under `--pd-disaggregation`).
-    pub prefill_only: bool,
-    /// Prefill/decode dispatch: the request goes to a prefill and a decode worker.
-    pub pairs: bool,
     declared: Option<u64>,
 }
 
@@ -167,13 +166,11 @@ impl Pipeline {
         &self,
         req: Request<Incoming>,
         route: Route,
+        dispatch: Dispatch,
         content_type: ContentType,
     ) -> Result<Prepared, GatewayError> {
-        let pd = self.modes.pd_disaggregation && !self.modes.enable_igw;
         let messages_route = MessagesRoute::of(route);
         let counting = messages_route == Some(MessagesRoute::CountTokens);
-        // count_tokens goes to one prefill worker (spec 2); everything else to a pair.
-        let pairs = pd && !counting;
         let limit = self.settings.max_payload_size;
         let declared = declared_length(&req);
         if declared.is_some_and(|len| len > limit) {
@@ -188,13 +185,12 @@ impl Pipeline {
         // always held.
         let checks_responses = json && route == Route::ResponsesCreate;
         if counting {
-            self.count_tokens_served(req.headers())?;
+            count_tokens_served(dispatch, req.headers())?;
         }
         let renames_model = messages_route.is_some() && !self.registry.aliases().is_empty();
-        let prefill_only = counting && pd;
         let needs = match &self.pd {
-            Some(pd) if pairs => pd.needs(),
-            _ => self.selecting(prefill_only).needs(),
+            Some(pd) if dispatch.pairs => pd.needs(),
+            _ => self.selecting(dispatch.prefill_only).needs(),
         };
         // Header values are shared buffers: taken before the header map is handed on.
         let (routing_key, target_worker) = if needs == Needs::Header {
@@ -208,7 +204,7 @@ impl Pipeline {
         let inputs = body_path::Inputs {
             // count_tokens goes to a worker of the body's model (404 when none serves it);
             // under prefill/decode to any prefill worker.
-            needs_model: (self.modes.enable_igw && json) || (counting && !pd),
+            needs_model: (self.modes.enable_igw && json) || (counting && !dispatch.prefill_only),
             needs_text: needs == Needs::PromptText && json,
             needs_rid: needs == Needs::Header
                 && json
@@ -216,8 +212,8 @@ impl Pipeline {
                 && target_worker.is_none(),
             mutates_body: (self.modes.dp_aware || renames_model) && json,
             needs_media: json && self.admission.media.is_some(),
-            grpc: json && self.registry.snapshot().all_grpc(),
-            pd: pairs,
+            grpc: json && dispatch.token_engines,
+            pd: dispatch.pairs,
             validates: checks_responses,
             retries: self.retry.enabled(),
             declared_len: declared,
@@ -260,12 +256,11 @@ impl Pipeline {
             wants,
             held: payload.held_for(wants),
             by_model: inputs.needs_model,
-            prefill_only,
-            pairs,
             declared,
         };
         Ok(Prepared {
             route,
+            dispatch,
             head,
             headers,
             payload,
@@ -275,24 +270,6 @@ impl Pipeline {
             arrived,
             routing,
         })
-    }
-
-    /// Whether count_tokens can be served here at all (spec 2: 501 on gRPC engines, 415
-    /// for a body not sent as JSON), before its body is read.
-    fn count_tokens_served(&self, headers: &HeaderMap) -> Result<(), GatewayError> {
-        if self.registry.snapshot().all_grpc() {
-            return Err(GatewayError::NotServedByBackend {
-                route: "/v1/messages/count_tokens",
-                backend: "gRPC",
-            });
-        }
-        if !messages::declares_json(headers) {
-            return Err(GatewayError::CountTokensBody {
-                fault: BodyFault::MediaType,
-                message: "Content-Type must be application/json".to_owned(),
-            });
-        }
-        Ok(())
     }
 
     /// Reads what `path` says of the body before dispatch, by the body's whole-body
@@ -350,4 +327,22 @@ fn declared_length(req: &Request<Incoming>) -> Option<u64> {
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse().ok())
+}
+
+/// Whether count_tokens can be served here at all (spec 2: 501 on gRPC engines, 415 for a
+/// body not sent as JSON), before its body is read.
+fn count_tokens_served(dispatch: Dispatch, headers: &HeaderMap) -> Result<(), GatewayError> {
+    if dispatch.token_engines {
+        return Err(GatewayError::NotServedByBackend {
+            route: "/v1/messages/count_tokens",
+            backend: "gRPC",
+        });
+    }
+    if !messages::declares_json(headers) {
+        return Err(GatewayError::CountTokensBody {
+            fault: BodyFault::MediaType,
+            message: "Content-Type must be application/json".to_owned(),
+        });
+    }
+    Ok(())
 }

@@ -1,16 +1,18 @@
-//! Phase 3, send: the attempt loop. Each attempt [`select`](super::select)s a worker, hands
-//! the request to that worker's [`transport`](super::transport), and classifies what came
-//! back for the worker's circuit breaker; a failed attempt is retried on another worker
+//! Phase 3, send: the attempt loop, one for every way a request is dispatched. Each
+//! attempt picks where it goes — one worker ([`Single`]), or a prefill/decode pair
+//! ([`super::pd`]) — hands it to the [`transport`](super::transport)s, and classifies what
+//! came back for the workers' circuit breakers; a failed attempt is retried elsewhere
 //! (with backoff) while the body can be replayed and no response byte has reached the
-//! client. The loop knows nothing of how a transport talks to its worker. The answer that
-//! wins goes to phase 4 ([`Pipeline::respond`]).
+//! client. The loop knows nothing of how a transport talks to its worker, nor of how many
+//! workers an attempt takes. The answer that wins goes to phase 4 ([`Pipeline::respond`]).
 
+use std::sync::Arc;
 use std::time::Instant;
 
-use http::Response;
+use http::{HeaderMap, Response};
 use uuid::Uuid;
 
-use super::prepare::Prepared;
+use super::prepare::{Payload, Prepared};
 use super::select::{self, Among, NoPick};
 use super::transport::{self, Answer, Attempt, SendError};
 use super::{Pipeline, Seen, ThreadClients};
@@ -18,8 +20,10 @@ use crate::admission::Ticket;
 use crate::fleet::{LoadGuard, Worker};
 use crate::http::body::RespBody;
 use crate::http::error::GatewayError;
+use crate::http::guard::Guard;
+use crate::http::route::Route;
 use crate::resilience::{Outcome, RetryConfig};
-use crate::routing::Policy;
+use crate::routing::{Policy, RequestFacts};
 
 /// How one attempt ended, when it did not produce the response to relay.
 pub(super) enum Failed {
@@ -28,6 +32,74 @@ pub(super) enum Failed {
     Status(Box<(Answer, LoadGuard)>),
     /// No answer: connect failure or broken exchange.
     Exchange(GatewayError),
+}
+
+/// What an attempt sends of the prepared request (its routing facts are read beside it).
+pub(super) struct Outgoing<'r> {
+    pub route: Route,
+    /// Method and URI.
+    pub head: &'r http::request::Parts,
+    /// The headers a worker receives.
+    pub headers: &'r mut HeaderMap,
+    pub payload: &'r mut Payload,
+    /// The body is JSON.
+    pub json: bool,
+    pub deadline: Instant,
+    pub arrived: Instant,
+}
+
+/// How one attempt came out. The answer is the common case and stays unboxed: boxing it
+/// would cost an allocation per request to spare a move on the rare failure path.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Sent {
+    /// The client's answer, with what must live as long as its body.
+    Answer {
+        answer: Answer,
+        load: LoadGuard,
+        holding: Option<Guard>,
+    },
+    /// It failed on `by`, which may be retried against.
+    Failed { failed: Failed, by: Arc<Worker> },
+    /// Nothing was sent (no transport of this build reaches the worker): another worker
+    /// takes the request at once, without counting as a retry.
+    Skipped(Failed),
+}
+
+/// One way of dispatching a request: where an attempt goes, and how it is sent.
+pub(super) trait Way {
+    /// What one attempt goes to.
+    type Picked;
+
+    /// The next attempt's target, avoiding those set aside by [`Way::retrying`].
+    fn pick(
+        &mut self,
+        pipeline: &Pipeline,
+        facts: &RequestFacts<'_>,
+    ) -> Result<Self::Picked, NoPick>;
+
+    /// Why nothing could be picked when no attempt has failed yet.
+    fn none_picked(&self, pipeline: &Pipeline) -> GatewayError;
+
+    /// Sends one attempt to `picked`. An error ends the request.
+    async fn attempt(
+        &mut self,
+        pipeline: &Pipeline,
+        picked: &Self::Picked,
+        out: &mut Outgoing<'_>,
+        seen: &mut Seen,
+    ) -> Result<Sent, GatewayError>;
+
+    /// A failed attempt of `endpoint` will be retried after `backoff`: counts it and sets
+    /// aside `by`.
+    fn retrying(
+        &mut self,
+        pipeline: &Pipeline,
+        picked: &Self::Picked,
+        by: &Worker,
+        endpoint: &'static str,
+        attempt: u32,
+        backoff: std::time::Duration,
+    );
 }
 
 impl Pipeline {
@@ -63,161 +135,135 @@ impl Pipeline {
         ticket: Ticket,
         seen: &mut Seen,
     ) -> Result<Response<RespBody>, GatewayError> {
-        if req.routing.pairs {
-            return self.send_pairs(clients, endpoint, req, ticket, seen).await;
-        }
-        let peeked = req.routing.peek();
-        let facts = req.routing.facts(&peeked);
-        if let Some(source) = req.routing.key_source(&peeked) {
+        let Prepared {
+            route,
+            dispatch,
+            head,
+            headers,
+            payload,
+            json,
+            deadline,
+            arrived,
+            routing,
+            ..
+        } = req;
+        let peeked = routing.peek();
+        let facts = routing.facts(&peeked);
+        if let Some(source) = routing.key_source(&peeked) {
             self.metrics.routing_key_source(source);
         }
         seen.model = peeked.model.as_deref().map(str::to_owned);
+        let mut out = Outgoing {
+            route: *route,
+            head,
+            headers,
+            payload,
+            json: *json,
+            deadline: *deadline,
+            arrived: *arrived,
+        };
+        if dispatch.pairs {
+            let mut pairs = self.pairs(clients, *dispatch, &out)?;
+            return self
+                .attempts(&mut pairs, &facts, endpoint, &mut out, ticket, seen)
+                .await;
+        }
         // Candidates are narrowed to the model's workers only with several models behind
         // the gateway; otherwise the model only informs the policy.
-        let model = if req.routing.by_model {
+        let model = if routing.by_model {
             peeked.model.as_deref()
         } else {
             None
         };
-        let among = if req.routing.prefill_only {
+        let among = if dispatch.prefill_only {
             Among::Prefill
         } else {
             Among::Regular(model)
         };
-        let policy = self.selecting(req.routing.prefill_only);
-        let transports = transport::Transports {
-            http: &clients.http,
-            grpc: &clients.grpc,
-            backend: self.modes.backend,
-            tools: &clients.tools,
-            responses: &clients.responses,
+        let mut single = Single {
+            transports: transport::Transports {
+                http: &clients.http,
+                grpc: &clients.grpc,
+                provider: dispatch.provider,
+                tools: &clients.tools,
+                responses: &clients.responses,
+            },
+            among,
+            policy: self.selecting(dispatch.prefill_only),
+            tried: Vec::new(),
         };
+        self.attempts(&mut single, &facts, endpoint, &mut out, ticket, seen)
+            .await
+    }
 
-        let mut tried: Vec<Uuid> = Vec::new();
+    /// The attempt loop itself, whatever an attempt goes to.
+    async fn attempts<W: Way>(
+        &self,
+        way: &mut W,
+        facts: &RequestFacts<'_>,
+        endpoint: &'static str,
+        out: &mut Outgoing<'_>,
+        ticket: Ticket,
+        seen: &mut Seen,
+    ) -> Result<Response<RespBody>, GatewayError> {
         let mut attempt: u32 = 0;
         let mut resent = false;
         let mut last: Option<Failed> = None;
         loop {
-            let picked = {
-                let snapshot = self.registry.snapshot();
-                select::pick(&snapshot, among, policy, &facts, &tried)
-            };
-            let worker = match (picked, last.take()) {
-                (Ok((worker, how)), _) => {
-                    self.metrics
-                        .selected(&worker, facts.model, policy.name(), &how);
-                    worker
-                }
+            let picked = match (way.pick(self, facts), last.take()) {
+                (Ok(picked), _) => picked,
                 // Overload sheds the request, never retried: the first attempt sheds at
                 // selection, a retry at dispatch.
                 (Err(NoPick::Overloaded), _) => return Err(self.shed(attempt)),
                 // Every breaker opened while retrying: the last answer is the better word.
-                (Err(_), Some(failed)) => return last_word(failed, ticket),
-                (Err(NoPick::None), None) => return Err(self.no_worker_for(among)),
+                (Err(NoPick::None), Some(failed)) => return last_word(failed, ticket),
+                (Err(NoPick::None), None) => return Err(way.none_picked(self)),
             };
-            // A worker no transport of this build reaches fails before anything is sent,
-            // so even a streamed body is still unread: another worker takes the request at
-            // once, and the failure goes through the breaker so the worker leaves rotation.
-            if let Err(unreachable) = transports.reaches(&worker) {
-                self.failed_exchange(&worker, &unreachable);
-                tried.push(worker.id);
-                last = Some(Failed::Exchange(unreachable));
+            let (failed, by) = match way.attempt(self, &picked, out, seen).await? {
+                Sent::Answer {
+                    answer,
+                    load,
+                    holding,
+                } => {
+                    let resp = Pipeline::respond(answer, load, ticket);
+                    return Ok(match holding {
+                        Some(guard) => resp.map(|body| body.holding(guard)),
+                        None => resp,
+                    });
+                }
+                Sent::Skipped(failed) => {
+                    last = Some(failed);
+                    continue;
+                }
+                Sent::Failed { failed, by } => (failed, by),
+            };
+            let replayable = out.payload.replayable();
+            // A pooled connection the worker closed as the request went out: one immediate
+            // resend, before any retry.
+            if matches!(&failed, Failed::Exchange(GatewayError::UpstreamBroken))
+                && replayable
+                && !resent
+            {
+                resent = true;
+                self.metrics.send_retry();
+                last = Some(failed);
                 continue;
             }
-            let Some(body) = req.payload.next() else {
-                return Err(GatewayError::UpstreamBroken);
-            };
-            let body = req.payload.for_worker(&worker, body, req.json)?;
-            // An attempt that cannot be followed by another (a streamed body) takes the
-            // header map; others copy it.
-            let headers = if req.payload.replayable() {
-                req.headers.clone()
-            } else {
-                std::mem::take(&mut req.headers)
-            };
-            seen.worker = Some(worker.clone());
-            let load = worker.track();
-            // A worker's `http_pool.timeout_secs` caps this attempt, relay included.
-            let deadline = worker
-                .request_timeout
-                .map_or(req.deadline, |cap| req.deadline.min(Instant::now() + cap));
-            let sent = transports
-                .send(
-                    &worker,
-                    Attempt {
-                        route: req.route,
-                        head: &req.head,
-                        headers,
-                        body,
-                        deadline,
-                        arrived: req.arrived,
-                    },
-                )
-                .await;
-            let failed = match sent {
-                Err(SendError::Timeout) => {
-                    self.failed_exchange(&worker, &GatewayError::UpstreamTimeout);
-                    return Err(GatewayError::UpstreamTimeout);
-                }
-                Err(SendError::Refused(answer)) => return Err(answer),
-                // The client's body failed, not the worker: no breaker, no retry.
-                Err(SendError::ClientBody(fault)) => {
-                    return Err(GatewayError::from_read(
-                        fault,
-                        self.settings.max_payload_size,
-                    ))
-                }
-                Err(SendError::Exchange(failure)) => {
-                    self.failed_exchange(&worker, &failure);
-                    // A pooled connection the worker closed as the request went out: one
-                    // immediate resend, before any retry.
-                    if failure == GatewayError::UpstreamBroken
-                        && req.payload.replayable()
-                        && !resent
-                    {
-                        resent = true;
-                        self.metrics.send_retry();
-                        continue;
-                    }
-                    Failed::Exchange(failure)
-                }
-                Ok(answer) => {
-                    let status = answer.status();
-                    self.metrics.upstream_response(status.as_u16(), "");
-                    if status.is_server_error() {
-                        let kind = if status == http::StatusCode::GATEWAY_TIMEOUT {
-                            "timeout"
-                        } else {
-                            "backend_error"
-                        };
-                        self.metrics.worker_error(&worker, kind);
-                    }
-                    let outcome = worker.breaker.config().classify(status);
-                    self.record_outcome(&worker, outcome);
-                    if RetryConfig::retries_status(status) && req.payload.replayable() {
-                        Failed::Status(Box::new((answer, load)))
-                    } else {
-                        return Ok(Pipeline::respond(answer, load, ticket));
-                    }
-                }
-            };
             attempt += 1;
             let backoff = self.retry.backoff(attempt);
-            let can_retry = req.payload.replayable()
+            let can_retry = replayable
                 && attempt <= self.retry.max_retries
-                && Instant::now() + backoff < req.deadline;
+                && Instant::now() + backoff < out.deadline;
             if !can_retry {
-                if req.payload.replayable() && attempt > self.retry.max_retries {
-                    tracing::debug!(worker = %worker.url, attempts = attempt, "retries exhausted");
-                    self.metrics.retries_exhausted(&worker, endpoint);
+                if replayable && attempt > self.retry.max_retries {
+                    tracing::debug!(worker = %by.url, attempts = attempt, "retries exhausted");
+                    self.metrics.retries_exhausted(&by, endpoint);
                 }
                 return last_word(failed, ticket);
             }
-            self.metrics
-                .retry(&worker, endpoint, attempt, backoff.as_secs_f64());
+            way.retrying(self, &picked, &by, endpoint, attempt, backoff);
+            tracing::debug!(worker = %by.url, attempt, backoff_ms = backoff.as_millis() as u64, "retrying elsewhere");
             last = Some(failed);
-            tracing::debug!(worker = %worker.url, attempt, backoff_ms = backoff.as_millis() as u64, "retrying on another worker");
-            tried.push(worker.id);
             tokio::time::sleep(backoff).await;
         }
     }
@@ -232,6 +278,59 @@ impl Pipeline {
             }
             Among::Prefill => GatewayError::NoPrefillServers,
             Among::Regular(_) => GatewayError::NoAvailableWorkers,
+        }
+    }
+
+    /// A worker's answer: counted and fed to its breaker; the client's unless its status
+    /// is one to retry and the body can be sent again.
+    pub(super) fn answered(
+        &self,
+        worker: &Worker,
+        answer: Answer,
+        load: LoadGuard,
+        replayable: bool,
+    ) -> Result<(Answer, LoadGuard), Failed> {
+        let status = answer.status();
+        self.metrics.upstream_response(status.as_u16(), "");
+        if status.is_server_error() {
+            let kind = if status == http::StatusCode::GATEWAY_TIMEOUT {
+                "timeout"
+            } else {
+                "backend_error"
+            };
+            self.metrics.worker_error(worker, kind);
+        }
+        let outcome = worker.breaker.config().classify(status);
+        self.record_outcome(worker, outcome);
+        if RetryConfig::retries_status(status) && replayable {
+            Err(Failed::Status(Box::new((answer, load))))
+        } else {
+            Ok((answer, load))
+        }
+    }
+
+    /// An attempt on `worker` without an answer: a timeout ends the request, as does a
+    /// refusal or the client's own body failing (no breaker); a broken exchange may be
+    /// retried elsewhere.
+    pub(super) fn no_answer(
+        &self,
+        worker: &Worker,
+        err: SendError,
+    ) -> Result<Failed, GatewayError> {
+        match err {
+            SendError::Timeout => {
+                self.failed_exchange(worker, &GatewayError::UpstreamTimeout);
+                Err(GatewayError::UpstreamTimeout)
+            }
+            SendError::Refused(answer) => Err(answer),
+            SendError::ClientBody(fault) => Err(GatewayError::from_read(
+                fault,
+                self.settings.max_payload_size,
+            )),
+            SendError::Exchange(failure) => {
+                self.failed_exchange(worker, &failure);
+                Ok(Failed::Exchange(failure))
+            }
         }
     }
 
@@ -268,15 +367,123 @@ impl Pipeline {
 }
 
 /// The client's answer when no further attempt follows.
-pub(super) fn last_word(
-    failed: Failed,
-    ticket: Ticket,
-) -> Result<Response<RespBody>, GatewayError> {
+fn last_word(failed: Failed, ticket: Ticket) -> Result<Response<RespBody>, GatewayError> {
     match failed {
         Failed::Status(kept) => {
             let (answer, load) = *kept;
             Ok(Pipeline::respond(answer, load, ticket))
         }
         Failed::Exchange(err) => Err(err),
+    }
+}
+
+/// Dispatch to one worker: `--policy` over the regular workers (or the model's), or
+/// `--prefill-policy` over the prefill workers for count_tokens under prefill/decode.
+struct Single<'a> {
+    transports: transport::Transports<'a>,
+    among: Among<'a>,
+    policy: &'a dyn Policy,
+    tried: Vec<Uuid>,
+}
+
+impl Way for Single<'_> {
+    type Picked = Arc<Worker>;
+
+    fn pick(
+        &mut self,
+        pipeline: &Pipeline,
+        facts: &RequestFacts<'_>,
+    ) -> Result<Arc<Worker>, NoPick> {
+        let snapshot = pipeline.registry.snapshot();
+        let (worker, how) = select::pick(&snapshot, self.among, self.policy, facts, &self.tried)?;
+        pipeline
+            .metrics
+            .selected(&worker, facts.model, self.policy.name(), &how);
+        Ok(worker)
+    }
+
+    fn none_picked(&self, pipeline: &Pipeline) -> GatewayError {
+        pipeline.no_worker_for(self.among)
+    }
+
+    async fn attempt(
+        &mut self,
+        pipeline: &Pipeline,
+        worker: &Arc<Worker>,
+        out: &mut Outgoing<'_>,
+        seen: &mut Seen,
+    ) -> Result<Sent, GatewayError> {
+        // A worker no transport of this build reaches fails before anything is sent, so
+        // even a streamed body is still unread: another worker takes the request at once,
+        // and the failure goes through the breaker so the worker leaves rotation.
+        if let Err(unreachable) = self.transports.reaches(worker) {
+            pipeline.failed_exchange(worker, &unreachable);
+            self.tried.push(worker.id);
+            return Ok(Sent::Skipped(Failed::Exchange(unreachable)));
+        }
+        let Some(body) = out.payload.next() else {
+            return Err(GatewayError::UpstreamBroken);
+        };
+        let body = out.payload.for_worker(worker, body, out.json)?;
+        let replayable = out.payload.replayable();
+        // An attempt that cannot be followed by another (a streamed body) takes the header
+        // map; others copy it.
+        let headers = if replayable {
+            out.headers.clone()
+        } else {
+            std::mem::take(out.headers)
+        };
+        seen.worker = Some(worker.clone());
+        let load = worker.track();
+        // A worker's `http_pool.timeout_secs` caps this attempt, relay included.
+        let deadline = worker
+            .request_timeout
+            .map_or(out.deadline, |cap| out.deadline.min(Instant::now() + cap));
+        let sent = self
+            .transports
+            .send(
+                worker,
+                Attempt {
+                    route: out.route,
+                    head: out.head,
+                    headers,
+                    body,
+                    deadline,
+                    arrived: out.arrived,
+                },
+            )
+            .await;
+        let failed = match sent {
+            Err(err) => pipeline.no_answer(worker, err)?,
+            Ok(answer) => match pipeline.answered(worker, answer, load, replayable) {
+                Ok((answer, load)) => {
+                    return Ok(Sent::Answer {
+                        answer,
+                        load,
+                        holding: None,
+                    })
+                }
+                Err(failed) => failed,
+            },
+        };
+        Ok(Sent::Failed {
+            failed,
+            by: worker.clone(),
+        })
+    }
+
+    fn retrying(
+        &mut self,
+        pipeline: &Pipeline,
+        _: &Arc<Worker>,
+        by: &Worker,
+        endpoint: &'static str,
+        attempt: u32,
+        backoff: std::time::Duration,
+    ) {
+        pipeline
+            .metrics
+            .retry(by, endpoint, attempt, backoff.as_secs_f64());
+        self.tried.push(by.id);
     }
 }

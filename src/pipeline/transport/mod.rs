@@ -21,7 +21,6 @@ use std::time::Instant;
 
 use ::http::{HeaderMap, Response};
 
-use crate::fleet::provider::Backend;
 use crate::fleet::{ConnectionMode, Transport as FleetTransport, Worker};
 use crate::generation::prompt::Refused;
 use crate::generation::run::StartError;
@@ -115,8 +114,8 @@ pub trait Transport {
 pub struct Transports<'a> {
     pub http: &'a http::UpstreamClient,
     pub grpc: &'a grpc::GrpcClient,
-    /// `--backend`: what an HTTP worker is.
-    pub backend: Backend,
+    /// `--backend` names an external provider: what an HTTP worker is.
+    pub provider: bool,
     /// The provider backend's MCP tool loop.
     pub tools: &'a provider::mcp_loop::LoopClient,
     /// Responses run by the gateway on external providers.
@@ -140,7 +139,7 @@ impl Transports<'_> {
     /// Sends `attempt` over `worker`'s transport.
     pub async fn send(&self, worker: &Worker, attempt: Attempt<'_>) -> Result<Answer, SendError> {
         match worker.connection_mode() {
-            ConnectionMode::Http if self.backend.is_provider() => {
+            ConnectionMode::Http if self.provider => {
                 provider::send(self.http, self.tools, worker, attempt).await
             }
             ConnectionMode::Http if responses::Runner::takes(worker, &attempt) => {
