@@ -276,6 +276,19 @@ impl Ask {
         }
         let body: Body = serde_json::from_slice(body)
             .map_err(|e| Invalid(format!("invalid request body: {e}")))?;
+        Ask::of_body(route, body)
+    }
+
+    /// Reads a chat completions body the gateway built itself (a Responses turn's chat):
+    /// taken as the value it is, never written out and read again.
+    pub fn chat(body: Value) -> Result<Ask, Invalid> {
+        let body: Body = serde_json::from_value(body)
+            .map_err(|e| Invalid(format!("invalid request body: {e}")))?;
+        Ask::of_body(Api::Chat, body)
+    }
+
+    /// The ask of a chat or completions `body`.
+    fn of_body(route: Api, body: Body) -> Result<Ask, Invalid> {
         let n = body.n.unwrap_or(1);
         if !(1..=MAX_CHOICES).contains(&n) {
             return Err(Invalid(format!("n must be between 1 and {MAX_CHOICES}")));

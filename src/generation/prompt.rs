@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::ask::{Ask, Input};
+use super::ask::{Ask, Input, Invalid};
 use crate::chat::language::Language;
 use crate::chat::template::RenderInput;
 use crate::chat::{budget, encode_cache};
@@ -41,6 +41,24 @@ pub async fn understand(
     .await
 }
 
+/// A chat the gateway built (a Responses turn's), of about `size` bytes, taken as its
+/// ask and its prompt's ids made, like [`understand`] does for a client's body.
+pub async fn understand_chat(
+    language: &Arc<Language>,
+    window: Option<u32>,
+    chat: serde_json::Value,
+    size: usize,
+    deadline: Instant,
+) -> Result<(Ask, Vec<u32>), Refused> {
+    on_share(language, size, deadline, move |language| {
+        let ask = Ask::chat(chat).map_err(|Invalid(message)| GatewayError::InvalidRequest {
+            message,
+        })?;
+        with_prompt(language, window, ask)
+    })
+    .await
+}
+
 /// `work` on `body` with the body's share of the process's prompt budget
 /// ([`budget`]): inline for a small body, on the blocking pool for a large one.
 pub async fn on_budget<T: Send + 'static>(
@@ -49,16 +67,30 @@ pub async fn on_budget<T: Send + 'static>(
     deadline: Instant,
     work: impl FnOnce(&Language, &[u8]) -> Result<T, GatewayError> + Send + 'static,
 ) -> Result<T, Refused> {
-    let share = budget::share(body.len(), deadline)
+    on_share(language, body.len(), deadline, move |language| {
+        work(language, &body)
+    })
+    .await
+}
+
+/// `work` with a share of `size` bytes of the process's prompt budget: inline when small,
+/// on the blocking pool when large.
+async fn on_share<T: Send + 'static>(
+    language: &Arc<Language>,
+    size: usize,
+    deadline: Instant,
+    work: impl FnOnce(&Language) -> Result<T, GatewayError> + Send + 'static,
+) -> Result<T, Refused> {
+    let share = budget::share(size, deadline)
         .await
         .map_err(|budget::Full| Refused(GatewayError::PromptBudgetFull))?;
-    if body.len() <= INLINE_BODY_BYTES {
-        return work(language, &body).map_err(Refused);
+    if size <= INLINE_BODY_BYTES {
+        return work(language).map_err(Refused);
     }
     let kit = language.clone();
     let pooled = move || {
         let _share = share;
-        encode_cache::on_pool(|| work(&kit, &body))
+        encode_cache::on_pool(|| work(&kit))
     };
     tokio::task::spawn_blocking(pooled)
         .await
@@ -78,7 +110,15 @@ fn read_request(
     window: Option<u32>,
     body: &[u8],
 ) -> Result<(Ask, Vec<u32>), GatewayError> {
-    let mut ask = read(body)?;
+    with_prompt(language, window, read(body)?)
+}
+
+/// The prompt's ids made from `ask.input` (which is taken).
+fn with_prompt(
+    language: &Language,
+    window: Option<u32>,
+    mut ask: Ask,
+) -> Result<(Ask, Vec<u32>), GatewayError> {
     let input = std::mem::replace(&mut ask.input, Input::Ids(Vec::new()));
     let (prompt, opened) = prompt_ids(language, window, input)?;
     ask.opened_by_prompt = opened;

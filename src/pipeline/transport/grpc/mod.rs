@@ -200,17 +200,26 @@ impl GrpcClient {
         }
     }
 
-    /// One model turn of a gateway-run Responses request: `chat` (a chat completions body)
-    /// rendered and sent, and the engine's first message in.
-    /// On a prefill/decode pair, `target` is the decode worker and `pair` the prefill side.
+    /// One model turn of a gateway-run Responses request: `chat` (a chat completions body
+    /// of `size` bytes as JSON, built by the runner) rendered and sent, and the engine's
+    /// first message in. On a prefill/decode pair, `target` is the decode worker and `pair`
+    /// the prefill side.
     pub(super) async fn chat_turn(
         &self,
         target: &Target<'_>,
         pair: Option<&PrefillSide<'_>>,
-        chat: Bytes,
+        chat: serde_json::Value,
+        size: usize,
         deadline: Instant,
     ) -> Result<Started, SendError> {
-        let (ask, prompt) = understand(target, Api::Chat, chat, deadline).await?;
+        let (ask, prompt) = prompt::understand_chat(
+            &target.language,
+            target.context_window,
+            chat,
+            size,
+            deadline,
+        )
+        .await?;
         match pair {
             Some(side) => self.pair_turn(side, target, &ask, prompt, deadline).await,
             None => {

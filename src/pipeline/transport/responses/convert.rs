@@ -339,6 +339,25 @@ fn malformed(message: &str) -> GatewayError {
     }
 }
 
+/// The length of `value` written as JSON, counted without writing it anywhere.
+pub fn json_len(value: &Value) -> usize {
+    /// Counts the bytes written to it.
+    struct Counted(usize);
+    impl std::io::Write for Counted {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counted = Counted(0);
+    // Writing a `Value` to a sink that never fails cannot fail.
+    let _ = serde_json::to_writer(&mut counted, value);
+    counted.0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -411,3 +430,4 @@ mod tests {
         assert_eq!(body["max_tokens"], 5);
     }
 }
+

@@ -220,10 +220,10 @@ impl Model {
             Model::Engine(engine) => {
                 let extra = mcp.map(McpTools::functions).unwrap_or_default();
                 let chat = convert::chat_body(&turn.request, turn.messages.clone(), extra);
-                let chat = Bytes::from(serde_json::to_vec(&chat).unwrap_or_default());
+                let size = convert::json_len(&chat);
                 engine
                     .grpc
-                    .chat_turn(&engine.target, engine.pair.as_ref(), chat, deadline)
+                    .chat_turn(&engine.target, engine.pair.as_ref(), chat, size, deadline)
                     .await
                     .map(|started| Leg::Engine(Box::new(started)))
                     .map_err(Refused::Send)
@@ -753,7 +753,7 @@ impl Turn {
         self.context
             .iter()
             .chain(&self.input)
-            .map(|item| item.to_string().len() + 1)
+            .map(|item| convert::json_len(item) + 1)
             .sum()
     }
 
