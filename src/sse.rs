@@ -1,4 +1,5 @@
-//! Incremental server-sent events (SSE) frame parser.
+//! Incremental server-sent events (SSE) frame parser; [`write`] frames the events the
+//! gateway writes itself.
 //!
 //! Engines stream tokens as `text/event-stream`; the bytes arrive in whatever pieces TCP
 //! and the HTTP codec hand over, so a frame can be split anywhere, even inside a `\r\n`.
@@ -20,6 +21,8 @@
 //! stays failed, so a peer that never ends a frame cannot grow the buffers without end.
 //! The check depends only on the bytes, not on how they were split, so the same stream
 //! yields the same frames and the same verdict however it arrives.
+
+pub mod write;
 
 use std::fmt;
 

@@ -51,9 +51,8 @@ pub async fn understand_chat(
     deadline: Instant,
 ) -> Result<(Ask, Vec<u32>), Refused> {
     on_share(language, size, deadline, move |language| {
-        let ask = Ask::chat(chat).map_err(|Invalid(message)| GatewayError::InvalidRequest {
-            message,
-        })?;
+        let ask =
+            Ask::chat(chat).map_err(|Invalid(message)| GatewayError::InvalidRequest { message })?;
         with_prompt(language, window, ask)
     })
     .await

@@ -14,6 +14,7 @@ use serde::Serialize;
 
 use super::{BoxError, DeadlineExceeded, Stalled};
 use crate::http::error::{envelope_json, GatewayError};
+use crate::sse::write;
 
 /// How a route's streams speak, which decides the shape of their terminal error event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,12 +91,8 @@ pub fn gateway_error(err: &BoxError) -> GatewayError {
 pub fn render(dialect: Dialect, err: &GatewayError, sequence: u64) -> Bytes {
     let mut event = Vec::with_capacity(256);
     match dialect {
-        Dialect::OpenAi => {
-            event.extend_from_slice(b"data: ");
-            event.extend_from_slice(&envelope_json(err));
-        }
+        Dialect::OpenAi => write::put_raw(&mut event, None, &envelope_json(err)),
         Dialect::Messages => {
-            event.extend_from_slice(b"event: error\ndata: ");
             let message = err.to_string();
             let payload = MessagesError {
                 kind: "error",
@@ -105,10 +102,9 @@ pub fn render(dialect: Dialect, err: &GatewayError, sequence: u64) -> Bytes {
                     message: &message,
                 },
             };
-            extend_json(&mut event, &payload);
+            write::put(&mut event, Some("error"), &payload);
         }
         Dialect::Responses => {
-            event.extend_from_slice(b"event: response.failed\ndata: ");
             let message = err.to_string();
             let payload = ResponseFailed {
                 kind: "response.failed",
@@ -122,20 +118,10 @@ pub fn render(dialect: Dialect, err: &GatewayError, sequence: u64) -> Bytes {
                     },
                 },
             };
-            extend_json(&mut event, &payload);
+            write::put(&mut event, Some("response.failed"), &payload);
         }
     }
-    event.extend_from_slice(b"\n\n");
     Bytes::from(event)
-}
-
-/// Appends `value` as JSON; serialising these plain structs cannot fail, and were it to,
-/// the event would still be well-formed SSE with an empty object.
-fn extend_json(out: &mut Vec<u8>, value: &impl Serialize) {
-    match serde_json::to_vec(value) {
-        Ok(json) => out.extend_from_slice(&json),
-        Err(_) => out.extend_from_slice(b"{}"),
-    }
 }
 
 /// `{"type":"error","error":{"type":"api_error","code":...,"message":...}}` (spec 2,

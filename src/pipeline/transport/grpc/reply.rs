@@ -14,7 +14,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 
@@ -22,6 +22,7 @@ use crate::chat::language::Language;
 use crate::generation::ask::Api;
 use crate::generation::delta::{Call, CallDelta, Delta, Finish, Usage};
 use crate::generation::scores::Scored;
+use crate::sse;
 
 /// What every chunk and body of one answer repeats.
 pub struct Reply {
@@ -398,12 +399,8 @@ impl Reply {
         finish: Option<Finish>,
         usage: Usage,
     ) -> Bytes {
-        let mut out = BytesMut::with_capacity(128 + text.len() + ids.len() * 6).writer();
-        out.get_mut().put_slice(b"data: ");
-        let _ = serde_json::to_writer(&mut out, &self.generated(text, ids, finish, usage));
-        let mut out = out.into_inner();
-        out.put_slice(b"\n\n");
-        out.freeze()
+        let capacity = 128 + text.len() + ids.len() * 6;
+        sse::write::event(capacity, None, &self.generated(text, ids, finish, usage))
     }
 
     fn generated<'a>(
@@ -504,17 +501,11 @@ impl Reply {
 
     /// The terminator of every OpenAI stream.
     pub fn done_event() -> Bytes {
-        Bytes::from_static(b"data: [DONE]\n\n")
+        Bytes::from_static(sse::write::DONE)
     }
 
     fn event<C: Serialize>(&self, choices: C, usage: Option<Usage>) -> Bytes {
-        let mut out = BytesMut::with_capacity(256).writer();
-        out.get_mut().put_slice(b"data: ");
-        // Serialising plain structs into memory cannot fail.
-        let _ = serde_json::to_writer(&mut out, &self.envelope(true, choices, usage));
-        let mut out = out.into_inner();
-        out.put_slice(b"\n\n");
-        out.freeze()
+        sse::write::event(256, None, &self.envelope(true, choices, usage))
     }
 }
 

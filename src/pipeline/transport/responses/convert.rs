@@ -430,4 +430,3 @@ mod tests {
         assert_eq!(body["max_tokens"], 5);
     }
 }
-

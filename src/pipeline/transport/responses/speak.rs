@@ -20,6 +20,7 @@ use super::mcp::HeldCall;
 use crate::generation::delta::{CallDelta, Delta};
 use crate::history::new_item_id;
 use crate::mcp::builtins::BuiltinKind;
+use crate::sse;
 
 /// How the turn ended, for the status of the item still open.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -515,12 +516,7 @@ struct DeltaEvent<'a> {
 
 /// One SSE frame: `event: <kind>` and the JSON of `data`.
 fn write_frame(frames: &mut Vec<u8>, kind: &str, data: &impl Serialize) {
-    frames.extend_from_slice(b"event: ");
-    frames.extend_from_slice(kind.as_bytes());
-    frames.extend_from_slice(b"\ndata: ");
-    // Serialising into memory cannot fail.
-    let _ = serde_json::to_writer(&mut *frames, data);
-    frames.extend_from_slice(b"\n\n");
+    sse::write::put(frames, Some(kind), data);
 }
 
 #[cfg(test)]

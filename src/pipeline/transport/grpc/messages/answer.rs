@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 
 use super::super::reply::{Outcome, Reply};
 use crate::generation::delta::{Call, CallDelta, Delta, Finish, Usage};
+use crate::sse;
 
 /// Writes one generation's Messages answer; streamed, it keeps which block is open.
 pub struct Speaker {
@@ -84,12 +85,7 @@ fn input_of(arguments: &str) -> Value {
 /// One SSE event: `event: <type>`, `data: <json>`, a blank line.
 fn event(kind: &str, data: &Value) -> Vec<u8> {
     let mut out = Vec::with_capacity(64 + kind.len());
-    out.extend_from_slice(b"event: ");
-    out.extend_from_slice(kind.as_bytes());
-    out.extend_from_slice(b"\ndata: ");
-    // Serialising a Value into memory cannot fail.
-    let _ = serde_json::to_writer(&mut out, data);
-    out.extend_from_slice(b"\n\n");
+    sse::write::put(&mut out, Some(kind), data);
     out
 }
 

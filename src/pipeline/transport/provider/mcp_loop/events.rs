@@ -4,9 +4,11 @@
 use bytes::Bytes;
 use serde_json::{json, Value};
 
+use crate::sse;
+
 /// One event.
 pub fn event(name: &str, data: &Value) -> Bytes {
-    Bytes::from(format!("event: {name}\ndata: {data}\n\n"))
+    sse::write::event(64 + name.len(), Some(name), data)
 }
 
 /// `message_start`: the message with no content yet and zero counters.
