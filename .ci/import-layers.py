@@ -49,6 +49,8 @@ LAYERS = [
     ["fleet"],  # what the hot path reads about workers
     ["admission", "auth", "routing"],  # decisions on one request
     ["metrics"],  # families and scrape-time collectors
+    ["transport"],  # carriers that relay a request as it is: HTTP, HTTP prefill/decode pairs, a provider's Messages API
+    ["api"],  # front-ends the gateway answers itself: OpenAI and Messages on token engines, Responses, the MCP tool loops
     ["control", "pipeline"],  # background tasks; the data path
     ["admin", "conversations"],  # administration handlers; the Conversations API
     ["app", "config"],  # the request side of the wiring; the flags, composing settings

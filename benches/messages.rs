@@ -1,5 +1,5 @@
 //! The per-request cost of checking a Messages body before routing
-//! (`pipeline::messages::check`): a short request with tools, a long conversation of
+//! (`api::messages::check::check`): a short request with tools, a long conversation of
 //! content blocks, and the same short request naming a `--model-alias` (the one case that
 //! copies the body, to rename the model). A full `serde_json::Value` parse of the same
 //! bodies is the yardstick.
@@ -9,7 +9,7 @@ use std::hint::black_box;
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use serde_json::{json, Value};
-use tollgate::pipeline::messages::{check, MessagesRoute};
+use tollgate::api::messages::check::{check, MessagesRoute};
 
 /// A Messages body with `turns` turns after the first, each a few content blocks.
 fn body(model: &str, turns: usize) -> Bytes {

@@ -1,5 +1,5 @@
 //! The per-request cost of checking a Responses body before routing
-//! (`pipeline::responses::check`): a ~1 KB request with tools, a ~30 KB conversation (34 rounds) of
+//! (`api::responses::check::check`): a ~1 KB request with tools, a ~30 KB conversation (34 rounds) of
 //! input items, and the short request naming a `--model-alias` (the one case that copies
 //! the body, to rename the model). A full `serde_json::Value` parse of the same bodies is
 //! the yardstick.
@@ -8,7 +8,7 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use serde_json::{json, Value};
-use tollgate::pipeline::responses::check;
+use tollgate::api::responses::check::check;
 
 /// A Responses body with `turns` rounds of items after the first message, each a message,
 /// a function call, its output and the assistant's answer.

@@ -26,7 +26,7 @@ use crate::http::reply;
 use crate::http::route::{allowed_methods, match_route, path_param, Route, RouteGroup, RouteMatch};
 use crate::http::upload::{read_whole, ReadError};
 use crate::metrics::Metrics;
-use crate::pipeline::{self, ContentType, Pipeline, ThreadClients};
+use crate::pipeline::{ContentType, Pipeline, ThreadClients};
 use crate::runtime::ThreadSetup;
 use crate::server::Handler;
 
@@ -251,9 +251,9 @@ async fn dispatch(
         | Route::ResponseCancel
         | Route::ResponseInputItems => {
             let (head, _) = req.into_parts();
-            let owner = pipeline::stored::owner_of(&head);
+            let owner = crate::api::responses::stored::owner_of(&head);
             let history = gateway.pipeline.history.as_ref();
-            pipeline::stored::serve(history, &owner, route, head.uri.path()).await
+            crate::api::responses::stored::serve(history, &owner, route, head.uri.path()).await
         }
         Route::AudioTranscriptions => forward(ctx, route, req, ContentType::FromClient).await,
         r if conversations::serves(r) => {

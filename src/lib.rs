@@ -11,6 +11,7 @@
 
 pub mod admin;
 pub mod admission;
+pub mod api;
 pub mod app;
 pub mod auth;
 pub mod bounded;
@@ -36,3 +37,4 @@ pub mod secret;
 pub mod server;
 pub mod sse;
 pub mod startup;
+pub mod transport;

@@ -19,12 +19,12 @@ use crate::fleet::Registry;
 use crate::http::tls::UpstreamTls;
 use crate::metrics::inflight::InflightAges;
 use crate::metrics::{exporter, Metrics, Sources};
-use crate::pipeline::transport::pd::body::Rooms;
 use crate::pipeline::{FleetModes, PdDispatch, Pipeline};
 use crate::routing::{self, Policy};
 use crate::runtime::{choose_io_driver, DataPlane};
 use crate::server::health;
 use crate::server::tls::Tls;
+use crate::transport::pd::body::Rooms;
 
 /// The signals the gateway acts on, registered before it announces that it listens, so
 /// none that arrives after the announcement takes the default action (SIGHUP's would end

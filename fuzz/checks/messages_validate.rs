@@ -1,4 +1,4 @@
-//! The Messages check and alias rename (`pipeline::messages::check`) on arbitrary bytes.
+//! The Messages check and alias rename (`api::messages::check::check`) on arbitrary bytes.
 //! Checks: no panic; a body that is not JSON is refused; a body that passes is sent on
 //! byte for byte, or, when its model names the alias, with only the model changed (it parses
 //! to the same value with the canonical id, so numbers and unmodelled fields are untouched).
@@ -8,7 +8,7 @@
 
 use bytes::Bytes;
 use serde_json::Value;
-use tollgate::pipeline::messages::{check as validate, MessagesRoute};
+use tollgate::api::messages::check::{check as validate, MessagesRoute};
 
 const ALIAS: &str = "fast";
 const CANONICAL: &str = "canonical-model";

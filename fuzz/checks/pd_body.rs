@@ -1,4 +1,4 @@
-//! The bodies of a prefill/decode pair (`pipeline::transport::pd::body`) on arbitrary
+//! The bodies of a prefill/decode pair (`transport::pd::body`) on arbitrary
 //! bytes. Checks: no panic; a body takes the pair's fields exactly when it is a JSON object
 //! (a batch above the cap aside); every result is again a JSON object with the fields set;
 //! and where the input parses strictly, every member the gateway does not set is unchanged.
@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use serde::de::IgnoredAny;
 use serde_json::{Map, Value};
-use tollgate::pipeline::transport::pd::body::{
+use tollgate::transport::pd::body::{
     kv_transfer_params, vllm_decode, vllm_prefill, with_bootstrap, BodyError, Bootstrap, Rooms,
 };
 

@@ -1,12 +1,12 @@
 //! The provider backend's Messages response check and re-serialisation
-//! (`pipeline::transport::provider::message::reserialize`) on arbitrary bytes. Checks: no
+//! (`transport::provider::message::reserialize`) on arbitrary bytes. Checks: no
 //! panic; what passes was JSON and comes out as JSON equal in value (fields, block types and
 //! numbers the gateway does not model are kept); what is refused is not written.
 //!
 //! Input layout: the whole input is the provider's body.
 
 use serde_json::Value;
-use tollgate::pipeline::transport::provider::message::reserialize;
+use tollgate::transport::provider::message::reserialize;
 
 /// One input through the checks above (the fuzz target's body).
 pub fn check(data: &[u8]) {

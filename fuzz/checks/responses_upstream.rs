@@ -1,11 +1,11 @@
 //! A provider's Responses answer read as deltas
-//! (`pipeline::transport::responses::provider::events`) on arbitrary bytes. Checks: no
+//! (`api::responses::provider::events`) on arbitrary bytes. Checks: no
 //! panic; the stream reads the same whether it arrives whole, in two pieces or byte by
 //! byte (text, reasoning, calls and how it ended); a whole answer's JSON reads without
 //! panic and gives each call's start before its arguments.
 
+use tollgate::api::responses::provider::events::{whole, Reading};
 use tollgate::generation::delta::CallDelta;
-use tollgate::pipeline::transport::responses::provider::events::{whole, Reading};
 
 /// What a reading made of the stream: text, reasoning, the calls' pieces, and the end.
 #[derive(Debug, Default, PartialEq)]

@@ -1,4 +1,4 @@
-//! The Responses check and alias rename (`pipeline::responses::check`) on arbitrary bytes.
+//! The Responses check and alias rename (`api::responses::check::check`) on arbitrary bytes.
 //! Checks: no panic; a body that is not a JSON object is refused; a body that passes is
 //! sent on byte for byte, or, when its model names the alias, with only the model changed
 //! (it parses to the same value with the canonical id, so numbers and unmodelled fields are
@@ -7,7 +7,7 @@
 //! Input layout: the whole input is the body.
 
 use serde_json::Value;
-use tollgate::pipeline::responses::check as validate;
+use tollgate::api::responses::check::check as validate;
 
 const ALIAS: &str = "fast";
 const CANONICAL: &str = "canonical-model";

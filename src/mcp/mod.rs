@@ -18,7 +18,9 @@ mod guard;
 mod rpc;
 mod session;
 
-pub use session::{client, CallLimits, McpHttp, Session, SessionSettings, Tool, ToolOutcome};
+pub use session::{
+    client, CallLimits, McpHttp, McpSettings, Session, SessionSettings, Tool, ToolOutcome,
+};
 
 use std::fmt;
 

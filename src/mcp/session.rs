@@ -60,6 +60,22 @@ pub struct CallLimits {
     pub private_ok: bool,
 }
 
+/// The operator's MCP limits (`--mcp-call-timeout-secs`, `--mcp-loop-timeout-secs`,
+/// `--mcp-allow-private-addresses`), from which each request's [`CallLimits`] start.
+#[derive(Clone, Copy, Debug)]
+pub struct McpSettings {
+    pub call_timeout: Duration,
+    pub loop_timeout: Duration,
+    pub private_ok: bool,
+}
+
+impl McpSettings {
+    /// The limits of a request starting now.
+    pub fn starting_now(&self) -> CallLimits {
+        CallLimits::starting_now(self.call_timeout, self.loop_timeout, self.private_ok)
+    }
+}
+
 impl CallLimits {
     /// The limits of a request starting now.
     pub fn starting_now(call_timeout: Duration, loop_timeout: Duration, private_ok: bool) -> Self {

@@ -9,30 +9,28 @@
 //! 2. **admit** — admission control (concurrency, rate, media budget), taken only once the
 //!    body that had to be read has arrived; the ticket rides on the response to its last
 //!    byte;
-//! 3. **send** ([`send`]) — the attempt loop: [`select`] a worker, carry the attempt over
-//!    the worker's [`transport`], classify the outcome for its breaker, retry elsewhere
-//!    while nothing has been relayed;
+//! 3. **send** ([`send`]) — the attempt loop: [`select`] a worker (or a prefill/decode
+//!    pair, [`pd`]), carry the attempt ([`carry`]) over the worker's
+//!    [`transport`](crate::transport) or to the front-end ([`crate::api`]) that answers
+//!    it on token engines and providers, classify the outcome for its breaker, retry
+//!    elsewhere while nothing has been relayed;
 //! 4. **respond** — the winning answer becomes the client's response: the release guard
 //!    (the worker's load, the admission ticket) and any tap ride on its body, and once the
 //!    route is known, for SSE, the terminal error of its dialect;
 //! 5. **record** — the router metrics, once the answer is known.
 //!
-//! Each data-plane thread owns its own upstream pools ([`transport::http`]), so pooled
+//! Each data-plane thread owns its own upstream pools ([`crate::transport::http`]), so pooled
 //! connections never cross threads. Nothing here imports the gateway's wiring: the
 //! [`Pipeline`] handle carries what the path reads.
 
 pub mod body_path;
+mod carry;
 mod dispatch;
-pub mod headers;
-pub mod messages;
 mod pd;
 pub mod peek;
 mod prepare;
-pub mod responses;
 pub mod select;
 mod send;
-pub mod stored;
-pub mod transport;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -55,15 +53,16 @@ use crate::metrics::{Metrics, RouteLabels};
 use crate::resilience::RetryConfig;
 use crate::routing::Policy;
 
-pub use headers::ContentType;
+pub use crate::api::engines::Engines;
+pub use crate::transport::headers::ContentType;
+pub use crate::transport::http::UpstreamClient;
 pub use pd::PdDispatch;
-pub use transport::grpc::GrpcClient;
-pub use transport::http::UpstreamClient;
 
+use crate::api::messages::tools::LoopClient;
+use crate::api::responses::Runner;
 use crate::mcp::builtins::Builtins;
-use transport::provider::mcp_loop::LoopClient;
-use transport::responses::Runner;
-use transport::Answer;
+use crate::mcp::McpSettings;
+use crate::transport::{is_sse, Answer, Waits};
 
 /// The data path's part of the Limits and timeouts flag group.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -142,7 +141,7 @@ pub struct FleetModes {
 /// cross threads.
 pub struct ThreadClients {
     pub http: UpstreamClient,
-    pub grpc: GrpcClient,
+    pub engines: Engines,
     /// The provider backend's MCP tool loop: MCP servers and the provider's rounds.
     pub tools: LoopClient,
     /// `/v1/responses` run by the gateway (gRPC engines and external providers).
@@ -158,23 +157,31 @@ impl ThreadClients {
         builtins: &Arc<Builtins>,
     ) -> ThreadClients {
         // One pool for MCP servers and providers, shared by both tool loops.
-        let mcp = crate::mcp::client(tls);
+        let pool = crate::mcp::client(tls);
+        let mcp = McpSettings {
+            call_timeout: settings.mcp_call_timeout,
+            loop_timeout: settings.mcp_loop_timeout,
+            private_ok: settings.mcp_allow_private,
+        };
+        let waits = Waits {
+            pool_idle: settings.upstream_pool_idle_timeout,
+            stall: settings.stream_stall_timeout,
+        };
         let responses = Runner::new(
-            settings,
-            mcp.clone(),
+            mcp,
+            waits.stall,
+            pool.clone(),
             metrics.clone(),
             history.clone(),
             builtins.clone(),
         );
         ThreadClients {
-            http: UpstreamClient::new(settings, tls),
-            grpc: GrpcClient::new(settings, tls, metrics.clone()),
+            http: UpstreamClient::new(waits, tls),
+            engines: Engines::new(waits, tls, metrics.clone()),
             responses,
             tools: LoopClient {
-                http: mcp,
-                call_timeout: settings.mcp_call_timeout,
-                loop_timeout: settings.mcp_loop_timeout,
-                private_ok: settings.mcp_allow_private,
+                http: pool,
+                mcp,
                 metrics: metrics.clone(),
             },
         }
@@ -227,7 +234,7 @@ impl Pipeline {
         let result = async {
             let dispatch = self.dispatch(route);
             if dispatch.provider {
-                transport::provider::serves(route)?;
+                crate::transport::provider::serves(route)?;
             }
             let mut prepared = self.prepare(req, route, dispatch, content_type).await?;
             let ticket = self.admit(prepared.media()).await?;
@@ -324,13 +331,6 @@ fn route_labels<'a>(endpoint: &'static str, seen: &'a Seen) -> RouteLabels<'a> {
             .or_else(|| seen.worker.as_ref().and_then(|w| w.model_id.as_deref())),
         endpoint,
     }
-}
-
-/// Whether a response is a server-sent event stream.
-fn is_sse<B>(resp: &Response<B>) -> bool {
-    resp.headers()
-        .get(http::header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"))
 }
 
 /// The stream dialect of the route whose endpoint label is `endpoint`: the shape its

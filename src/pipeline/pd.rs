@@ -18,11 +18,8 @@ use super::dispatch::Dispatch;
 use super::prepare::Payload;
 use super::select::{self, NoPick};
 use super::send::{Outgoing, Sent, Way};
-use super::transport::grpc::GrpcPair;
-use super::transport::pd::body::{BodyError, Rooms};
-use super::transport::pd::{self, Pair, PairAttempt, PairFailure, PrefillFailure};
-use super::transport::Attempt;
 use super::{Pipeline, Seen, ThreadClients};
+use crate::api::engines::GrpcPair;
 use crate::engine::Protocol;
 use crate::fleet::rooms::RoomsHeld;
 use crate::fleet::{ConnectionMode, Worker};
@@ -32,6 +29,9 @@ use crate::http::route::Route;
 use crate::http::upload::LimitedBody;
 use crate::resilience::Outcome;
 use crate::routing::{Needs, Policy, RequestFacts};
+use crate::transport::pd::body::{BodyError, Rooms};
+use crate::transport::pd::{self, Pair, PairAttempt, PairFailure, PrefillFailure};
+use crate::transport::Attempt;
 
 /// What prefill/decode dispatch keeps across requests: the two roles' policies and the
 /// source of bootstrap rooms.
@@ -194,7 +194,7 @@ impl Way for Pairs<'_> {
         let carrier = match (prefill.connection_mode(), decode.connection_mode()) {
             (ConnectionMode::Http, ConnectionMode::Http) => Carrier::Http,
             (ConnectionMode::Grpc, ConnectionMode::Grpc) => {
-                Carrier::Grpc(clients.grpc.pairs(prefill, decode)?)
+                Carrier::Grpc(clients.engines.pairs(prefill, decode)?)
             }
             _ => {
                 return Err(GatewayError::NotImplemented {
@@ -248,10 +248,10 @@ impl Way for Pairs<'_> {
                 if attempt.route == Route::ResponsesCreate {
                     clients
                         .responses
-                        .on_engine_pair(&clients.grpc, pair, how, attempt)
+                        .on_engine_pair(&clients.engines, pair, how, attempt)
                         .await
                 } else {
-                    clients.grpc.send_pair(pair, how, attempt).await
+                    clients.engines.send_pair(pair, how, attempt).await
                 }
             }
         };

@@ -13,17 +13,17 @@ use hyper::body::Incoming;
 
 use super::body_path::{self, BodyPath, StreamReason};
 use super::dispatch::Dispatch;
-use super::headers::{self, ContentType};
-use super::messages::{self, MessagesRoute};
 use super::peek::{self, Peeked, Wants};
-use super::responses;
 use super::Pipeline;
 use crate::admission::body_budget::Charge;
+use crate::api::messages::check::{self as messages, MessagesRoute};
+use crate::api::responses::check as responses;
 use crate::fleet::Worker;
 use crate::http::error::{BodyFault, GatewayError};
 use crate::http::route::Route;
 use crate::http::upload::{read_prefix, BodyTiming, LimitedBody, Prefix};
 use crate::routing::{Needs, RequestFacts};
+use crate::transport::headers::{self, ContentType};
 
 /// Header naming the worker to use, as an index into the candidates (consistent_hashing).
 const TARGET_WORKER: &str = "x-gw-target-worker";

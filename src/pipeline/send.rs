@@ -1,6 +1,6 @@
 //! Phase 3, send: the attempt loop, one for every way a request is dispatched. Each
 //! attempt picks where it goes — one worker ([`Single`]), or a prefill/decode pair
-//! ([`super::pd`]) — hands it to the [`transport`](super::transport)s, and classifies what
+//! ([`super::pd`]) — hands it to its carrier ([`super::carry`]), and classifies what
 //! came back for the workers' circuit breakers; a failed attempt is retried elsewhere
 //! (with backoff) while the body can be replayed and no response byte has reached the
 //! client. The loop knows nothing of how a transport talks to its worker, nor of how many
@@ -12,9 +12,9 @@ use std::time::Instant;
 use http::{HeaderMap, Response};
 use uuid::Uuid;
 
+use super::carry::Carriers;
 use super::prepare::{Payload, Prepared};
 use super::select::{self, Among, NoPick};
-use super::transport::{self, Answer, Attempt, SendError};
 use super::{Pipeline, Seen, ThreadClients};
 use crate::admission::Ticket;
 use crate::fleet::{LoadGuard, Worker};
@@ -24,6 +24,7 @@ use crate::http::guard::Guard;
 use crate::http::route::Route;
 use crate::resilience::{Outcome, RetryConfig};
 use crate::routing::{Policy, RequestFacts};
+use crate::transport::{Answer, Attempt, SendError};
 
 /// How one attempt ended, when it did not produce the response to relay.
 pub(super) enum Failed {
@@ -181,9 +182,9 @@ impl Pipeline {
             Among::Regular(model)
         };
         let mut single = Single {
-            transports: transport::Transports {
+            transports: Carriers {
                 http: &clients.http,
-                grpc: &clients.grpc,
+                engines: &clients.engines,
                 provider: dispatch.provider,
                 tools: &clients.tools,
                 responses: &clients.responses,
@@ -380,7 +381,7 @@ fn last_word(failed: Failed, ticket: Ticket) -> Result<Response<RespBody>, Gatew
 /// Dispatch to one worker: `--policy` over the regular workers (or the model's), or
 /// `--prefill-policy` over the prefill workers for count_tokens under prefill/decode.
 struct Single<'a> {
-    transports: transport::Transports<'a>,
+    transports: Carriers<'a>,
     among: Among<'a>,
     policy: &'a dyn Policy,
     tried: Vec<Uuid>,

@@ -24,7 +24,6 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use serde_json::{json, Map, Value};
 
-use super::super::SendError;
 use super::mcp::McpTools;
 use super::{Refused, RESPONSES_PATH};
 use crate::fleet::Worker;
@@ -33,8 +32,9 @@ use crate::generation::delta::{ClientGone, Sink, TurnEnd};
 use crate::http::body::{FrameSender, RespBody};
 use crate::http::error::GatewayError;
 use crate::mcp::McpHttp;
-use crate::pipeline::is_sse;
-use crate::pipeline::transport::provider::read_incoming;
+use crate::transport::is_sse;
+use crate::transport::provider::read_incoming;
+use crate::transport::SendError;
 use events::Reading;
 
 /// Largest provider answer read in one turn, whole or streamed.

@@ -27,7 +27,6 @@ mod relay;
 mod toolset;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
@@ -38,14 +37,46 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use uuid::Uuid;
 
+use crate::fleet::Worker;
 use crate::http::body::{FrameSender, RespBody};
 use crate::http::error::GatewayError;
-use crate::mcp::{CallLimits, McpHttp, Session, SessionSettings, Tool, ToolOutcome};
+use crate::http::upload::LimitedBody;
+use crate::mcp::{CallLimits, McpHttp, McpSettings, Session, SessionSettings, Tool, ToolOutcome};
 use crate::metrics::Metrics;
-use crate::pipeline::headers::X_GW_MCP;
-use crate::pipeline::is_sse;
-use crate::pipeline::transport::Answer;
 use crate::secret::Secret;
+use crate::transport::headers::X_GW_MCP;
+use crate::transport::http::UpstreamClient;
+use crate::transport::is_sse;
+use crate::transport::{provider, whole_body, Answer, Attempt, SendError};
+
+/// Serves a Messages `attempt` on the provider `worker`: through the tool loop when the
+/// client asked for it (`X-GW-MCP`) and its body has an `mcp_toolset`, else relayed over
+/// `http` as any provider request.
+pub async fn serve(
+    http: &UpstreamClient,
+    tools: &LoopClient,
+    worker: &Worker,
+    mut attempt: Attempt<'_>,
+) -> Result<Answer, SendError> {
+    if !asked(&attempt.head.headers) {
+        return provider::send(http, worker, attempt).await;
+    }
+    let body = whole_body(attempt.body).await?;
+    let limits = tools.mcp.starting_now();
+    let Some(plan) = plan(&body, limits) else {
+        attempt.body = LimitedBody::whole(body);
+        return provider::send(http, worker, attempt).await;
+    };
+    let upstream = Upstream {
+        http: tools.http.clone(),
+        uri: provider::messages_uri(worker)?,
+        headers: provider::to_provider(&attempt.headers, &attempt.head.headers),
+        deadline: Instant::from_std(attempt.deadline),
+    };
+    run(upstream, plan, tools.metrics.clone())
+        .await
+        .map_err(SendError::Refused)
+}
 
 /// Most rounds of tool calls in one request (spec 2 "Limits").
 pub const MAX_ROUNDS: usize = 10;
@@ -56,16 +87,11 @@ const MAX_SERVERS: usize = 16;
 /// Frames a stream may have waiting for a slow client before the loop waits.
 const STREAM_FRAMES: usize = 16;
 
-/// What one data-plane thread's loops share: the pool to MCP servers and providers, each
-/// MCP call's timeout, the metrics.
+/// What one data-plane thread's loops share: the pool to MCP servers and providers, the
+/// MCP limits, the metrics.
 pub struct LoopClient {
     pub http: McpHttp,
-    /// `--mcp-call-timeout-secs`.
-    pub call_timeout: Duration,
-    /// `--mcp-loop-timeout-secs`.
-    pub loop_timeout: Duration,
-    /// `--mcp-allow-private-addresses`.
-    pub private_ok: bool,
+    pub mcp: McpSettings,
     pub metrics: Arc<Metrics>,
 }
 
@@ -602,7 +628,7 @@ impl Loop {
                 return Ok(Answered::Stream(resp.into_body()));
             }
             let content_type = resp.headers().get(CONTENT_TYPE).cloned();
-            let body = super::read_incoming(resp.into_body(), MAX_ANSWER_BYTES)
+            let body = provider::read_incoming(resp.into_body(), MAX_ANSWER_BYTES)
                 .await
                 .map_err(Failed::Gateway)?;
             if !status.is_success() {
@@ -726,7 +752,7 @@ mod tests {
                 {"type": "mcp_toolset", "mcp_server_name": "s"}],
             "mcp_servers": [{"type": "url", "name": "s", "url": "http://127.0.0.1:1/mcp",
                 "authorization_token": "secret"}]});
-        let minute = Duration::from_secs(60);
+        let minute = std::time::Duration::from_secs(60);
         let minute = CallLimits::starting_now(minute, minute, false);
         let plan = plan(body.to_string().as_bytes(), minute).expect("a plan");
         assert!(plan.stream);

@@ -19,14 +19,14 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::super::pd::body::{Rooms, REMOTE_DECODE};
-use super::super::pd::{PairAnswer, PairFailure, PrefillFailure};
-use super::{understand, GrpcClient};
+use super::{understand, Engines};
 use crate::engine::{Event, Generate, Handoff, Protocol, TokenEngine};
 use crate::fleet::{Transport, Worker};
 use crate::generation::run::{self, refusal, EngineStream, Started, Target};
 use crate::http::error::GatewayError;
-use crate::pipeline::transport::{Attempt, SendError};
+use crate::transport::pd::body::{Rooms, REMOTE_DECODE};
+use crate::transport::pd::{PairAnswer, PairFailure, PrefillFailure};
+use crate::transport::{Attempt, SendError};
 
 use crate::generation::ask::{Api, Ask};
 
@@ -45,7 +45,7 @@ pub struct GrpcPair<'w> {
 /// The prefill side of a pair, as its legs need it: kept by a gateway-run Responses
 /// request for each of its model turns.
 #[derive(Clone)]
-pub(in crate::pipeline::transport) struct PrefillSide<'a> {
+pub(in crate::api) struct PrefillSide<'a> {
     target: Target<'a>,
     how: Protocol,
     /// The prefill's bootstrap server (SGLang).
@@ -55,7 +55,7 @@ pub(in crate::pipeline::transport) struct PrefillSide<'a> {
 }
 
 impl PrefillSide<'_> {
-    pub(in crate::pipeline::transport) fn into_owned(self) -> PrefillSide<'static> {
+    pub(in crate::api) fn into_owned(self) -> PrefillSide<'static> {
         PrefillSide {
             target: self.target.into_owned(),
             how: self.how,
@@ -74,7 +74,7 @@ struct PairStarted {
     kv_missing: bool,
 }
 
-impl GrpcClient {
+impl Engines {
     /// How `prefill` and `decode` share a KV cache, or why the gateway cannot pair them:
     /// both must be gRPC engines it serves, of one service that has disaggregation fields.
     pub fn pairs(&self, prefill: &Worker, decode: &Worker) -> Result<Protocol, GatewayError> {
@@ -95,7 +95,7 @@ impl GrpcClient {
 
     /// The prefill side of `pair`: its engine, how the pair shares the KV cache, and where
     /// SGLang's bootstrap server listens.
-    pub(in crate::pipeline::transport) fn prefill_side<'w>(
+    pub(in crate::api) fn prefill_side<'w>(
         &self,
         pair: &GrpcPair<'w>,
         how: Protocol,
@@ -129,7 +129,7 @@ impl GrpcClient {
                 route: "this route on prefill/decode pairs of gRPC engines",
             }));
         };
-        let body = super::super::whole_body(attempt.body)
+        let body = crate::transport::whole_body(attempt.body)
             .await
             .map_err(PairFailure::Decode)?;
         let (ask, prompt) = understand(&decode, route, body, attempt.deadline)
@@ -159,7 +159,7 @@ impl GrpcClient {
 
     /// One model turn of a gateway-run Responses request on a pair (the turn's legs
     /// counted here: the request's exchange has many).
-    pub(in crate::pipeline::transport) async fn pair_turn(
+    pub(in crate::api) async fn pair_turn(
         &self,
         side: &PrefillSide<'_>,
         decode: &Target<'_>,

@@ -14,9 +14,8 @@
 //!   ([`message::reserialize`]), or the client gets 502 `parse_error`.
 //!
 //! A request with `X-GW-MCP: enabled` and an `mcp_toolset` goes through the gateway's MCP
-//! tool loop instead ([`mcp_loop`]).
+//! tool loop instead (`crate::api::messages::tools`), which comes here for its rounds.
 
-pub mod mcp_loop;
 pub mod message;
 
 use bytes::{Bytes, BytesMut};
@@ -31,10 +30,8 @@ use crate::http::body::terminal::gateway_error;
 use crate::http::body::RespBody;
 use crate::http::error::GatewayError;
 use crate::http::route::Route;
-use crate::http::upload::LimitedBody;
-use crate::pipeline::headers::X_API_KEY;
-use crate::pipeline::is_sse;
-use mcp_loop::{LoopClient, Upstream};
+use crate::transport::headers::X_API_KEY;
+use crate::transport::is_sse;
 
 /// The one route of a provider backend.
 pub const MESSAGES_PATH: &str = "/v1/messages";
@@ -46,7 +43,7 @@ const BACKEND_NAME: &str = "Anthropic provider";
 const MAX_MESSAGE_BYTES: usize = 32 * 1024 * 1024;
 
 /// The client headers a provider receives besides `x-api-key` (already filtered by the
-/// worker allowlist of [`crate::pipeline::headers`]).
+/// worker allowlist of [`crate::transport::headers`]).
 const FORWARDED: [HeaderName; 5] = [
     AUTHORIZATION,
     HeaderName::from_static("anthropic-version"),
@@ -82,35 +79,13 @@ pub fn to_provider(allowed: &HeaderMap, client: &HeaderMap) -> HeaderMap {
     out
 }
 
-/// Carries `attempt` to the provider `worker` over `http` (or through the MCP tool loop
-/// with `tools`) and answers as the module says.
+/// Carries `attempt` to the provider `worker` over `http` and answers as the module says.
 pub async fn send(
     http: &UpstreamClient,
-    tools: &LoopClient,
     worker: &Worker,
     mut attempt: Attempt<'_>,
 ) -> Result<Answer, SendError> {
     attempt.headers = to_provider(&attempt.headers, &attempt.head.headers);
-    if mcp_loop::asked(&attempt.head.headers) {
-        let body = super::whole_body(attempt.body).await?;
-        let limits = crate::mcp::CallLimits::starting_now(
-            tools.call_timeout,
-            tools.loop_timeout,
-            tools.private_ok,
-        );
-        if let Some(plan) = mcp_loop::plan(&body, limits) {
-            let upstream = Upstream {
-                http: tools.http.clone(),
-                uri: messages_uri(worker)?,
-                headers: std::mem::take(&mut attempt.headers),
-                deadline: tokio::time::Instant::from_std(attempt.deadline),
-            };
-            return mcp_loop::run(upstream, plan, tools.metrics.clone())
-                .await
-                .map_err(SendError::Refused);
-        }
-        attempt.body = LimitedBody::whole(body);
-    }
     let answer = http.relay(worker, attempt).await?;
     if !answer.status().is_success() || is_sse(&answer) {
         return Ok(answer);
@@ -131,7 +106,7 @@ pub async fn send(
 }
 
 /// `<worker URL>/v1/messages`, where the loop sends each round.
-fn messages_uri(worker: &Worker) -> Result<Uri, SendError> {
+pub fn messages_uri(worker: &Worker) -> Result<Uri, SendError> {
     format!("{}{MESSAGES_PATH}", worker.url.trim_end_matches('/'))
         .parse()
         .map_err(|_| SendError::Exchange(GatewayError::UpstreamConnect))
@@ -162,7 +137,7 @@ async fn read_whole(body: RespBody) -> Result<Bytes, SendError> {
 
 /// A provider's whole answer body, up to `max` bytes: a body that breaks off is
 /// `UpstreamBroken`, a larger one the client's 502 `parse_error`.
-pub(in crate::pipeline::transport) async fn read_incoming(
+pub async fn read_incoming(
     mut body: hyper::body::Incoming,
     max: usize,
 ) -> Result<Bytes, GatewayError> {

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::super::reply::{Outcome, Reply};
+use crate::api::openai::{Outcome, Reply};
 use crate::generation::delta::{Call, CallDelta, Delta, Finish, Usage};
 use crate::sse;
 

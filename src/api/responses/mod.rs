@@ -15,11 +15,13 @@
 //! A chain costs one store read per turn, whatever its length: each stored response
 //! carries its whole context (bounded by [`MAX_CONTEXT_BYTES`]).
 
+pub mod check;
 mod convert;
 mod mcp;
 mod object;
 pub mod provider;
 mod speak;
+pub mod stored;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -30,9 +32,7 @@ use http::StatusCode;
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
-use super::grpc::{sse_response, unix_now, GrpcClient, GrpcPair, PrefillSide, STREAM_FRAMES};
-use super::pd::{PairAnswer, PairFailure};
-use super::{whole_body, Answer, Attempt, SendError};
+use super::engines::{sse_response, unix_now, Engines, GrpcPair, PrefillSide, STREAM_FRAMES};
 use crate::engine::Protocol;
 use crate::fleet::Worker;
 use crate::generation::delta::{ClientGone, Delta, Finish, Sink, TurnEnd, Usage};
@@ -45,9 +45,11 @@ use crate::http::body::{FrameSender, RespBody};
 use crate::http::error::{GatewayError, StorageStep};
 use crate::http::reply as http_reply;
 use crate::mcp::builtins::Builtins;
+use crate::mcp::McpSettings;
 use crate::metrics::Metrics;
-use crate::pipeline::stored::owner_of;
-use crate::pipeline::PipelineSettings;
+use crate::transport::pd::{PairAnswer, PairFailure};
+use crate::transport::{whole_body, Answer, Attempt, SendError};
+use stored::owner_of;
 
 use mcp::{HeldCall, McpTools};
 use speak::{Ending, Writer};
@@ -62,12 +64,7 @@ pub struct Runner {
     history: Arc<dyn History>,
     /// The pool for MCP servers and for external providers' Responses API.
     http: crate::mcp::McpHttp,
-    /// `--mcp-call-timeout-secs`.
-    mcp_timeout: Duration,
-    /// `--mcp-loop-timeout-secs`.
-    mcp_loop_timeout: Duration,
-    /// `--mcp-allow-private-addresses`.
-    mcp_private_ok: bool,
+    mcp: McpSettings,
     /// `--stream-stall-timeout-secs`: longest silence of a worker mid-turn.
     stall: Option<Duration>,
     metrics: Arc<Metrics>,
@@ -78,7 +75,8 @@ pub struct Runner {
 impl Runner {
     /// `http`: the thread's pool to MCP servers and providers.
     pub fn new(
-        settings: &PipelineSettings,
+        mcp: McpSettings,
+        stall: Option<Duration>,
         http: crate::mcp::McpHttp,
         metrics: Arc<Metrics>,
         history: Arc<dyn History>,
@@ -88,10 +86,8 @@ impl Runner {
             builtins,
             history,
             http,
-            mcp_timeout: settings.mcp_call_timeout,
-            mcp_loop_timeout: settings.mcp_loop_timeout,
-            mcp_private_ok: settings.mcp_allow_private,
-            stall: settings.stream_stall_timeout,
+            mcp,
+            stall,
             metrics,
         }
     }
@@ -107,14 +103,14 @@ impl Runner {
     /// through the gateway's chat pipeline.
     pub async fn on_engine(
         &self,
-        grpc: &GrpcClient,
+        engines: &Engines,
         worker: &Worker,
         attempt: Attempt<'_>,
     ) -> Result<Answer, SendError> {
-        let target = grpc.target(worker).map_err(SendError::Exchange)?;
+        let target = engines.target(worker).map_err(SendError::Exchange)?;
         let body = whole_body(attempt.body).await?;
         let model = Model::Engine(Box::new(EngineTurns {
-            grpc: grpc.clone(),
+            engines: engines.clone(),
             target: target.into_owned(),
             pair: None,
         }));
@@ -126,19 +122,19 @@ impl Runner {
     /// model turn's prefill leg on `pair.prefill`, its generation on `pair.decode`.
     pub async fn on_engine_pair(
         &self,
-        grpc: &GrpcClient,
+        engines: &Engines,
         pair: GrpcPair<'_>,
         how: Protocol,
         attempt: Attempt<'_>,
     ) -> Result<PairAnswer, PairFailure> {
         let refused = |err: GatewayError| PairFailure::Decode(SendError::Refused(err));
-        let side = grpc.prefill_side(&pair, how).map_err(refused)?;
-        let decode = grpc.target(pair.decode).map_err(refused)?;
+        let side = engines.prefill_side(&pair, how).map_err(refused)?;
+        let decode = engines.target(pair.decode).map_err(refused)?;
         let body = whole_body(attempt.body)
             .await
             .map_err(PairFailure::Decode)?;
         let model = Model::Engine(Box::new(EngineTurns {
-            grpc: grpc.clone(),
+            engines: engines.clone(),
             target: decode.into_owned(),
             pair: Some(side.into_owned()),
         }));
@@ -161,7 +157,7 @@ impl Runner {
         worker: &Worker,
         mut attempt: Attempt<'_>,
     ) -> Result<Answer, SendError> {
-        super::credentials::present(worker, &mut attempt.headers);
+        crate::transport::credentials::present(worker, &mut attempt.headers);
         let upstream = provider::Upstream::new(
             self.http.clone(),
             worker,
@@ -189,7 +185,7 @@ pub(super) enum Model {
 /// A gRPC engine's client and the worker it generates on: the decode worker of a pair
 /// when `pair` is set, whose prefill side runs each turn's prefill leg.
 pub(super) struct EngineTurns {
-    pub grpc: GrpcClient,
+    pub engines: Engines,
     pub target: Target<'static>,
     pub pair: Option<PrefillSide<'static>>,
 }
@@ -222,7 +218,7 @@ impl Model {
                 let chat = convert::chat_body(&turn.request, turn.messages.clone(), extra);
                 let size = convert::json_len(&chat);
                 engine
-                    .grpc
+                    .engines
                     .chat_turn(&engine.target, engine.pair.as_ref(), chat, size, deadline)
                     .await
                     .map(|started| Leg::Engine(Box::new(started)))
@@ -355,11 +351,7 @@ impl Runner {
         let servers = mcp::Servers {
             http: &self.http,
             builtins: &self.builtins,
-            limits: crate::mcp::CallLimits::starting_now(
-                self.mcp_timeout,
-                self.mcp_loop_timeout,
-                self.mcp_private_ok,
-            ),
+            limits: self.mcp.starting_now(),
         };
         let mcp = mcp::connect(servers, &request, self.metrics.clone())
             .await

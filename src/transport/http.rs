@@ -17,7 +17,7 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::{Client, ResponseFuture};
 
-use super::{Answer, Attempt, SendError, Transport};
+use super::{Answer, Attempt, SendError, Transport, Waits};
 use crate::fleet::{PoolTuning, Worker};
 use crate::http::body::{RespBody, UpstreamBody};
 use crate::http::client::{self, ClientOptions, CONNECT_TIMEOUT};
@@ -25,8 +25,7 @@ use crate::http::error::GatewayError;
 use crate::http::h1::{self, H1Error};
 use crate::http::tls::{TlsFailure, UpstreamTls};
 use crate::http::upload::{client_fault, LimitedBody};
-use crate::pipeline::headers;
-use crate::pipeline::PipelineSettings;
+use crate::transport::headers;
 
 /// Idle connections kept per worker, per thread.
 pub const POOL_MAX_IDLE_PER_HOST: usize = 500;
@@ -100,14 +99,14 @@ pub struct UpstreamClient {
 
 impl UpstreamClient {
     /// Builds one thread's pools; TLS ones trust `trust`.
-    pub fn new(settings: &PipelineSettings, trust: &UpstreamTls) -> UpstreamClient {
-        let defaults = Tuning::defaults(settings.upstream_pool_idle_timeout);
+    pub fn new(waits: Waits, trust: &UpstreamTls) -> UpstreamClient {
+        let defaults = Tuning::defaults(waits.pool_idle);
         UpstreamClient {
             h2c: pool(defaults, PoolWire::H2c, trust),
             tls: pool(defaults, PoolWire::Tls, trust),
             trust: trust.clone(),
-            idle_timeout: settings.upstream_pool_idle_timeout,
-            stall: settings.stream_stall_timeout,
+            idle_timeout: waits.pool_idle,
+            stall: waits.stall,
             tuned: Mutex::new(Vec::new()),
         }
     }

@@ -1,20 +1,18 @@
-//! The gRPC transport's front-ends: OpenAI's chat completions, completions and
-//! `/generate`, and Anthropic's Messages, served by the gateway's own generation pipeline
-//! ([`crate::generation`]) on a gRPC engine.
+//! The front-ends on token engines: OpenAI's chat completions, completions and
+//! `/generate`, and Messages, served by the gateway's own generation
+//! ([`crate::generation`]) on a token engine ([`crate::engine`]).
 //!
 //! An attempt is served in the gateway: the body is read by its front-end (the OpenAI
 //! routes' [`Ask::parse`], Messages' conversion in [`messages`]), the prompt rendered and
 //! tokenized, the generation run ([`run::start`]), and what its choices make final written
-//! as OpenAI JSON or SSE ([`reply`]) or as Messages. The engine always streams to the
+//! as OpenAI JSON or SSE ([`crate::api::openai`]) or as Messages. The engine always streams to the
 //! gateway, so a stop string or a client that goes away ends the generation at once.
 //! `/v1/tokenize` and `/v1/detokenize` are answered from the worker's tokenizer.
 //!
 //! Until the engine's first message the attempt can still fail over to another worker;
 //! after it, a failure ends the client's stream with an error event.
 
-mod messages;
 mod pair;
-mod reply;
 mod tokenize;
 
 use std::borrow::Cow;
@@ -25,7 +23,8 @@ use ::http::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
 use ::http::{Response, StatusCode};
 use bytes::Bytes;
 
-use super::{Answer, Attempt, SendError};
+use crate::api::messages;
+use crate::api::openai::{Outcome, Reply, Spelling};
 use crate::engine::grpc::{self, Engine, Wire};
 use crate::engine::{AnyEngine, AnyEvents, Event};
 use crate::fleet::{Transport, Worker};
@@ -40,8 +39,7 @@ use crate::http::reply as http_reply;
 use crate::http::route::Route;
 use crate::http::tls::UpstreamTls;
 use crate::metrics::{GenerationTiming, Metrics, RouteLabels};
-use crate::pipeline::PipelineSettings;
-use reply::{Outcome, Reply, Spelling};
+use crate::transport::{Answer, Attempt, SendError, Waits};
 
 pub use pair::GrpcPair;
 pub(super) use pair::PrefillSide;
@@ -52,7 +50,7 @@ pub(super) const STREAM_FRAMES: usize = 16;
 /// One data-plane thread's client to gRPC engines (cloned into the tasks that produce
 /// streamed Responses).
 #[derive(Clone)]
-pub struct GrpcClient {
+pub struct Engines {
     wire: Wire,
     /// `--stream-stall-timeout-secs`: longest silence of an engine mid-generation.
     stall: Option<Duration>,
@@ -60,16 +58,12 @@ pub struct GrpcClient {
     metrics: Arc<Metrics>,
 }
 
-impl GrpcClient {
+impl Engines {
     /// `tls`: the roots `grpcs://` engines are verified against.
-    pub fn new(
-        settings: &PipelineSettings,
-        tls: &UpstreamTls,
-        metrics: Arc<Metrics>,
-    ) -> GrpcClient {
-        GrpcClient {
-            wire: grpc::client::wire(settings.upstream_pool_idle_timeout, tls),
-            stall: settings.stream_stall_timeout,
+    pub fn new(waits: Waits, tls: &UpstreamTls, metrics: Arc<Metrics>) -> Engines {
+        Engines {
+            wire: grpc::client::wire(waits.pool_idle, tls),
+            stall: waits.stall,
             metrics,
         }
     }
@@ -114,7 +108,7 @@ impl GrpcClient {
                 route: "this route on gRPC workers",
             }));
         }
-        let body = super::whole_body(attempt.body).await?;
+        let body = crate::transport::whole_body(attempt.body).await?;
         let Some(route) = route else {
             return answer_locally(attempt.route, &target, body, attempt.deadline).await;
         };

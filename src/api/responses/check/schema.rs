@@ -17,7 +17,7 @@ use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::pipeline::messages::IgnoredString;
+use crate::api::messages::check::IgnoredString;
 
 /// The top level of a `/v1/responses` body. Fields named with `_` are checked for their
 /// type and not read further.
