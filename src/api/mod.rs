@@ -17,6 +17,7 @@ pub mod engines;
 pub mod messages;
 pub mod openai;
 pub mod responses;
+mod tool_call;
 
 use crate::generation::prompt::Refused;
 use crate::generation::run::StartError;

@@ -15,6 +15,7 @@
 
 pub mod builtins;
 mod guard;
+pub mod open;
 mod rpc;
 mod session;
 

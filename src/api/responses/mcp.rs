@@ -32,12 +32,13 @@ use std::time::Instant;
 use http::header::{HeaderName, HeaderValue};
 use http::HeaderMap;
 use serde_json::{json, Map, Value};
-use tokio::task::JoinSet;
 
+use crate::api::tool_call;
 use crate::generation::ask::MAX_TOOLS;
 use crate::history::MAX_CONTEXT_BYTES;
 use crate::http::error::GatewayError;
 use crate::mcp::builtins::{BuiltinKind, Builtins};
+use crate::mcp::open;
 use crate::mcp::{CallLimits, McpHttp, Session, SessionSettings, Tool};
 use crate::metrics::Metrics;
 use crate::secret::Secret;
@@ -167,50 +168,26 @@ pub async fn connect(
     if declared.is_empty() {
         return Ok(None);
     }
-    let mut tasks = JoinSet::new();
-    for (index, server) in declared.iter().enumerate() {
-        let http = http.clone();
-        let settings = server.settings.clone();
-        let deadline = Instant::now() + call_timeout * 2;
-        tasks.spawn(async move {
-            let open = async {
-                let mut session = Session::connect(http, &settings).await?;
-                let tools = session.list_tools().await?;
-                Ok::<_, crate::mcp::McpError>((session, tools))
-            };
-            let outcome = tokio::time::timeout_at(deadline.into(), open)
-                .await
-                .unwrap_or(Err(crate::mcp::McpError::Timeout));
-            (index, outcome)
-        });
-    }
-    let mut opened: Vec<Option<(Session, Vec<Tool>)>> = declared.iter().map(|_| None).collect();
-    while let Some(joined) = tasks.join_next().await {
-        let Ok((index, outcome)) = joined else {
-            continue;
-        };
-        match outcome {
-            Ok(open) => opened[index] = Some(open),
-            Err(err) => {
-                let label = declared[index].label.clone();
-                tracing::warn!(server = %label, error = %err, "MCP server did not connect");
-                return Err(GatewayError::McpServerUnreachable {
-                    label,
-                    reason: err.to_string(),
-                });
-            }
+    let deadline = Instant::now() + call_timeout * 2;
+    let settings = declared.iter().map(|server| server.settings.clone());
+    let opened = match open::open_every(http, settings, deadline).await {
+        Ok(opened) => opened,
+        Err((index, err)) => {
+            let label = declared
+                .get(index)
+                .map(|server| server.label.clone())
+                .unwrap_or_default();
+            tracing::warn!(server = %label, error = %err, "MCP server did not connect");
+            return Err(GatewayError::McpServerUnreachable {
+                label,
+                reason: err.to_string(),
+            });
         }
-    }
+    };
     let mut servers = Vec::with_capacity(declared.len());
     let mut owners = HashMap::new();
     let mut offered = 0;
-    for (server, open) in declared.into_iter().zip(opened) {
-        let Some((session, mut tools)) = open else {
-            return Err(GatewayError::McpServerUnreachable {
-                label: server.label,
-                reason: "it did not answer".into(),
-            });
-        };
+    for (server, (session, mut tools)) in declared.into_iter().zip(opened) {
         if let Some(allowed) = &server.allowed {
             tools.retain(|tool| allowed.contains(&tool.name));
         }
@@ -555,7 +532,6 @@ impl McpTools {
 
     /// Runs one call: the `mcp_call` item, and the output the model is shown.
     pub async fn call(&mut self, call: &HeldCall) -> (Value, String) {
-        let started = Instant::now();
         let index = self.owners.get(&call.name).copied();
         let arguments: Value = match serde_json::from_str(&call.arguments) {
             Ok(value @ Value::Object(_)) => value,
@@ -565,24 +541,24 @@ impl McpTools {
         let builtin = index
             .and_then(|i| self.servers.get(i))
             .and_then(|server| server.builtin.clone());
-        let (label, outcome) = match index.and_then(|i| self.servers.get_mut(i)) {
-            Some(server) if !arguments.is_null() => {
-                let tool = builtin.as_ref().map_or(call.name.as_str(), |(_, t)| t);
-                (
-                    server.label.clone(),
-                    server
-                        .session
-                        .call_tool(tool, &arguments)
-                        .await
-                        .map_err(|err| err.to_string()),
-                )
-            }
+        let tool = builtin.as_ref().map_or(call.name.as_str(), |(_, t)| t);
+        let (label, session) = match index.and_then(|i| self.servers.get_mut(i)) {
+            Some(server) if !arguments.is_null() => (server.label.clone(), Ok(&mut server.session)),
             Some(server) => (
                 server.label.clone(),
-                Err("the arguments are not a JSON object".to_owned()),
+                Err("the arguments are not a JSON object"),
             ),
-            None => (String::new(), Err("no server offers this tool".to_owned())),
+            None => (String::new(), Err("no server offers this tool")),
         };
+        let outcome = tool_call::call(
+            &self.metrics,
+            &self.model,
+            &call.name,
+            session,
+            tool,
+            &arguments,
+        )
+        .await;
         let (output, error) = match outcome {
             Ok(outcome) if !outcome.is_error => (text_of(&outcome.content), None),
             Ok(outcome) => {
@@ -599,12 +575,6 @@ impl McpTools {
                             "content": [{"type": "text", "text": message}]})),
             ),
         };
-        self.metrics.mcp_tool_call(
-            &self.model,
-            &call.name,
-            error.is_none(),
-            started.elapsed().as_secs_f64(),
-        );
         let failed = error.is_some();
         if let Some((kind, _)) = builtin {
             let item = builtin_item(kind, &arguments, &output);

@@ -33,14 +33,15 @@ use http::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
 use http::{HeaderMap, Method, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use serde_json::{json, Map, Value};
-use tokio::task::JoinSet;
 use tokio::time::Instant;
 use uuid::Uuid;
 
+use crate::api::tool_call;
 use crate::fleet::Worker;
 use crate::http::body::{FrameSender, RespBody};
 use crate::http::error::GatewayError;
 use crate::http::upload::LimitedBody;
+use crate::mcp::open::{self, Opened};
 use crate::mcp::{CallLimits, McpHttp, McpSettings, Session, SessionSettings, Tool, ToolOutcome};
 use crate::metrics::Metrics;
 use crate::secret::Secret;
@@ -239,7 +240,7 @@ pub async fn run(
 }
 
 /// A server's name and, when it connected, its session and tools.
-type Connected = (String, Option<(Session, Vec<Tool>)>);
+type Connected = (String, Option<Opened>);
 
 /// Connects to every server at once, each with its tools listed: `None` for those that
 /// failed (said in the log, without the token).
@@ -248,39 +249,19 @@ async fn connect_all(
     servers: &[(String, SessionSettings)],
     deadline: Instant,
 ) -> Vec<Connected> {
-    let mut tasks = JoinSet::new();
-    for (index, (_, settings)) in servers.iter().enumerate() {
-        let http = http.clone();
-        let settings = settings.clone();
-        tasks.spawn(async move {
-            let open = async {
-                let mut session = Session::connect(http, &settings).await?;
-                let tools = session.list_tools().await?;
-                Ok::<_, crate::mcp::McpError>((session, tools))
-            };
-            let outcome = match tokio::time::timeout_at(deadline, open).await {
-                Ok(outcome) => outcome,
-                Err(_) => Err(crate::mcp::McpError::Timeout),
-            };
-            (index, outcome)
-        });
-    }
-    let mut connected: Vec<Connected> = servers
+    let settings = servers.iter().map(|(_, settings)| settings.clone());
+    let outcomes = open::open_each(http, settings, deadline.into_std()).await;
+    servers
         .iter()
-        .map(|(name, _)| (name.clone(), None))
-        .collect();
-    while let Some(joined) = tasks.join_next().await {
-        let Ok((index, outcome)) = joined else {
-            continue;
-        };
-        match outcome {
-            Ok(open) => connected[index].1 = Some(open),
+        .zip(outcomes)
+        .map(|((name, _), outcome)| match outcome {
+            Ok(open) => (name.clone(), Some(open)),
             Err(err) => {
-                tracing::warn!(server = %connected[index].0, error = %err, "MCP server did not connect");
+                tracing::warn!(server = %name, error = %err, "MCP server did not connect");
+                (name.clone(), None)
             }
-        }
-    }
-    connected
+        })
+        .collect()
 }
 
 /// Keeps `gw_mcp_servers_active` true while the sessions are open.
@@ -467,28 +448,17 @@ impl Loop {
         let name = call.get("name").and_then(Value::as_str).unwrap_or_default();
         let input = call.get("input").cloned().unwrap_or_else(|| json!({}));
         let index = self.owners.get(name).copied().unwrap_or(usize::MAX);
-        let started = Instant::now();
-        let (server_name, outcome) = match self.servers.get_mut(index) {
-            Some((server, Some(session))) => (
-                server.clone(),
-                session
-                    .call_tool(name, &input)
-                    .await
-                    .map_err(|err| err.to_string()),
-            ),
-            Some((server, None)) => (server.clone(), Err("the server is not connected".into())),
-            None => (String::new(), Err("no server offers this tool".into())),
+        let (server_name, session) = match self.servers.get_mut(index) {
+            Some((server, Some(session))) => (server.clone(), Ok(session)),
+            Some((server, None)) => (server.clone(), Err("the server is not connected")),
+            None => (String::new(), Err("no server offers this tool")),
         };
-        let outcome = outcome.unwrap_or_else(|message| ToolOutcome {
-            content: json!([{"type": "text", "text": message}]),
-            is_error: true,
-        });
-        self.metrics.mcp_tool_call(
-            &self.model,
-            name,
-            !outcome.is_error,
-            started.elapsed().as_secs_f64(),
-        );
+        let outcome = tool_call::call(&self.metrics, &self.model, name, session, name, &input)
+            .await
+            .unwrap_or_else(|message| ToolOutcome {
+                content: json!([{"type": "text", "text": message}]),
+                is_error: true,
+            });
         let content = for_messages(&outcome.content);
         let mcp_id = format!("mcptoolu_{}", id.strip_prefix("toolu_").unwrap_or(id));
         let blocks = [
