@@ -27,7 +27,7 @@ use tokenizers::{AddedToken, Tokenizer};
 use tollgate::chat::detokenize::{
     byte_level_spelling, Detokenizer, TokenBytes, MAX_HELD_RUN, MAX_WINDOW_IDS,
 };
-use tollgate::chat::stops::{Outcome, StopMatcher};
+use tollgate::chat::stops::{StopMatcher, Verdict};
 
 const ALPHABET: [&str; 10] = ["a", "b", " ", "é", "中", "\u{FFFD}", "😀", "<", "s", "\n"];
 
@@ -233,19 +233,19 @@ pub fn check(data: &[u8]) {
     let mut out = String::new();
     let mut seen = String::new();
     let last = pieces.len() - 1;
-    let mut outcome = Outcome::Continue;
+    let mut outcome = Verdict::Continue;
     for (i, piece) in pieces.iter().enumerate() {
         seen.push_str(piece);
         outcome = if i == last {
             let pushed = matcher.push(piece, &mut out);
             match pushed {
-                Outcome::Continue => matcher.finish(&mut out),
+                Verdict::Continue => matcher.finish(&mut out),
                 stopped => stopped,
             }
         } else {
             matcher.push(piece, &mut out)
         };
-        if outcome != Outcome::Continue {
+        if outcome != Verdict::Continue {
             break;
         }
         if i != last {
@@ -259,9 +259,9 @@ pub fn check(data: &[u8]) {
     let (want, verdict) = match earliest(&stops, &text) {
         Some((start, len, stop_index)) => {
             let end = if visible { start + len } else { start };
-            (&text[..end], Outcome::Stopped { stop_index })
+            (&text[..end], Verdict::Stopped { stop_index })
         }
-        None => (text.as_str(), Outcome::Continue),
+        None => (text.as_str(), Verdict::Continue),
     };
     assert_eq!(
         (out.as_str(), outcome),

@@ -115,7 +115,7 @@ impl Spelling {
 }
 
 /// One choice of a whole answer.
-pub struct Outcome<'a> {
+pub struct WholeChoice<'a> {
     pub text: &'a str,
     pub logprobs: &'a [Scored],
     pub finish: Finish,
@@ -337,7 +337,7 @@ impl Reply {
 
     /// The whole answer of a non-streamed request, its choices in index order; `ids` are
     /// the generated ids (`/generate`, one choice, shows them).
-    pub fn body(&self, choices: &[Outcome<'_>], ids: &[u32], usage: Usage) -> Bytes {
+    pub fn body(&self, choices: &[WholeChoice<'_>], ids: &[u32], usage: Usage) -> Bytes {
         let json = match self.route {
             Api::Generate => {
                 let (text, finish) = choices
@@ -532,8 +532,8 @@ mod tests {
         }
     }
 
-    fn one<'a>(text: &'a str, finish: Finish) -> [Outcome<'a>; 1] {
-        [Outcome {
+    fn one<'a>(text: &'a str, finish: Finish) -> [WholeChoice<'a>; 1] {
+        [WholeChoice {
             text,
             logprobs: &[],
             finish,
@@ -556,7 +556,7 @@ mod tests {
                 fragment: "{\"city\": \"Paris\"}".into(),
             },
         ];
-        let whole = [Outcome {
+        let whole = [WholeChoice {
             text: "",
             logprobs: &[],
             finish: Finish::ToolCalls,
@@ -704,14 +704,14 @@ mod tests {
         let r = spelled(Api::Chat, 1);
         let entries = [scored(1, 0)];
         let choices = [
-            Outcome {
+            WholeChoice {
                 text: "b",
                 logprobs: &entries,
                 finish: Finish::Stop,
                 reasoning: "",
                 calls: Vec::new(),
             },
-            Outcome {
+            WholeChoice {
                 text: "",
                 logprobs: &[],
                 finish: Finish::Length,

@@ -31,16 +31,16 @@ impl AuthMethod {
 
 /// Whether the request was let through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub enum AuthResult {
     Success,
     Denied,
 }
 
-impl Outcome {
+impl AuthResult {
     pub fn as_str(self) -> &'static str {
         match self {
-            Outcome::Success => "success",
-            Outcome::Denied => "denied",
+            AuthResult::Success => "success",
+            AuthResult::Denied => "denied",
         }
     }
 }
@@ -55,7 +55,7 @@ pub struct AuditEvent<'a> {
     pub role: Option<Role>,
     pub method: &'a str,
     pub path: &'a str,
-    pub outcome: Outcome,
+    pub outcome: AuthResult,
     pub request_id: &'a str,
     /// Why the request was denied; absent on success.
     pub details: Option<&'a str>,

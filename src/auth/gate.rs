@@ -6,7 +6,7 @@ use std::sync::Arc;
 use http::header::{HeaderValue, AUTHORIZATION, WWW_AUTHENTICATE};
 use http::{HeaderMap, Method, Response, StatusCode};
 
-use super::audit::{AuditEvent, AuthMethod, Outcome};
+use super::audit::{AuditEvent, AuthMethod, AuthResult};
 use super::jwt::{JwtSettings, JwtVerifier};
 use super::keys::{bearer_token, ControlPlaneKeys, DataPlaneAccess, DataPlaneKeys};
 use super::AuthSettings;
@@ -171,9 +171,9 @@ impl Authenticator {
                 method: method.as_str(),
                 path,
                 outcome: if decision.denial.is_none() {
-                    Outcome::Success
+                    AuthResult::Success
                 } else {
-                    Outcome::Denied
+                    AuthResult::Denied
                 },
                 request_id: &request_id,
                 details: decision.details.as_deref(),

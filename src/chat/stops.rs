@@ -59,7 +59,7 @@ impl std::error::Error for StopsError {}
 
 /// What a push (or the end of the stream) decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Verdict {
     /// No stop string has matched (yet).
     Continue,
     /// The stop string at `stop_index` (an index into the list given to
@@ -196,21 +196,21 @@ impl StopMatcher {
 
     /// Feeds the next piece of text; appends to `out` the text now known to be safe (and,
     /// on a visible stop, the stop string). After a stop, appends nothing and keeps
-    /// answering [`Outcome::Stopped`].
-    pub fn push(&mut self, text: &str, out: &mut String) -> Outcome {
+    /// answering [`Verdict::Stopped`].
+    pub fn push(&mut self, text: &str, out: &mut String) -> Verdict {
         if self.stops.is_empty() {
             out.push_str(text);
-            return Outcome::Continue;
+            return Verdict::Continue;
         }
         if let Some(stop_index) = self.stopped {
-            return Outcome::Stopped { stop_index };
+            return Verdict::Stopped { stop_index };
         }
         let from = if self.held.is_empty() {
             // Nothing open: the text up to the first byte that can open a stop is safe.
             let opens = &self.opens;
             let Some(first) = text.bytes().position(|b| opens[usize::from(b)]) else {
                 out.push_str(text);
-                return Outcome::Continue;
+                return Verdict::Continue;
             };
             out.push_str(&text[..first]);
             self.held.push_str(&text[first..]);
@@ -224,7 +224,7 @@ impl StopMatcher {
     }
 
     /// Runs the automata over `held[from..]`, then emits what is safe or stops.
-    fn scan(&mut self, from: usize, out: &mut String) -> Outcome {
+    fn scan(&mut self, from: usize, out: &mut String) -> Verdict {
         let bytes = self.held.as_bytes();
         let mut pos = from;
         while pos < bytes.len() {
@@ -270,10 +270,10 @@ impl StopMatcher {
         if let Some(found) = &mut self.found {
             found.start -= safe;
         }
-        Outcome::Continue
+        Verdict::Continue
     }
 
-    fn stop(&mut self, found: Found, out: &mut String) -> Outcome {
+    fn stop(&mut self, found: Found, out: &mut String) -> Verdict {
         let end = if self.visible {
             found.start + found.len
         } else {
@@ -283,7 +283,7 @@ impl StopMatcher {
         self.held = String::new();
         self.found = None;
         self.stopped = Some(found.index);
-        Outcome::Stopped {
+        Verdict::Stopped {
             stop_index: found.index,
         }
     }
@@ -291,9 +291,9 @@ impl StopMatcher {
     /// End of the stream: open partial matches can no longer complete, so a waiting
     /// complete match now wins, or else the held text is released. A push after `finish`
     /// starts matching afresh (no match spans a `finish`).
-    pub fn finish(&mut self, out: &mut String) -> Outcome {
+    pub fn finish(&mut self, out: &mut String) -> Verdict {
         if let Some(stop_index) = self.stopped {
-            return Outcome::Stopped { stop_index };
+            return Verdict::Stopped { stop_index };
         }
         for stop in &mut self.stops {
             stop.matched = 0;
@@ -303,7 +303,7 @@ impl StopMatcher {
         }
         out.push_str(&self.held);
         self.held.clear();
-        Outcome::Continue
+        Verdict::Continue
     }
 }
 

@@ -9,7 +9,7 @@ use super::delta::Delta;
 use super::scores::Scoring;
 use crate::chat::detokenize::Detokenizer;
 use crate::chat::language::Language;
-use crate::chat::stops::{Outcome, StopMatcher, StopsError};
+use crate::chat::stops::{StopMatcher, StopsError, Verdict};
 use crate::engine::TokenLogprob;
 
 pub struct Decoding {
@@ -99,7 +99,7 @@ impl Decoding {
         self.piece.clear();
         self.detokenizer.finish(&mut self.piece);
         let before = out.text.len();
-        if let Outcome::Continue = self.stops.push(&self.piece, &mut out.text) {
+        if let Verdict::Continue = self.stops.push(&self.piece, &mut out.text) {
             self.stops.finish(&mut out.text);
         }
         if let Some(scoring) = &mut self.scoring {

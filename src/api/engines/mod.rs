@@ -24,7 +24,7 @@ use ::http::{Response, StatusCode};
 use bytes::Bytes;
 
 use crate::api::messages;
-use crate::api::openai::{Outcome, Reply, Spelling};
+use crate::api::openai::{Reply, Spelling, WholeChoice};
 use crate::engine::grpc::{self, Engine, Wire};
 use crate::engine::{AnyEngine, AnyEvents, Event};
 use crate::fleet::{Transport, Worker};
@@ -281,7 +281,7 @@ impl Answering {
         if let (Some(speaker), Some(choice)) =
             (&self.speaker, self.generation.choices.iter().next())
         {
-            let outcome = Outcome {
+            let outcome = WholeChoice {
                 text: &choice.delta.text,
                 logprobs: &choice.delta.logprobs,
                 finish: choice.finish.unwrap_or(Finish::Stop),
@@ -293,11 +293,11 @@ impl Answering {
             return Ok(http_reply::json(StatusCode::OK, body));
         }
         let ids = self.generation.kept_ids();
-        let outcomes: Vec<Outcome<'_>> = self
+        let outcomes: Vec<WholeChoice<'_>> = self
             .generation
             .choices
             .iter()
-            .map(|c| Outcome {
+            .map(|c| WholeChoice {
                 text: &c.delta.text,
                 logprobs: &c.delta.logprobs,
                 finish: c.finish.unwrap_or(Finish::Stop),

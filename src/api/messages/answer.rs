@@ -13,7 +13,7 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::api::openai::{Outcome, Reply};
+use crate::api::openai::{Reply, WholeChoice};
 use crate::generation::delta::{Call, CallDelta, Delta, Finish, Usage};
 use crate::sse;
 
@@ -116,7 +116,7 @@ impl Speaker {
     pub fn body(
         &self,
         reply: &Reply,
-        outcome: &Outcome<'_>,
+        outcome: &WholeChoice<'_>,
         stopped_by: Option<usize>,
         usage: Usage,
     ) -> Bytes {
@@ -383,7 +383,7 @@ mod tests {
                 arguments: String::new(),
             },
         ];
-        let outcome = Outcome {
+        let outcome = WholeChoice {
             text: "Let me look.",
             logprobs: &[],
             finish: Finish::ToolCalls,
@@ -414,7 +414,7 @@ mod tests {
     fn stop_reasons() {
         let speaker = Speaker::new(vec!["END".into(), "STOP".into()]);
         let reason = |finish, by| {
-            let outcome = Outcome {
+            let outcome = WholeChoice {
                 text: "x",
                 logprobs: &[],
                 finish,

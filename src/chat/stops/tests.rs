@@ -59,19 +59,19 @@ fn settled(stops: &[String], text: &str) -> Option<(usize, usize, usize)> {
 
 /// What the whole stream must produce: the text up to the earliest match (plus the match
 /// when visible), and the verdict.
-fn reference(stops: &[String], visible: bool, text: &str) -> (String, Outcome) {
+fn reference(stops: &[String], visible: bool, text: &str) -> (String, Verdict) {
     match earliest(stops, text) {
         Some((start, len, stop_index)) => {
             let end = if visible { start + len } else { start };
-            (text[..end].to_string(), Outcome::Stopped { stop_index })
+            (text[..end].to_string(), Verdict::Stopped { stop_index })
         }
-        None => (text.to_string(), Outcome::Continue),
+        None => (text.to_string(), Verdict::Continue),
     }
 }
 
 /// Streams `pieces` through a matcher, checking after every push that exactly the settled
 /// part was emitted and that the verdict comes as soon as it is settled.
-fn stream(stops: &[String], visible: bool, pieces: &[&str]) -> (String, Outcome) {
+fn stream(stops: &[String], visible: bool, pieces: &[&str]) -> (String, Verdict) {
     let mut matcher = StopMatcher::new(stops, visible).unwrap();
     let mut out = String::new();
     let mut seen = String::new();
@@ -79,11 +79,11 @@ fn stream(stops: &[String], visible: bool, pieces: &[&str]) -> (String, Outcome)
         seen.push_str(piece);
         let outcome = matcher.push(piece, &mut out);
         match (outcome, settled(stops, &seen)) {
-            (Outcome::Continue, None) => {
+            (Verdict::Continue, None) => {
                 let safe = earliest_possible(stops, &seen);
                 assert_eq!(out, seen[..safe], "eager and never too eager: {pieces:?}");
             }
-            (Outcome::Stopped { stop_index }, Some((_, _, index))) => {
+            (Verdict::Stopped { stop_index }, Some((_, _, index))) => {
                 assert_eq!(stop_index, index, "{pieces:?}");
                 let mut after = String::new();
                 assert_eq!(matcher.push("more", &mut after), outcome);
@@ -115,7 +115,7 @@ fn hidden_stop_cuts_before_the_match() {
     let stops = strings(&["###"]);
     assert_eq!(
         stream(&stops, false, &["Hello #", "#", "# world"]),
-        ("Hello ".to_string(), Outcome::Stopped { stop_index: 0 })
+        ("Hello ".to_string(), Verdict::Stopped { stop_index: 0 })
     );
 }
 
@@ -126,7 +126,7 @@ fn visible_stop_keeps_the_match() {
         stream(&stops, true, &["42</ans", "wer> trailing"]),
         (
             "42</answer>".to_string(),
-            Outcome::Stopped { stop_index: 1 }
+            Verdict::Stopped { stop_index: 1 }
         )
     );
 }
@@ -136,11 +136,11 @@ fn a_false_start_is_released() {
     let stops = strings(&["\n\nUser:"]);
     let mut matcher = StopMatcher::new(&stops, false).unwrap();
     let mut out = String::new();
-    assert_eq!(matcher.push("line\n", &mut out), Outcome::Continue);
+    assert_eq!(matcher.push("line\n", &mut out), Verdict::Continue);
     assert_eq!(out, "line");
-    assert_eq!(matcher.push("\nUse", &mut out), Outcome::Continue);
+    assert_eq!(matcher.push("\nUse", &mut out), Verdict::Continue);
     assert_eq!(out, "line");
-    assert_eq!(matcher.push("d it", &mut out), Outcome::Continue);
+    assert_eq!(matcher.push("d it", &mut out), Verdict::Continue);
     assert_eq!(out, "line\n\nUsed it");
 }
 
@@ -149,7 +149,7 @@ fn held_text_is_released_at_the_end() {
     let stops = strings(&["STOP"]);
     assert_eq!(
         stream(&stops, false, &["a ST", "O"]),
-        ("a STO".to_string(), Outcome::Continue)
+        ("a STO".to_string(), Verdict::Continue)
     );
 }
 
@@ -159,17 +159,17 @@ fn an_earlier_start_wins_over_an_earlier_end() {
     let stops = strings(&["bc", "abcd"]);
     assert_eq!(
         stream(&stops, false, &["x", "a", "b", "c", "d"]),
-        ("x".to_string(), Outcome::Stopped { stop_index: 1 })
+        ("x".to_string(), Verdict::Stopped { stop_index: 1 })
     );
     // When "abcd" fails, the waiting "bc" wins.
     assert_eq!(
         stream(&stops, false, &["x", "a", "b", "c", "e"]),
-        ("xa".to_string(), Outcome::Stopped { stop_index: 0 })
+        ("xa".to_string(), Verdict::Stopped { stop_index: 0 })
     );
     // And at the end of the stream.
     assert_eq!(
         stream(&stops, false, &["xab", "c"]),
-        ("xa".to_string(), Outcome::Stopped { stop_index: 0 })
+        ("xa".to_string(), Verdict::Stopped { stop_index: 0 })
     );
 }
 
@@ -178,7 +178,7 @@ fn at_the_same_start_the_shortest_wins() {
     let stops = strings(&["abc", "ab", "ab"]);
     assert_eq!(
         stream(&stops, true, &["zabc"]),
-        ("zab".to_string(), Outcome::Stopped { stop_index: 1 })
+        ("zab".to_string(), Verdict::Stopped { stop_index: 1 })
     );
 }
 
@@ -186,9 +186,9 @@ fn at_the_same_start_the_shortest_wins() {
 fn no_stops_is_an_append() {
     let mut matcher = StopMatcher::none();
     let mut out = String::new();
-    assert_eq!(matcher.push("any ", &mut out), Outcome::Continue);
-    assert_eq!(matcher.push("text", &mut out), Outcome::Continue);
-    assert_eq!(matcher.finish(&mut out), Outcome::Continue);
+    assert_eq!(matcher.push("any ", &mut out), Verdict::Continue);
+    assert_eq!(matcher.push("text", &mut out), Verdict::Continue);
+    assert_eq!(matcher.finish(&mut out), Verdict::Continue);
     assert_eq!(out, "any text");
     let empty_only = StopMatcher::new(&strings(&["", ""]), false).unwrap();
     assert!(empty_only.stops.is_empty());
@@ -220,12 +220,12 @@ fn held_text_stays_shorter_than_the_longest_stop() {
     let mut matcher = StopMatcher::new(&stops, false).unwrap();
     let mut out = String::new();
     for _ in 0..1000 {
-        assert_eq!(matcher.push("a", &mut out), Outcome::Continue);
+        assert_eq!(matcher.push("a", &mut out), Verdict::Continue);
         assert!(matcher.held.len() < 8);
     }
     assert_eq!(
         matcher.push("b", &mut out),
-        Outcome::Stopped { stop_index: 0 }
+        Verdict::Stopped { stop_index: 0 }
     );
     assert_eq!(out.len(), 1000 - 7);
 }
@@ -235,13 +235,13 @@ fn push_after_finish_starts_afresh() {
     let stops = strings(&["ab"]);
     let mut matcher = StopMatcher::new(&stops, false).unwrap();
     let mut out = String::new();
-    assert_eq!(matcher.push("xa", &mut out), Outcome::Continue);
-    assert_eq!(matcher.finish(&mut out), Outcome::Continue);
-    assert_eq!(matcher.push("b", &mut out), Outcome::Continue);
+    assert_eq!(matcher.push("xa", &mut out), Verdict::Continue);
+    assert_eq!(matcher.finish(&mut out), Verdict::Continue);
+    assert_eq!(matcher.push("b", &mut out), Verdict::Continue);
     assert_eq!(out, "xab");
     assert_eq!(
         matcher.push("ab", &mut out),
-        Outcome::Stopped { stop_index: 0 }
+        Verdict::Stopped { stop_index: 0 }
     );
 }
 
@@ -250,11 +250,11 @@ fn multi_byte_text_is_never_split() {
     let stops = strings(&["é中", "😀!", "中文"]);
     assert_eq!(
         stream(&stops, false, &["aé", "中b"]),
-        ("a".to_string(), Outcome::Stopped { stop_index: 0 })
+        ("a".to_string(), Verdict::Stopped { stop_index: 0 })
     );
     assert_eq!(
         stream(&stops, false, &["aé", "é", "😀", "x"]),
-        ("aéé😀x".to_string(), Outcome::Continue)
+        ("aéé😀x".to_string(), Verdict::Continue)
     );
 }
 
