@@ -2,12 +2,15 @@
 //!
 //! The request's path through the crate:
 //! `runtime` (thread-per-core accept loops) → `server` (one hyper connection, edge limits)
-//! → `http::route` (which route) → `app` (the route's owner) → `pipeline` (prepare, admit,
-//! pick a worker with `routing`, send over the worker's transport, relay the answer back
-//! frame by frame). On token engines the pipeline's front-ends drive `generation` (the ask,
-//! the prompt's ids, decoding and parsing), which speaks to engines through `engine` (the
-//! token-engine seam; gRPC below it). `fleet` holds the workers as a lock-free snapshot;
-//! `config` turns flags into a `Config`; `startup` builds everything from it.
+//! → `http::route` (which route) → `app` (the route's owner) → `pipeline` (decide the
+//! dispatch, prepare, admit, pick a worker with `routing`, send, relay the answer back frame
+//! by frame). An attempt is carried by a `transport` that relays it as it is (HTTP, HTTP
+//! prefill/decode pairs, a provider's Messages API) or by a front-end of `api` that answers
+//! it (OpenAI and Messages on token engines, Responses, the MCP tool loops); the
+//! front-ends drive `generation` (the ask, the prompt's ids, decoding and parsing), which
+//! speaks to engines through `engine` (the token-engine seam; gRPC below it). `fleet` holds
+//! the workers as a lock-free snapshot; `config` turns flags into a `Config`; `startup`
+//! builds everything from it.
 
 pub mod admin;
 pub mod admission;
