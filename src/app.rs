@@ -194,17 +194,36 @@ async fn authenticate(
     }
 }
 
-/// Gives the route to its owner: health answers here, administration to `admin`,
-/// inference to the pipeline; routes not built yet answer 501.
+/// Gives the route to its owner: health answers here, inference to the pipeline, the
+/// rest to [`answer_here`].
+///
+/// Only inference runs inline. The request's future is as large as its largest branch,
+/// and hyper's service boxes it per request: the administration handlers (fan-outs to
+/// every worker, the store, the Conversations API) would make every inference request
+/// build and move kilobytes it never uses, so they are boxed behind their own call.
 async fn dispatch(
+    ctx: &ThreadCtx,
+    route: Route,
+    req: Request<Incoming>,
+) -> Result<Response<RespBody>, GatewayError> {
+    match route {
+        Route::Health | Route::Liveness => Ok(reply::empty(StatusCode::OK)),
+        Route::Readiness => Ok(readiness(&ctx.gateway.registry)),
+        Route::AudioTranscriptions => forward(ctx, route, req, ContentType::FromClient).await,
+        r if is_forwarded(r) => forward(ctx, r, req, ContentType::Json).await,
+        r => Box::pin(answer_here(ctx, r, req)).await,
+    }
+}
+
+/// The routes the gateway answers itself: administration to `admin`, stored responses
+/// and conversations from the history store; routes not built yet answer 501.
+async fn answer_here(
     ctx: &ThreadCtx,
     route: Route,
     req: Request<Incoming>,
 ) -> Result<Response<RespBody>, GatewayError> {
     let gateway = &ctx.gateway;
     match route {
-        Route::Health | Route::Liveness => Ok(reply::empty(StatusCode::OK)),
-        Route::Readiness => Ok(readiness(&gateway.registry)),
         // WASM routes need `--enable-wasm` (not in this build yet): 500 with an empty body.
         Route::WasmList | Route::WasmAdd | Route::WasmDelete => Ok(admin_error(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -255,11 +274,9 @@ async fn dispatch(
             let history = gateway.pipeline.history.as_ref();
             crate::api::responses::stored::serve(history, &owner, route, head.uri.path()).await
         }
-        Route::AudioTranscriptions => forward(ctx, route, req, ContentType::FromClient).await,
         r if conversations::serves(r) => {
             conversations::serve(gateway.pipeline.history.as_ref(), r, req).await
         }
-        r if is_forwarded(r) => forward(ctx, r, req, ContentType::Json).await,
         r => Err(GatewayError::NotImplemented {
             route: r.template(),
         }),

@@ -39,22 +39,27 @@ impl Carriers<'_> {
     }
 
     /// Sends `attempt` over `worker`'s transport.
+    ///
+    /// Only the HTTP relay runs inline. A front-end's future (a generation, a Responses
+    /// run, a tool loop) is kilobytes of state, and the request's whole future is as large
+    /// as its largest branch: inline, every relayed request built, moved and boxed it (the
+    /// largest `memcpy` of a small request's profile; the request's future was 30 KiB,
+    /// 7 KiB with the front-ends, the pair loop and the administration routes boxed).
+    /// Boxed, a front-end costs its own request one allocation instead.
     pub async fn send(&self, worker: &Worker, attempt: Attempt<'_>) -> Result<Answer, SendError> {
         match worker.connection_mode() {
             ConnectionMode::Http if self.provider => {
-                tools::serve(self.http, self.tools, worker, attempt).await
+                Box::pin(tools::serve(self.http, self.tools, worker, attempt)).await
             }
             ConnectionMode::Http if Runner::takes(worker, &attempt) => {
-                self.responses.on_provider(worker, attempt).await
+                Box::pin(self.responses.on_provider(worker, attempt)).await
             }
             ConnectionMode::Http => self.http.send(worker, attempt).await,
             ConnectionMode::Grpc if matches!(worker.transport, FleetTransport::Grpc { .. }) => {
                 if attempt.route == Route::ResponsesCreate {
-                    self.responses
-                        .on_engine(self.engines, worker, attempt)
-                        .await
+                    Box::pin(self.responses.on_engine(self.engines, worker, attempt)).await
                 } else {
-                    self.engines.send(worker, attempt).await
+                    Box::pin(self.engines.send(worker, attempt)).await
                 }
             }
             other => Err(SendError::Exchange(GatewayError::UnsupportedTransport {
