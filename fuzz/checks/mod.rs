@@ -26,6 +26,7 @@ pub mod route_match;
 pub mod sse;
 pub mod tool_parsers;
 pub mod worker_spec;
+pub mod zmq_wire;
 
 /// The check of the target named `name` (a `[[bin]]` of `fuzz/Cargo.toml`).
 pub fn by_target(name: &str) -> Option<fn(&[u8])> {
@@ -52,6 +53,7 @@ pub fn by_target(name: &str) -> Option<fn(&[u8])> {
         "sse" => sse::check,
         "tool_parsers" => tool_parsers::check,
         "worker_spec" => worker_spec::check,
+        "zmq_wire" => zmq_wire::check,
         _ => return None,
     })
 }

@@ -250,7 +250,7 @@ pub static FLAGS: &[Flag] = &[
          repeatable",
         |c, values| {
             for v in values {
-                c.control.worker_urls.push(worker_url(v)?);
+                c.control.worker_urls.push(worker_url(v, true)?);
             }
             Ok(())
         },
@@ -451,7 +451,7 @@ pub static FLAGS: &[Flag] = &[
                 }
             };
             c.control.prefill_workers.push(PrefillWorker {
-                url: worker_url(url)?,
+                url: worker_url(url, false)?,
                 bootstrap_port: port,
             });
             Ok(())
@@ -465,7 +465,7 @@ pub static FLAGS: &[Flag] = &[
         "Decode workers registered at startup; repeatable; needs --pd-disaggregation",
         |c, values| {
             for v in values {
-                c.control.decode_workers.push(worker_url(v)?);
+                c.control.decode_workers.push(worker_url(v, false)?);
             }
             Ok(())
         },
@@ -1614,18 +1614,18 @@ pub fn byte_size(v: &str) -> Result<u64, Invalid> {
     }
 }
 
-/// A worker URL of the HTTP or gRPC transport (`http://`, `https://`, `grpc://`,
-/// `grpcs://`), checked by the same rules as a registration through the API and returned
-/// in its normalised form, so that spellings of one worker are recognised as one at
-/// startup.
-pub fn worker_url(v: &str) -> Result<String, Invalid> {
+/// A worker URL (`http://`, `https://`, `grpc://`, `grpcs://`, and with `zmq` an `ipc://`
+/// ZMQ worker, which can only be regular), checked by the same rules as a registration
+/// through the API and returned in its normalised form, so that spellings of one worker
+/// are recognised as one at startup.
+pub fn worker_url(v: &str, zmq: bool) -> Result<String, Invalid> {
     // Userinfo may hold credentials: never echo it back.
     let shown = redact_userinfo(v);
     match parse_worker_url(v) {
-        Ok(url) if matches!(url.transport, Transport::Zmq { .. }) => Err(Invalid::new(
+        Ok(url) if !zmq && matches!(url.transport, Transport::Zmq { .. }) => Err(Invalid::new(
             &shown,
-            "expected an http://, https:// or grpc:// URL (ipc:// workers register through \
-             POST /workers)",
+            "expected an http://, https:// or grpc:// URL (ipc:// ZMQ workers are regular \
+             workers only: --worker-urls)",
         )),
         Ok(url) => Ok(url.normalized),
         Err(err) => Err(Invalid::new(&shown, err.to_string())),

@@ -222,6 +222,10 @@ fn multi_values_and_repeats() {
     assert_eq!(c.control.worker_urls, ["http://a", "http://b"]);
     assert_eq!(c.routing.policy, PolicyName::Random);
 
+    // ZMQ workers (spec 1) come from --worker-urls too.
+    let c = run(&["--worker-urls", "ipc:///tmp/engine", "grpc://g:1"]);
+    assert_eq!(c.control.worker_urls, ["ipc:///tmp/engine", "grpc://g:1"]);
+
     let c = run(&[
         "--worker-urls",
         "http://a",
@@ -261,9 +265,9 @@ fn bad_values_name_the_flag() {
         (&["--port", "65536"], "--port", "0-65535"),
         (&["--port", "-1"], "--port", "0-65535"),
         (
-            &["--worker-urls", "ipc:///tmp/w"],
-            "--worker-urls",
-            "grpc://",
+            &["--decode", "ipc:///tmp/w"],
+            "--decode",
+            "regular workers only",
         ),
         (
             &["--worker-urls", "HTTP://w:1"],

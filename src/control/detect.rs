@@ -111,9 +111,7 @@ pub async fn detect(
         models: models.as_ref().map(model_ids).unwrap_or_default(),
         labels: server_info.as_ref().map(info_labels).unwrap_or_default(),
         http2: false,
-        language: None,
-        parsers: None,
-        kv: Default::default(),
+        ..Discovered::default()
     }
 }
 

@@ -58,6 +58,27 @@ impl GrpcControl {
         }
     }
 
+    /// The kit a worker names, first found: a registered tokenizer under its
+    /// [`registered_name`], the files its [`sources`] name, a registered tokenizer named
+    /// after the model it serves (`served`); `None` when it names none.
+    pub(super) async fn named_language(
+        &self,
+        spec: &WorkerSpec,
+        info: &ModelInfo,
+        flags: &LanguageSettings,
+        served: &str,
+    ) -> Result<Option<Arc<Language>>, String> {
+        if let Some(kit) = registered_name(spec, flags).and_then(|n| self.tokenizers.language(n)) {
+            return Ok(Some(kit));
+        }
+        if let Some(sources) = sources(spec, info, flags) {
+            return self.language(sources).await.map(Some);
+        }
+        Ok(Some(served)
+            .filter(|name| !name.is_empty())
+            .and_then(|name| self.tokenizers.language(name)))
+    }
+
     /// The kit `sources` names, loaded on the blocking pool on first use.
     async fn language(&self, sources: Sources) -> Result<Arc<Language>, String> {
         let files = sources.clone();
@@ -138,51 +159,43 @@ pub async fn discover(
     }
     let (service, info) = wait_for_model_info(control, &engines, spec, timeout).await?;
     let flags = &control.settings.language;
-    let registry = &control.grpc.tokenizers;
-    let registered = registered_name(spec, flags).and_then(|name| registry.language(name));
-    let by_served_name = || {
-        Some(info.served_model_name.as_str())
-            .filter(|name| !name.is_empty())
-            .and_then(|name| registry.language(name))
-    };
-    let language = match (registered, sources(spec, &info, flags)) {
-        (Some(kit), _) => kit,
-        (None, Some(sources)) => control.grpc.language(sources).await?,
-        (None, None) => match by_served_name() {
-            // A registered tokenizer named after the model the engine serves.
-            Some(kit) => kit,
-            // Last: the engine's own files, streamed.
-            None => {
-                let engine = &engines
-                    .iter()
-                    .find(|(s, _)| *s == service)
-                    .ok_or("detected service not among the candidates")?
-                    .1;
-                let fetched = engine_tokenizer::fetch(engine, timeout)
-                    .await
-                    .map_err(|reason| format!("no tokenizer for this gRPC worker: {reason}"))?;
-                match fetched {
-                    Fetched::Archive(archive) => {
-                        tracing::info!(
-                            worker = %spec.url.normalized,
-                            sha256 = %archive.sha256,
-                            bytes = archive.bytes.len(),
-                            "the engine sent its tokenizer"
-                        );
-                        let template = chat_template(spec, flags);
-                        control.grpc.streamed_language(archive, template).await?
-                    }
-                    Fetched::NotOffered => {
-                        return Err("no tokenizer for this gRPC worker, and the engine does \
-                             not stream its own: give it a tokenizer_path or model_path \
-                             label, start the gateway with --model-path or --tokenizer-path, \
-                             or register a tokenizer named after the model through \
-                             /v1/tokenizers"
-                            .to_owned())
-                    }
+    let named = control
+        .grpc
+        .named_language(spec, &info, flags, &info.served_model_name)
+        .await?;
+    let language = match named {
+        Some(kit) => kit,
+        // Last: the engine's own files, streamed.
+        None => {
+            let engine = &engines
+                .iter()
+                .find(|(s, _)| *s == service)
+                .ok_or("detected service not among the candidates")?
+                .1;
+            let fetched = engine_tokenizer::fetch(engine, timeout)
+                .await
+                .map_err(|reason| format!("no tokenizer for this gRPC worker: {reason}"))?;
+            match fetched {
+                Fetched::Archive(archive) => {
+                    tracing::info!(
+                        worker = %spec.url.normalized,
+                        sha256 = %archive.sha256,
+                        bytes = archive.bytes.len(),
+                        "the engine sent its tokenizer"
+                    );
+                    let template = chat_template(spec, flags);
+                    control.grpc.streamed_language(archive, template).await?
+                }
+                Fetched::NotOffered => {
+                    return Err("no tokenizer for this gRPC worker, and the engine does \
+                         not stream its own: give it a tokenizer_path or model_path \
+                         label, start the gateway with --model-path or --tokenizer-path, \
+                         or register a tokenizer named after the model through \
+                         /v1/tokenizers"
+                        .to_owned())
                 }
             }
-        },
+        }
     };
     let served = [&info.served_model_name, &info.model_path]
         .into_iter()
@@ -222,13 +235,14 @@ pub async fn discover(
         http2: true,
         language: Some(LanguageRef(language)),
         parsers: Some(ParsersRef(Arc::new(parsers))),
+        zmq: None,
     })
 }
 
 /// The worker's output parsers: its model card's `tool_parser` / `reasoning_parser`, else
 /// its labels', else `--tool-call-parser` / `--reasoning-parser`, else what its model's
 /// name suggests. An unknown name fails registration (spec 1).
-fn parsers(
+pub(super) fn parsers(
     spec: &WorkerSpec,
     flags: &LanguageSettings,
     served: Option<&str>,
@@ -360,7 +374,10 @@ pub async fn reread_kv_engine_id(control: &Control, worker: &Worker) -> Option<W
 /// The name a worker's tokenizer source is looked up by in the tokenizer registry: its
 /// card's or labels' `tokenizer_path`, else `--tokenizer-path` unless a `model_path` label
 /// comes first (the order of [`sources`]).
-fn registered_name<'a>(spec: &'a WorkerSpec, flags: &'a LanguageSettings) -> Option<&'a str> {
+pub(super) fn registered_name<'a>(
+    spec: &'a WorkerSpec,
+    flags: &'a LanguageSettings,
+) -> Option<&'a str> {
     let named = |value: Option<&'a String>| value.map(String::as_str).filter(|v| !v.is_empty());
     let card = spec.models.first().and_then(|c| c.tokenizer_path.as_ref());
     if let Some(name) = named(card).or_else(|| named(spec.labels.get("tokenizer_path"))) {
@@ -375,7 +392,11 @@ fn registered_name<'a>(spec: &'a WorkerSpec, flags: &'a LanguageSettings) -> Opt
 /// Where a worker's tokenizer comes from, first found: its model card's or labels'
 /// `tokenizer_path`, its `model_path` label, `--tokenizer-path`, `--model-path`, then the
 /// tokenizer or model path the engine reports, when that path exists on this host.
-fn sources(spec: &WorkerSpec, info: &ModelInfo, flags: &LanguageSettings) -> Option<Sources> {
+pub(super) fn sources(
+    spec: &WorkerSpec,
+    info: &ModelInfo,
+    flags: &LanguageSettings,
+) -> Option<Sources> {
     let card = spec.models.first();
     let named = card
         .and_then(|c| c.tokenizer_path.clone())

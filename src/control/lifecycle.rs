@@ -257,6 +257,12 @@ async fn register(
     {
         return Err("a ZMQ worker cannot have dp_size above 1 on a --dp-aware gateway".into());
     }
+    // The derived handshake address is the one the engines must dial: shown with the worker.
+    if let Transport::Zmq { path } = &spec.url.transport {
+        if spec.zmq_handshake_address.is_none() {
+            spec.zmq_handshake_address = Some(super::zmq::default_handshake(path));
+        }
+    }
     let (discovered, dp) = discover(control, client, id, &spec).await?;
     Ok(Registered {
         spec,
@@ -269,8 +275,8 @@ async fn register(
 /// /workers` alike (both arrive here as registration jobs): over HTTP, waits until it
 /// answers and settles the protocol, detects its runtime and models, and under
 /// `--dp-aware` reads its data-parallel size. Over gRPC, asks the engine what it serves and
-/// loads its tokenizer ([`super::grpc`]). ZMQ workers are stored as given, so operators see
-/// them; they get no traffic until their transport exists.
+/// loads its tokenizer ([`super::grpc`]). For a ZMQ worker, binds its sockets and loads its
+/// tokenizer ([`super::zmq`]); its engines dial in when they start.
 async fn discover(
     control: &Control,
     client: &CallClient,
@@ -285,7 +291,7 @@ async fn discover(
             let timeout = probe_worker.health.timeout;
             return Ok((super::grpc::discover(control, spec, timeout).await?, None));
         }
-        Transport::Zmq { .. } => return Ok((Discovered::default(), None)),
+        Transport::Zmq { .. } => return Ok((super::zmq::discover(control, spec).await?, None)),
     }
     let bearer = crate::fleet::bearer(spec.api_key.as_ref());
     let want = Want::from_settings(spec.http_pool.http2, control.upstream_http2);
@@ -450,8 +456,47 @@ fn publish(control: &Arc<Control>, client: &CallClient, worker: Arc<Worker>, sta
         status = status.as_str(),
         "worker registered"
     );
-    if !matches!(worker.transport, Transport::Zmq { .. }) {
-        tokio::spawn(watch(control.clone(), client.clone(), worker));
+    match &worker.zmq {
+        Some(engine) => {
+            let ranks = engine.link().live_ranks();
+            tokio::spawn(follow_ranks(control.clone(), worker, ranks));
+        }
+        None => {
+            tokio::spawn(watch(control.clone(), client.clone(), worker));
+        }
+    }
+}
+
+/// A ZMQ worker's status follows its ranks (spec 1: no health checks): ready while at
+/// least one rank takes requests, `not_ready` while none does. Ends when the worker leaves
+/// the registry or its link closes.
+async fn follow_ranks(
+    control: Arc<Control>,
+    registered: Arc<Worker>,
+    mut ranks: tokio::sync::watch::Receiver<usize>,
+) {
+    let id = registered.id;
+    loop {
+        let live = *ranks.borrow_and_update();
+        let Some(worker) = control.registry.snapshot().by_id(&id).cloned() else {
+            return;
+        };
+        if !worker.same_live(&registered) || worker.is_retired() {
+            return;
+        }
+        let status = worker.status();
+        let next = if live > 0 {
+            Status::Ready
+        } else {
+            Status::NotReady
+        };
+        if status != next && status != Status::Draining {
+            tracing::info!(worker = %worker.url, live_ranks = live, status = next.as_str(), "ZMQ worker status follows its engine ranks");
+            control.registry.set_status(&worker, next);
+        }
+        if ranks.changed().await.is_err() {
+            return;
+        }
     }
 }
 

@@ -15,6 +15,7 @@ pub mod prom_text;
 pub mod protocol;
 pub mod spec_body;
 pub mod tokenizers;
+pub mod zmq;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -4,10 +4,12 @@
 //! Everything above this module (the generation pipeline, the API front-ends) speaks only
 //! these types and the [`TokenEngine`] trait; each way of reaching engines lives below it
 //! and maps its own messages: [`grpc`] (SGLang's, vLLM's, TensorRT-LLM's, TokenSpeed's and
-//! MLX's gRPC services, tonic kept inside). Nothing here knows a gateway or API type, so an
-//! engine transport is added beside `grpc` without touching the pipeline.
+//! MLX's gRPC services, tonic kept inside) and [`zmq`] (vLLM's engine core over ZMQ).
+//! Nothing here knows a gateway or API type, so an engine transport is added beside them
+//! without touching the pipeline.
 
 pub mod grpc;
+pub mod zmq;
 
 use std::fmt;
 use std::future::Future;
@@ -240,15 +242,21 @@ pub trait EventStream: Send {
 }
 
 /// An engine of any transport this build speaks: what the generation pipeline holds, so
-/// that it is written once for all of them (a transport joins as a variant).
+/// that it is written once for all of them (a transport joins as a variant). Held by value:
+/// boxing the larger gRPC variant would cost every gRPC generation an allocation to save a
+/// ZMQ one a few hundred bytes of stack.
 #[derive(Clone)]
+#[allow(clippy::large_enum_variant)]
 pub enum AnyEngine {
     Grpc(grpc::Engine),
+    Zmq(zmq::Engine),
 }
 
-/// The events of an [`AnyEngine`]'s generation.
+/// The events of an [`AnyEngine`]'s generation (by value, as [`AnyEngine`]).
+#[allow(clippy::large_enum_variant)]
 pub enum AnyEvents {
     Grpc(grpc::Events),
+    Zmq(zmq::Events),
 }
 
 impl TokenEngine for AnyEngine {
@@ -257,18 +265,21 @@ impl TokenEngine for AnyEngine {
     fn caps(&self) -> Caps {
         match self {
             AnyEngine::Grpc(engine) => engine.caps(),
+            AnyEngine::Zmq(engine) => engine.caps(),
         }
     }
 
     fn runtime(&self) -> &'static str {
         match self {
             AnyEngine::Grpc(engine) => engine.runtime(),
+            AnyEngine::Zmq(engine) => engine.runtime(),
         }
     }
 
     async fn generate(&self, job: Generate, timeout: Duration) -> Result<AnyEvents, Failure> {
         match self {
             AnyEngine::Grpc(engine) => engine.generate(job, timeout).await.map(AnyEvents::Grpc),
+            AnyEngine::Zmq(engine) => engine.generate(job, timeout).await.map(AnyEvents::Zmq),
         }
     }
 
@@ -280,6 +291,7 @@ impl TokenEngine for AnyEngine {
     ) -> Result<(), Failure> {
         match self {
             AnyEngine::Grpc(engine) => engine.abort(request_id, reason, timeout).await,
+            AnyEngine::Zmq(engine) => engine.abort(request_id, reason, timeout).await,
         }
     }
 }
@@ -288,6 +300,7 @@ impl EventStream for AnyEvents {
     async fn next(&mut self) -> Result<Option<Event>, Failure> {
         match self {
             AnyEvents::Grpc(events) => events.next().await,
+            AnyEvents::Zmq(events) => events.next().await,
         }
     }
 }

@@ -25,6 +25,7 @@ use http::HeaderValue;
 use uuid::Uuid;
 
 use crate::chat::language::Language;
+use crate::engine::zmq::Engine as ZmqEngine;
 use crate::http::guard::{Guard, Release};
 use crate::parsers;
 use crate::resilience::{self, Breaker};
@@ -51,6 +52,12 @@ impl ConnectionMode {
             ConnectionMode::Grpc => "grpc",
             ConnectionMode::Zmq => "zmq",
         }
+    }
+
+    /// Whether the worker is a token engine: the gateway tokenizes, generates through the
+    /// engine seam and detokenizes (gRPC and ZMQ engines alike).
+    pub fn takes_token_ids(self) -> bool {
+        matches!(self, ConnectionMode::Grpc | ConnectionMode::Zmq)
     }
 }
 
@@ -315,6 +322,8 @@ pub struct Discovered {
     pub parsers: Option<ParsersRef>,
     /// A gRPC engine's KV-transfer configuration, as it reports it (prefill/decode).
     pub kv: crate::engine::grpc::service::KvFacts,
+    /// A ZMQ worker's sockets, bound at registration.
+    pub zmq: Option<LinkRef>,
 }
 
 /// The `max_context_length` label as a number of tokens.
@@ -342,6 +351,23 @@ pub struct ParsersRef(pub Arc<parsers::Choice>);
 impl PartialEq for ParsersRef {
     fn eq(&self, other: &ParsersRef) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+/// A ZMQ worker's link to its engine ranks (its sockets and their thread); equal when the
+/// same link.
+#[derive(Clone)]
+pub struct LinkRef(pub ZmqEngine);
+
+impl PartialEq for LinkRef {
+    fn eq(&self, other: &LinkRef) -> bool {
+        self.0.same_link(&other.0)
+    }
+}
+
+impl std::fmt::Debug for LinkRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LinkRef")
     }
 }
 
@@ -412,6 +438,8 @@ pub struct Worker {
     pub language: Option<Arc<Language>>,
     /// A gRPC engine's output parsers (tool calls, reasoning); `None` for HTTP workers.
     pub parsers: Option<Arc<parsers::Choice>>,
+    /// A ZMQ worker's engines, reached through the link registration bound.
+    pub zmq: Option<ZmqEngine>,
     /// The context window the engine advertised (its `max_context_length` label, which the
     /// spec's labels may override), read once here rather than per request.
     pub context_window: Option<u32>,
@@ -483,6 +511,7 @@ impl Worker {
             http2: discovered.http2,
             language: discovered.language.map(|l| l.0),
             parsers: discovered.parsers.map(|p| p.0),
+            zmq: discovered.zmq.map(|l| l.0),
             overload: overload::Thresholds::resolve(&defaults.overload, &spec.overload),
             request_timeout: spec
                 .http_pool
@@ -574,6 +603,7 @@ impl Worker {
             http2: self.http2,
             language: self.language.clone(),
             parsers: self.parsers.clone(),
+            zmq: self.zmq.clone(),
             overload: self.overload,
             request_timeout: self.request_timeout,
             pool: self.pool,
@@ -880,8 +910,8 @@ impl Snapshot {
             .flat_map(|w| w.model_names.iter().cloned())
             .collect();
         let any_model = regular().any(|w| w.model_names.is_empty());
-        let all_grpc = regular().next().is_some()
-            && regular().all(|w| w.connection_mode() == ConnectionMode::Grpc);
+        let all_grpc =
+            regular().next().is_some() && regular().all(|w| w.connection_mode().takes_token_ids());
         let grpc_encode = workers.iter().any(|w| {
             w.worker_type == WorkerType::Encode && w.connection_mode() == ConnectionMode::Grpc
         });
@@ -906,8 +936,8 @@ impl Snapshot {
         }
     }
 
-    /// Regular workers are registered and every one is a gRPC engine (the gateway reads
-    /// every request whole to do the language work).
+    /// Regular workers are registered and every one is a token engine, gRPC or ZMQ (the
+    /// gateway reads every request whole to do the language work).
     pub fn all_grpc(&self) -> bool {
         self.all_grpc
     }

@@ -5,7 +5,7 @@
 use crate::api::engines::Engines;
 use crate::api::messages::tools::{self, LoopClient};
 use crate::api::responses::Runner;
-use crate::fleet::{ConnectionMode, Transport as FleetTransport, Worker};
+use crate::fleet::{ConnectionMode, Worker};
 use crate::http::error::GatewayError;
 use crate::http::route::Route;
 use crate::transport::http::UpstreamClient;
@@ -29,12 +29,7 @@ impl Carriers<'_> {
     pub fn reaches(&self, worker: &Worker) -> Result<(), GatewayError> {
         match worker.connection_mode() {
             ConnectionMode::Http => self.http.reaches(worker),
-            ConnectionMode::Grpc if matches!(worker.transport, FleetTransport::Grpc { .. }) => {
-                self.engines.reaches(worker)
-            }
-            other => Err(GatewayError::UnsupportedTransport {
-                transport: other.as_str(),
-            }),
+            ConnectionMode::Grpc | ConnectionMode::Zmq => self.engines.reaches(worker),
         }
     }
 
@@ -55,16 +50,13 @@ impl Carriers<'_> {
                 Box::pin(self.responses.on_provider(worker, attempt)).await
             }
             ConnectionMode::Http => self.http.send(worker, attempt).await,
-            ConnectionMode::Grpc if matches!(worker.transport, FleetTransport::Grpc { .. }) => {
+            ConnectionMode::Grpc | ConnectionMode::Zmq => {
                 if attempt.route == Route::ResponsesCreate {
                     Box::pin(self.responses.on_engine(self.engines, worker, attempt)).await
                 } else {
                     Box::pin(self.engines.send(worker, attempt)).await
                 }
             }
-            other => Err(SendError::Exchange(GatewayError::UnsupportedTransport {
-                transport: other.as_str(),
-            })),
         }
     }
 }

@@ -44,6 +44,14 @@ use crate::transport::{Answer, Attempt, SendError, Waits};
 pub use pair::GrpcPair;
 pub(super) use pair::PrefillSide;
 
+fn transport_name(transport: &Transport) -> &'static str {
+    match transport {
+        Transport::Http { .. } => "http",
+        Transport::Grpc { .. } => "grpc",
+        Transport::Zmq { .. } => "zmq",
+    }
+}
+
 /// Frames a stream may have waiting for a slow client before the producer waits.
 pub(super) const STREAM_FRAMES: usize = 16;
 
@@ -68,33 +76,49 @@ impl Engines {
         }
     }
 
-    /// Whether this build serves `worker` over gRPC: a `grpc://` or `grpcs://` engine of
-    /// a service the gateway speaks, whose tokenizer the gateway holds.
+    /// Whether this build serves `worker` as a token engine: a `grpc://` or `grpcs://`
+    /// engine of a service the gateway speaks, or an `ipc://` (ZMQ) worker, with its
+    /// tokenizer.
     pub fn reaches(&self, worker: &Worker) -> Result<(), GatewayError> {
-        let spoken = worker.runtime.grpc_service().is_some();
-        match (&worker.transport, &worker.language) {
-            (Transport::Grpc { .. }, Some(_)) if spoken => Ok(()),
-            _ => Err(GatewayError::UnsupportedTransport { transport: "grpc" }),
-        }
+        self.target(worker).map(drop)
     }
 
     /// What a generation on `worker` reads of it, its engine reached through this thread's
-    /// pool; a worker that is not a gRPC engine of a service the gateway speaks, with its
+    /// pool (gRPC) or the worker's link (ZMQ); a worker that is neither, with its
     /// tokenizer, is not one.
     pub(super) fn target<'w>(&self, worker: &'w Worker) -> Result<Target<'w>, GatewayError> {
-        let (Transport::Grpc { authority, tls }, Some(language), Some(service)) = (
-            &worker.transport,
-            worker.language.clone(),
-            worker.runtime.grpc_service(),
-        ) else {
-            return Err(GatewayError::UnsupportedTransport { transport: "grpc" });
+        let engine = match (&worker.transport, &worker.zmq) {
+            (Transport::Grpc { authority, tls }, _) => {
+                let service = worker
+                    .runtime
+                    .grpc_service()
+                    .ok_or(GatewayError::UnsupportedTransport { transport: "grpc" })?;
+                AnyEngine::Grpc(Engine::new(service, self.wire.clone(), authority, *tls))
+            }
+            (Transport::Zmq { .. }, Some(engine)) => AnyEngine::Zmq(engine.clone()),
+            (transport, _) => {
+                return Err(GatewayError::UnsupportedTransport {
+                    transport: transport_name(transport),
+                })
+            }
         };
+        let language = worker
+            .language
+            .clone()
+            .ok_or(GatewayError::UnsupportedTransport {
+                transport: transport_name(&worker.transport),
+            })?;
+        // A ZMQ worker's window is what its ranks registered with.
+        let context_window = worker.context_window.or_else(|| match &engine {
+            AnyEngine::Zmq(engine) => engine.link().max_model_len(),
+            AnyEngine::Grpc(_) => None,
+        });
         Ok(Target {
-            context_window: worker.context_window,
+            context_window,
             parsers: worker.parsers.clone(),
             model_id: worker.model_id.as_deref().map(Cow::Borrowed),
             language,
-            engine: AnyEngine::Grpc(Engine::new(service, self.wire.clone(), authority, *tls)),
+            engine,
         })
     }
 
@@ -374,20 +398,19 @@ impl Answering {
                     }
                 }
                 Ok(Applied::Ignored) => {}
-                Err(err) if self.speaker.is_some() => {
-                    // Spec 2: a Messages stream that already started reports the failure
-                    // as its `error` event and ends there.
-                    if tx
-                        .send(terminal::render(Dialect::Messages, &err, 0))
-                        .await
-                        .is_ok()
-                    {
+                Err(err) => {
+                    // A stream that already started reports the failure (an engine that
+                    // died, stalled or failed) as its dialect's error event and ends
+                    // cleanly, as a relayed stream does: a body that merely broke off reads
+                    // as a short answer to most SDKs. Spec 2 has Messages do the same.
+                    let dialect = if self.speaker.is_some() {
+                        Dialect::Messages
+                    } else {
+                        Dialect::OpenAi
+                    };
+                    if tx.send(terminal::render(dialect, &err, 0)).await.is_ok() {
                         tx.finish().await;
                     }
-                    return;
-                }
-                Err(err) => {
-                    tx.fail(err).await;
                     return;
                 }
             }
