@@ -593,3 +593,93 @@ async fn zmq_registration_rules() {
     let message = wait_failed(&bare, &id).await;
     assert!(message.contains("model id"), "{message}");
 }
+
+/// What reaches the gateway's ZMQ sockets from anything but a well-behaved rank: junk and
+/// lying lengths on a rank's output socket, outputs for requests that do not exist,
+/// identities outside the worker's ranks and unreadable handshakes. None of it stops the
+/// worker from serving, and a client that stops reading holds up no one else.
+#[tokio::test]
+async fn hostile_peers_and_slow_clients_do_not_stall_the_worker() {
+    let (dir, tok, path) = setup("hostile");
+    let gw = gateway(&["--model-path", dir.to_str().unwrap()]);
+    let handshake = handshake_address();
+    let id = add_worker(
+        &gw,
+        &json!({"url": format!("ipc://{path}"), "models": [{"id": "m"}],
+                "zmq_handshake_address": handshake}),
+    )
+    .await;
+    wait_status(&gw, &id, "not_ready").await;
+    let context = zmq::Context::new();
+
+    // Dialling the handshake socket as rank 9 of a one-rank worker, with a 3-byte
+    // identity, or with a HELLO that is not msgpack: ignored, the worker stays not ready.
+    for (identity, payload) in [
+        (&[9u8, 0][..], &b"\x81\xa6status\xa5HELLO"[..]),
+        (&[0u8, 0, 0][..], &b"\x81\xa6status\xa5HELLO"[..]),
+        (&[0u8, 0][..], &b"\xdd\xff\xff\xff\xff"[..]),
+        (&[0u8, 0][..], &b"\x81\xa6status\xa5READY"[..]),
+    ] {
+        let dealer = context.socket(zmq::DEALER).unwrap();
+        dealer.set_identity(identity).unwrap();
+        dealer.set_linger(0).unwrap();
+        dealer.connect(&handshake).unwrap();
+        dealer.send(payload, 0).unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(worker(&gw, &id).await["status"], "not_ready");
+
+    let rank = Rank::start(&handshake, 0, &["--max-model-len", "1000000"]);
+    wait_status(&gw, &id, "ready").await;
+
+    // Junk on the rank's output socket, from a second connection.
+    let push = context.socket(zmq::PUSH).unwrap();
+    push.set_linger(0).unwrap();
+    push.connect(&format!("ipc://{path}-out-0")).unwrap();
+    let huge = vec![0x91u8; 4 << 20];
+    let junk: [&[u8]; 6] = [
+        b"\xdd\xff\xff\xff\xff",
+        b"\x99\x00\x91\xdc\x00\x13\xa2r9\x91\x07",
+        // An output for a request that does not exist: dropped.
+        b"\x99\x00\x91\xdc\x00\x13\xa6nobody\x91\x07\xc0\xc0\xc0\x01\xc0\xc0\xc0\xc0\xc0\xc0\xc0\x00\xc0\xc0\xc0\xc0\xc0\xc0\xc0\xc0\xc0\xc0\xc0",
+        b"",
+        &huge,
+        b"ENGINE_CORE_DEA",
+    ];
+    for frame in junk {
+        push.send(frame, 0).unwrap();
+    }
+    let reply = post_json(
+        &format!("{}/v1/completions", gw.url()),
+        &json!({"prompt": "hello world", "max_tokens": 4}),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let ids = tok.encode("hello world", true).unwrap().get_ids().to_vec();
+    assert_eq!(
+        reply.json()["choices"][0]["text"],
+        tok.decode(&echo(&ids, 4, None), true).unwrap().as_str()
+    );
+    assert!(gw.log_text().contains("unreadable engine output dropped"));
+
+    // A client that stops reading a long stream does not hold up the next request.
+    let c = common::client(false);
+    let body = json!({"prompt": "hello world", "max_tokens": 100_000, "stream": true});
+    let stuck = start_json(&c, &format!("{}/v1/completions", gw.url()), &body).await;
+    assert_eq!(stuck.status(), 200);
+    let started = std::time::Instant::now();
+    let reply = post_json(
+        &format!("{}/v1/completions", gw.url()),
+        &json!({"prompt": "hello world", "max_tokens": 4}),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "a stalled client held up another request for {:?}",
+        started.elapsed()
+    );
+    drop(stuck);
+    rank.logged("abort rank=0").await;
+    drop(rank);
+}

@@ -160,6 +160,19 @@ def grpc_adapter(logdir: Path, name: str, engine: Proc, extra: list[str] | None 
     return Proc(name, argv, logdir / f"{name}.log", port)
 
 
+def zmq_rank(logdir: Path, name: str, engine: Proc, handshake: str, rank: int = 0) -> Proc:
+    """perf/zmq_engine/engine.py in llama mode: one vLLM engine-core rank in front of
+    `engine`, dialling the gateway's ZMQ handshake address. Its event lines (`add ...`,
+    `abort ...`, `finish ...`) go to its log. It listens on no port of its own."""
+    script = Path(__file__).resolve().parents[2] / "perf" / "zmq_engine" / "engine.py"
+    argv = [
+        sys.executable, str(script),
+        "--handshake", handshake, "--rank", str(rank),
+        "--mode", "llama", "--llama-url", engine.url,
+    ]
+    return Proc(name, argv, logdir / f"{name}.log", 0)
+
+
 def wait_log(proc: Proc, needles: tuple[str, ...], timeout: float) -> str:
     """The first line of `proc`'s log containing any of `needles`, waiting up to `timeout`."""
     deadline = time.monotonic() + timeout

@@ -1,5 +1,6 @@
 """Greedy parity through the gateway's gRPC pipeline, on each of SGLang's and vLLM's message
-sequences, against llama-server's own HTTP answers.
+sequences, and through a ZMQ worker (vLLM's engine-core protocol), against llama-server's own
+HTTP answers.
 
 grpc-engine's llama.cpp adapter speaks SGLang's service (`--service sglang`) or vLLM's
 (`--service vllm`) the way their published servicers do: SGLang ends a streamed sequence with
@@ -9,12 +10,17 @@ ids would double the last delta ("doorstep doorstep"); one that counted its own 
 vLLM complete's figure would report the wrong `completion_tokens`. Every route the pipeline
 serves is compared, streamed and not: text, finish reason and every token count equal
 llama-server's own answer to the same request.
+
+The ZMQ worker is perf/zmq_engine/engine.py in llama mode: a vLLM engine-core rank (its
+msgspec structs mirrored from vLLM's) that dials the gateway and forwards each request's ids
+to llama-server; the gateway speaks to it as vLLM's own front-end does.
 """
 
 from __future__ import annotations
 
 import json
 import tempfile
+import time
 from pathlib import Path
 
 import anthropic
@@ -32,7 +38,7 @@ PROMPTS = [
 ]
 COMPLETION_PROMPT = "The capital of France is"
 COMPLETION_TOKENS = 24
-SERVICES = ["sglang", "vllm"]
+SERVICES = ["sglang", "vllm", "zmq"]
 
 
 def chat(text: str) -> list[dict]:
@@ -58,8 +64,12 @@ def llama(logdir):
 
 @pytest.fixture(scope="module", params=SERVICES)
 def gw(request, logdir, llama):
-    """The adapter speaking one service's sequences, and a gateway in front of it."""
+    """The adapter speaking one service's sequences (or a ZMQ engine-core rank), and a gateway
+    in front of it."""
     service = request.param
+    if service == "zmq":
+        yield from zmq_gateway(logdir, llama)
+        return
     proc = harness.grpc_adapter(logdir, f"grpc-engine-parity-{service}", llama, ["--service", service])
     gateway = harness.gateway(
         logdir,
@@ -77,6 +87,37 @@ def gw(request, logdir, llama):
     finally:
         gateway.stop()
         proc.stop()
+
+
+def zmq_gateway(logdir, llama):
+    """A gateway with one ipc:// worker, and its rank dialling the handshake address the
+    gateway derived and shows with the worker."""
+    gateway = harness.gateway(
+        logdir,
+        "tollgate-parity-zmq",
+        [f"ipc://{logdir}/zmq-engine"],
+        ["--model-path", harness.env_path("TOLLGATE_REAL_ENGINE_TOKENIZER")],
+    )
+    rank = None
+    try:
+        harness.start_gateway(gateway)
+        deadline = time.monotonic() + 30
+        handshake = None
+        while handshake is None:
+            workers = httpx.get(gateway.url + "/workers", timeout=5).json()["workers"]
+            handshake = workers[0].get("zmq_handshake_address") if workers else None
+            if handshake is None:
+                assert time.monotonic() < deadline, gateway.log_tail()
+                time.sleep(0.1)
+        rank = harness.zmq_rank(logdir, "zmq-engine-parity", llama, handshake).start()
+        gateway.wait_http("/readiness", 60)
+        workers = httpx.get(gateway.url + "/workers", timeout=5).json()["workers"]
+        assert [(w["runtime_type"], w["connection_mode"]) for w in workers] == [("vllm", "zmq")]
+        yield gateway
+    finally:
+        gateway.stop()
+        if rank is not None:
+            rank.stop()
 
 
 def openai_client(url: str) -> openai.OpenAI:
