@@ -56,6 +56,21 @@ for engine in $engines; do
     TOLLGATE_TEST_IO_ENGINE=$engine cargo test --no-fail-fast --test '*'
 done
 
+# --- instructions per small request (perf/instructions, docs/performance.md) -------------
+# A relayed small chat counted in instructions under callgrind (valgrind, Debian's package,
+# installed when missing), against the committed baseline: it fails when a change makes the
+# request dearer by more than 8 %, so "within noise" steps cannot add up unseen. The debug
+# binaries the integration tests built are measured; the baseline records that profile.
+step "instructions per small request against perf/instructions.baseline.json"
+if ! command -v valgrind >/dev/null; then
+    as_root=""
+    [ "$(id -u)" = "0" ] || as_root="sudo"
+    $as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    $as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends valgrind
+fi
+cargo build --bin tollgate --bin mock-worker
+perf/instructions --check perf/instructions.baseline.json
+
 # --- fuzzing (fuzz/run.sh, docs/fuzzing.md) ------------------------------------------------
 # Every cargo-fuzz target briefly (replaying tests/fuzz_regressions/ first), when a nightly
 # toolchain is installed. Its builds (sanitizer, nightly, unoptimised so a fresh machine builds

@@ -414,6 +414,113 @@ async fn dp_size_two_spreads_requests_across_ranks() {
     );
 }
 
+/// Many requests at once, round after round: every one is answered (the link thread's
+/// wake-ups are not lost however the requests interleave).
+#[tokio::test]
+async fn many_concurrent_requests_are_all_answered() {
+    let (gw, _rank, tok) = one_rank("concurrent", &[]).await;
+    let url = format!("{}/v1/completions", gw.url());
+    let ids = tok.encode("hello world", true).unwrap().get_ids().to_vec();
+    let want = tok.decode(&echo(&ids, 3, None), true).unwrap();
+    for _ in 0..20 {
+        let calls = (0..32).map(|_| {
+            let url = url.clone();
+            async move {
+                tokio::time::timeout(
+                    Duration::from_secs(20),
+                    post_json(&url, &json!({"prompt": "hello world", "max_tokens": 3})),
+                )
+                .await
+                .expect("a request was never answered")
+            }
+        });
+        for reply in futures_join(calls).await {
+            assert_eq!(reply.status, 200, "{}", reply.text());
+            assert_eq!(reply.json()["choices"][0]["text"], want.as_str());
+        }
+    }
+}
+
+/// TokenSpeed's scheduler (`rt_e`) over the same sockets, with its own payloads: the
+/// stand-in speaks them (`--protocol tokenspeed`, its structs mirrored from TokenSpeed's).
+#[tokio::test]
+async fn a_tokenspeed_worker_serves_through_the_same_pipeline() {
+    let (dir, tok, path) = setup("tokenspeed");
+    let gw = gateway(&["--model-path", dir.to_str().unwrap()]);
+    let handshake = handshake_address();
+    let id = add_worker(
+        &gw,
+        &json!({"url": format!("ipc://{path}"), "runtime": "tokenspeed",
+                "models": [{"id": "ts-model"}], "zmq_handshake_address": handshake}),
+    )
+    .await;
+    wait_status(&gw, &id, "not_ready").await;
+    assert_eq!(worker(&gw, &id).await["runtime_type"], "tokenspeed");
+    let eos = tok.token_to_id(IM_END).unwrap();
+    let rank = Rank::start(
+        &handshake,
+        0,
+        &["--protocol", "tokenspeed", "--eos-id", &eos.to_string()],
+    );
+    wait_status(&gw, &id, "ready").await;
+
+    let content = "hello world";
+    let prompt = chat_prompt(&tok, content);
+    let reply = post_json(
+        &format!("{}/v1/chat/completions", gw.url()),
+        &json!({"model": "ts-model", "max_tokens": 50, "temperature": 0,
+                "messages": [{"role": "user", "content": content}]}),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let v = reply.json();
+    let ids = echo(&prompt, 50, Some(eos));
+    assert_eq!(
+        v["choices"][0]["message"]["content"],
+        tok.decode(&ids, true).unwrap().as_str(),
+        "{v}"
+    );
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    // Streamed, and n = 2 as two engine requests.
+    let c = common::client(false);
+    let body = json!({"model": "ts-model", "prompt": "hello world", "max_tokens": 6,
+                      "n": 2, "stream": true});
+    let resp = start_json(&c, &format!("{}/v1/completions", gw.url()), &body).await;
+    let frames = read_frames(&mut resp.into_body(), Duration::from_secs(20)).await;
+    assert!(frames.clean_end(), "{frames:?}");
+    let events = stream_events(&frames.text());
+    let finishes = events
+        .iter()
+        .filter(|e| e["choices"][0]["finish_reason"] == "length")
+        .count();
+    assert_eq!(finishes, 2, "{}", frames.text());
+    rank.logged("id=0_cmpl-").await;
+    // What TokenSpeed refuses outright, the gateway refuses first.
+    let reply = post_json(
+        &format!("{}/v1/completions", gw.url()),
+        &json!({"model": "ts-model", "prompt": "hello", "max_tokens": 2, "top_k": 200}),
+    )
+    .await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    // A client that leaves aborts on the rank.
+    let body = json!({"model": "ts-model", "prompt": "hello world", "max_tokens": 1000,
+                      "stream": true});
+    drop(rank);
+    wait_status(&gw, &id, "not_ready").await;
+    let slow = Rank::start(
+        &handshake,
+        0,
+        &["--protocol", "tokenspeed", "--token-ms", "20"],
+    );
+    wait_status(&gw, &id, "ready").await;
+    let resp = start_json(&c, &format!("{}/v1/completions", gw.url()), &body).await;
+    let mut body_in = resp.into_body();
+    let seen = read_until(&mut body_in, "\"text\":\"", Duration::from_secs(10)).await;
+    assert!(seen.contains("text_completion"), "{seen}");
+    drop(body_in);
+    slow.logged("abort rank=0 ids=cmpl-").await;
+}
+
 /// Runs the futures at once and collects their outputs in order.
 async fn futures_join<F>(calls: impl Iterator<Item = F>) -> Vec<F::Output>
 where
@@ -577,15 +684,6 @@ async fn zmq_registration_rules() {
     .await;
     let message = wait_failed(&gw, &taken).await;
     assert!(message.contains(&handshake), "{message}");
-    // TokenSpeed registers too (spec 1).
-    let ts = add_worker(
-        &gw,
-        &json!({"url": format!("ipc://{path}-ts"), "runtime": "tokenspeed",
-                "zmq_handshake_address": handshake_address()}),
-    )
-    .await;
-    wait_status(&gw, &ts, "not_ready").await;
-    assert_eq!(worker(&gw, &ts).await["runtime_type"], "tokenspeed");
 
     // Without --model-path (and no model in the spec), there is no model id.
     let bare = gateway(&[]);

@@ -24,6 +24,11 @@ See README.md for the CLI, the event lines and the fault switches.
 
 Source read: the vLLM 0.33.0 wheel (commit 4ba787ec9); paths below are
 relative to the vLLM source root.
+
+``--protocol tokenspeed`` swaps in TokenSpeed's ``--zmq-msgpack`` payloads and
+handshake order (lightseekorg/tokenspeed @ f4d8ec6e03; brief
+/work/tokenspeed-zmq-notes.md): see the "TokenSpeed" section and
+``TokenSpeedEngine`` below. The vLLM path does not use any of it.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ import time
 import traceback
 import urllib.parse
 import uuid
+import zlib
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Mapping, NamedTuple
@@ -1632,6 +1638,8 @@ class EngineCoreProc:
         if forced and pos < len(forced):
             return forced[pos]
         masked = sp.all_stop_token_ids if pos < sp.min_tokens else ()
+        if self.args.skip_ids:
+            masked = set(masked) | self.args.skip_ids
         prompt = req.prompt_token_ids
         for j in range(len(prompt)):
             tok = prompt[(pos + j) % len(prompt)]
@@ -1909,6 +1917,837 @@ class EngineCoreProc:
 
 
 # ---------------------------------------------------------------------------
+# TokenSpeed (--protocol tokenspeed)
+# ---------------------------------------------------------------------------
+#
+# TokenSpeed's opt-in ``--zmq-msgpack`` mode (lightseekorg/tokenspeed @
+# f4d8ec6e03, 2026-08-22) keeps vLLM's sockets and HELLO/INIT/READY maps but
+# carries its own payloads. The brief is /work/tokenspeed-zmq-notes.md; every
+# mirror below names the TokenSpeed function it follows. Paths are relative to
+# that repository (``python/tokenspeed/runtime/...`` shortened to ``runtime/``).
+
+# python/tokenspeed/version.py :: __version__ (sent as "tokenspeed-<version>")
+TS_VERSION = "0.1.0"
+# runtime/engine/zmq_wire.py :: REQ_TYPE_ADD, REQ_TYPE_ABORT (the only two types)
+TS_REQ_TYPE_ADD = b"\x00"
+TS_REQ_TYPE_ABORT = b"\x01"
+# runtime/engine/zmq_msgpack.py :: _INIT_TIMEOUT_MS, _INIT_POLL_SLICE_MS
+TS_INIT_TIMEOUT_MS = 600_000
+TS_INIT_POLL_SLICE_MS = 30_000
+# runtime/sampling/sampling_params.py :: _SAMPLING_EPS, _TOP_K_DISABLED, _TOP_K_FUSED_MAX
+_TS_SAMPLING_EPS = 1e-6
+_TS_TOP_K_DISABLED = 1 << 30
+_TS_TOP_K_FUSED_MAX = 128
+# runtime/engine/generation_output_processor.py :: OutputProcesser._PENDING_ABORT_TTL_S
+TS_PENDING_ABORT_TTL_S = 300.0
+# runtime/engine/generation_output_processor.py :: DEFAULT_FORCE_STREAM_INTERVAL
+TS_DEFAULT_FORCE_STREAM_INTERVAL = 50
+# Input-queue item types of the TokenSpeed busy loop (stand-in internal).
+TS_ADD = "ts-add"
+TS_ABORT = "ts-abort"
+
+
+class TsSamplingParams(msgspec.Struct, kw_only=True, array_like=True):
+    """Mirrors runtime/sampling/sampling_params.py :: SamplingParams.
+
+    Untagged ``array_like``: a positional 29-element array nested in the
+    request, no ``omit_defaults`` (all 29 always encoded). Same field order,
+    types and defaults. ``__post_init__`` runs on construction *and* on
+    msgpack decode, as in TokenSpeed.
+    """
+
+    max_new_tokens: int | None = None
+    stop: str | list[str] | None = None
+    stop_token_ids: set[int] | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    min_p: float = 0.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    min_new_tokens: int = 0
+    json_schema: str | None = None
+    regex: str | None = None
+    ebnf: str | None = None
+    structural_tag: str | None = None
+    ignore_eos: bool = False
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    no_stop_trim: bool = False
+    thinking_budget: int | None = None
+    custom_params: dict[str, Any] | None = None
+    stream_interval: int | None = None
+    logit_bias: dict[str, float] | None = None
+    seed: int | None = None
+    logprobs: int | None = None
+    n: int = 1
+    stop_strs: str | list[str] | None = None
+    stop_str_max_len: int = 0
+    is_normalized: bool = False
+
+    def __post_init__(self) -> None:
+        """Mirrors SamplingParams.__post_init__: greedy rewrite and the top_k sentinel."""
+        if self.is_normalized:
+            return
+        self.stop_strs = self.stop
+        if self.stop_token_ids:
+            self.stop_token_ids = set(self.stop_token_ids)
+        else:
+            self.stop_token_ids = None
+        if self.temperature < _TS_SAMPLING_EPS:
+            self.temperature = 1.0
+            self.top_k = 1
+        if self.top_k == -1:
+            self.top_k = _TS_TOP_K_DISABLED
+
+    def verify(self, vocab_size: int) -> None:
+        """Mirrors SamplingParams.verify (same checks, same order, same messages)."""
+        if self.temperature < 0.0:
+            raise ValueError(f"temperature must be non-negative, got {self.temperature}.")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}.")
+        if not 0.0 <= self.min_p <= 1.0:
+            raise ValueError(f"min_p must be in [0, 1], got {self.min_p}.")
+        if self.top_k < -1 or self.top_k == 0:
+            raise ValueError(f"top_k must be -1 (disable), or at least 1, got {self.top_k}.")
+        if self.top_k != _TS_TOP_K_DISABLED and self.top_k >= _TS_TOP_K_FUSED_MAX:
+            raise ValueError(
+                f"top_k must be < {_TS_TOP_K_FUSED_MAX} (fused kernel limit) "
+                f"or -1 (disable), got {self.top_k}."
+            )
+        if not -2.0 <= self.frequency_penalty <= 2.0:
+            raise ValueError(f"frequency_penalty must be in [-2, 2], got {self.frequency_penalty}.")
+        if not -2.0 <= self.presence_penalty <= 2.0:
+            raise ValueError(f"presence_penalty must be in [-2, 2], got {self.presence_penalty}.")
+        if not 0.0 <= self.repetition_penalty <= 2.0:
+            raise ValueError(f"repetition_penalty must be in (0, 2], got {self.repetition_penalty}.")
+        if not 0 <= self.min_new_tokens:
+            raise ValueError(f"min_new_tokens must be in (0, max_new_tokens], got {self.min_new_tokens}.")
+        if self.max_new_tokens is not None:
+            if self.max_new_tokens < 0:
+                raise ValueError(f"max_new_tokens must be at least 0, got {self.max_new_tokens}.")
+            if not self.min_new_tokens <= self.max_new_tokens:
+                raise ValueError(
+                    f"min_new_tokens must be in (0, max_new_tokens({self.max_new_tokens})], got "
+                    f"{self.min_new_tokens}."
+                )
+        if self.logit_bias is not None:
+            for token_id in self.logit_bias:
+                if not 0 <= int(token_id) < vocab_size:
+                    raise ValueError(
+                        f"logit_bias must has keys in [0, {vocab_size - 1}], got {token_id}."
+                    )
+        if self.logprobs is not None and self.logprobs != 0:
+            raise ValueError(
+                f"logprobs={self.logprobs} is not supported; use logprobs=0 "
+                "(the sampled token's logprob)."
+            )
+        if sum(x is not None for x in (self.json_schema, self.regex, self.ebnf)) > 1:
+            raise ValueError("Only one of regex, json_schema, or ebnf can be set.")
+
+    def resolve_seed(self, rid: str) -> None:
+        """Mirrors SamplingParams.resolve_seed: a None seed becomes crc32(rid)."""
+        if self.seed is None:
+            self.seed = zlib.crc32(rid.encode("utf-8")) & 0xFFFFFFFF
+
+    def normalize(self, tokenizer: Any = None) -> None:
+        """Mirrors SamplingParams.normalize with tokenizer=None (the msgpack path)."""
+        if self.stop_strs is None:
+            self.stop_strs = []
+            self.stop_str_max_len = 0
+        else:
+            if isinstance(self.stop_strs, str):
+                self.stop_strs = [self.stop_strs]
+            self.stop_str_max_len = max((len(s) for s in self.stop_strs), default=0)
+        self.is_normalized = True
+
+
+class TsSessionParams(msgspec.Struct, kw_only=True, array_like=True):
+    """Mirrors runtime/engine/io_struct.py :: SessionParams (untagged array_like)."""
+
+    id: str | None = None
+    rid: str | None = None
+    offset: int | None = None
+    replace: bool | None = None
+
+
+class BaseReq(msgspec.Struct, tag=True, tag_field="_tag", kw_only=True, array_like=True):
+    """Mirrors runtime/engine/io_struct.py :: BaseReq.
+
+    ``tag=True`` makes element 0 of the array the class name (the subclass's
+    own name), ``array_like`` makes the rest positional, base fields first.
+    """
+
+    rid: str | list[str] | None = None
+    http_worker_ipc: str | None = None
+
+
+class BaseBatchReq(msgspec.Struct, tag=True, tag_field="_tag", kw_only=True, array_like=True):
+    """Mirrors runtime/engine/io_struct.py :: BaseBatchReq."""
+
+    rids: list[str] | None = None
+
+
+class TokenizedGenerateReqInput(BaseReq, kw_only=True):
+    """Mirrors runtime/engine/io_struct.py :: TokenizedGenerateReqInput (the ADD payload).
+
+    On the wire: ``["TokenizedGenerateReqInput", rid, http_worker_ipc,
+    input_text, input_ids, sampling_params, ...]``, 24 elements in all as
+    TokenSpeed encodes it. ``sampling_params`` has no default, so a decoder
+    needs at least the first 6 elements; later ones default. The multimodal
+    payload (``MultimodalInputs``) is typed ``Any``: this stand-in is text-only.
+    """
+
+    input_text: str | None = None
+    input_ids: list[int] | None = None
+    sampling_params: TsSamplingParams
+    return_logprob: bool = False
+    logprob_start_len: int = -1
+    top_logprobs_num: int = 0
+    token_ids_logprob: list[int] | None = None
+    stream: bool = False
+    input_embeds: list | None = None
+    session_params: TsSessionParams | None = None
+    custom_logit_processor: str | None = None
+    return_hidden_states: bool = False
+    created_time: float = 0.0
+    bootstrap_host: str | None = None
+    bootstrap_port: int | None = None
+    bootstrap_room: int | None = None
+    input_multi_ids: list[list[int]] | None = None
+    input_extra_infos: list[dict] | None = None
+    input_ids_unpadded: list[int] | None = None
+    multimodal_inputs: Any = None
+    validation_error: str | None = None
+
+
+class AbortReq(BaseReq, kw_only=True):
+    """Mirrors runtime/engine/io_struct.py :: AbortReq (built from each id of an ABORT payload)."""
+
+
+class BatchTokenIDOutSlim(BaseBatchReq, kw_only=True):
+    """Mirrors runtime/engine/io_struct.py :: BatchTokenIDOutSlim (the only output message).
+
+    On the wire: ``["BatchTokenIDOutSlim", rids, output_ids, finished_reasons,
+    prompt_tokens, completion_tokens, cached_tokens, output_token_logprobs_val,
+    output_token_logprobs_idx, engine_index]`` (10 elements). Columns are
+    parallel to ``rids``; ``output_ids`` holds each request's new ids of this
+    message only; ``finished_reasons`` is "" while running, else "stop",
+    "length" or "abort".
+    """
+
+    output_ids: list[list[int]]
+    finished_reasons: list[str]
+    prompt_tokens: list[int]
+    completion_tokens: list[int]
+    cached_tokens: list[int]
+    output_token_logprobs_val: list[list[float]]
+    output_token_logprobs_idx: list[list[int]]
+    engine_index: int = 0
+
+
+class WireReadyMessage(msgspec.Struct):
+    """Mirrors runtime/engine/zmq_wire.py :: WireReadyMessage (HELLO / READY, a 4-key map)."""
+
+    status: str | None = None
+    local: bool | None = None
+    headless: bool | None = None
+    parallel_config_hash: str | None = None
+
+
+class WireHandshakeAddresses(msgspec.Struct):
+    """Mirrors runtime/engine/zmq_wire.py :: WireHandshakeAddresses."""
+
+    inputs: list[str] = []
+    outputs: list[str] = []
+    coordinator_input: str | None = None
+    coordinator_output: str | None = None
+    frontend_stats_publish_address: str | None = None
+
+
+class WireHandshakeInitMessage(msgspec.Struct):
+    """Mirrors runtime/engine/zmq_wire.py :: WireHandshakeInitMessage (INIT; unknown keys ignored)."""
+
+    addresses: WireHandshakeAddresses
+    parallel_config: dict = {}
+
+
+class WireEngineCoreReadyResponse(msgspec.Struct):
+    """Mirrors runtime/engine/zmq_wire.py :: WireEngineCoreReadyResponse (registration, a 19-key map)."""
+
+    max_model_len: int = 0
+    num_gpu_blocks: int = 0
+    prefix_granularity: int = 0
+    dp_stats_address: str | None = None
+    dtype: str = "bfloat16"
+    multimodal_encoder_dtype: str | None = None
+    vllm_version: str = ""
+    world_size: int = 1
+    data_parallel_size: int = 1
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    decode_context_parallel_size: int = 1
+    data_parallel_rank: int = 0
+    max_num_seqs: int = 0
+    max_num_batched_tokens: int = 0
+    instance_id: str = ""
+    kv_cache_size_tokens: int | None = None
+    kv_cache_max_concurrency: float | None = None
+    kv_events_config: dict | None = None
+
+
+def make_ts_add_decoder() -> msgspec.msgpack.Decoder:
+    """Mirrors zmq_wire.py :: _DEC_ADD = MsgpackDecoder(TokenizedGenerateReqInput).
+
+    Decoded as the one tagged type (not a union): element 0 must be
+    "TokenizedGenerateReqInput", extra trailing elements are ignored.
+    """
+    return msgspec.msgpack.Decoder(TokenizedGenerateReqInput, ext_hook=_ext_hook)
+
+
+_TS_DEC_ABORT = msgspec.msgpack.Decoder(list[str])
+
+
+def ts_decode_request_frames(frames: list[bytes], add_decoder: msgspec.msgpack.Decoder) -> list:
+    """Mirrors zmq_wire.py :: decode_request_frames + _finalize_generate_request.
+
+    ``frames`` is ``[type_byte, payload, *aux]`` (the DEALER strips the
+    identity). Raises on anything malformed; the caller drops the message.
+    """
+    if len(frames) < 2:
+        raise ValueError(f"msgpack request needs >=2 frames (type, payload), got {len(frames)}")
+    type_byte = frames[0]
+    if type_byte == TS_REQ_TYPE_ADD:
+        io: TokenizedGenerateReqInput = add_decoder.decode(frames[1])
+        sp = io.sampling_params
+        sp.resolve_seed(io.rid)
+        sp.normalize(tokenizer=None)
+        if sp.n != 1:
+            io.validation_error = (
+                f"n={sp.n} is not supported on the msgpack "
+                "wire; the frontend must fan out n > 1 itself"
+            )
+        return [io]
+    if type_byte == TS_REQ_TYPE_ABORT:
+        return [AbortReq(rid=rid) for rid in _TS_DEC_ABORT.decode(frames[1])]
+    raise ValueError(f"unknown msgpack request type byte: {type_byte!r}")
+
+
+class TsRequest:
+    """One request in the TokenSpeed busy loop: a slice of
+    runtime/engine/generation_output_processor.py :: RequestState."""
+
+    def __init__(self, io: TokenizedGenerateReqInput):
+        self.request_id: str = io.rid
+        self.prompt_token_ids: list[int] = list(io.input_ids or [])
+        self.sampling_params = io.sampling_params
+        self.max_new_tokens: int = 0  # set on admission (handle_generate_request)
+        self.stream = io.stream
+        self.return_logprob = io.return_logprob
+        self.output_token_ids: list[int] = []
+        self.logprobs: list[float] = []
+        self.finish_type: str | None = None  # "stop" | "length" | "abort"
+        self.matched: int | None = None
+        self.send_token_offset = 0
+        self.finished_output = False
+        self.prefilled = False
+        self.hung = False
+        self.stream_thread = None
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.output_token_ids)
+
+
+class TokenSpeedEngine(EngineCoreProc):
+    """One TokenSpeed scheduler rank in ``--zmq-msgpack`` mode (mock generation only).
+
+    Mirrors runtime/engine/zmq_msgpack.py (the transport),
+    runtime/engine/request_handler.py :: RequestHandler.handle_generate_request,
+    runtime/engine/generation_output_processor.py :: RequestState.check_finished,
+    OutputProcesser.{mark_abort, register, stream_output} and the checks of
+    tokenspeed-scheduler/csrc/scheduler/scheduler.cpp :: Scheduler::SubmitRequests.
+    The thread layout (input thread, busy loop, output thread) is the
+    stand-in's; TokenSpeed drains its DEALER non-blocking from the scheduler
+    loop, which puts the same bytes on the wire.
+    """
+
+    def __init__(self, args: argparse.Namespace):
+        super().__init__(args)
+        self.add_decoder = make_ts_add_decoder()
+        self.pending_aborts: dict[str, float] = {}
+        self.eos_ids = {args.eos_id}
+        kv_tokens = args.num_gpu_blocks * args.prefix_granularity
+        # EventLoop.__init__: max_model_len = min(context_len, scheduler's
+        # max_single_request_tokens); the registration reports context_len.
+        self.effective_max_model_len = min(self.max_model_len, kv_tokens)
+        self.ts_pending: dict[str, TsRequest] = {}
+
+    # -- startup -----------------------------------------------------------
+
+    def run(self) -> None:
+        """Mirrors EventLoop.__init__ (model load first) + zmq_msgpack.py :: connect_msgpack_engine.
+
+        HELLO → INIT → READY on the handshake DEALER, then the input DEALER
+        registers (WireEngineCoreReadyResponse) and the output PUSH connects;
+        the handshake DEALER is closed.
+        """
+        args = self.args
+        if args.load_ms > 0:
+            # TokenSpeed loads the model and sizes the KV cache before it dials.
+            time.sleep(args.load_ms / 1000.0)
+        hs_ctx = zmq.Context()
+        handshake = hs_ctx.socket(zmq.DEALER)
+        handshake.setsockopt(zmq.IDENTITY, self.identity)
+        handshake.connect(args.handshake)
+        handshake.send(msgspec.msgpack.encode(WireReadyMessage(status="HELLO", local=True, headless=True)))
+        event("hello", rank=self.engine_index, dp_size=args.dp_size)
+        waited = 0
+        while not handshake.poll(TS_INIT_POLL_SLICE_MS):
+            waited += TS_INIT_POLL_SLICE_MS
+            if waited >= TS_INIT_TIMEOUT_MS:
+                raise TimeoutError(
+                    f"SMG msgpack handshake timed out waiting for INIT after {TS_INIT_TIMEOUT_MS} ms"
+                )
+            log(f"msgpack handshake: waiting for SMG INIT ({waited // 1000}s elapsed)")
+        init = msgspec.msgpack.decode(handshake.recv_multipart()[-1], type=WireHandshakeInitMessage)
+        addrs = init.addresses
+        event(
+            "init",
+            rank=self.engine_index,
+            inputs=addrs.inputs,
+            outputs=addrs.outputs,
+            coordinator_input=addrs.coordinator_input,
+            coordinator_output=addrs.coordinator_output,
+            parallel_config=sorted(init.parallel_config),
+        )
+        handshake.send(msgspec.msgpack.encode(WireReadyMessage(status="READY", local=True, headless=True)))
+        event("ready", rank=self.engine_index)
+        if not addrs.inputs or not addrs.outputs:
+            raise ValueError(
+                "SMG INIT message did not carry both input and output addresses: "
+                f"inputs={addrs.inputs} outputs={addrs.outputs}"
+            )
+        if self.faults.no_registration:
+            log("fault no-registration: never registering")
+            threading.Event().wait()  # until SIGTERM ends the process
+        self.addresses = addrs
+        registered = threading.Event()
+        threading.Thread(
+            target=self.ts_input_thread, args=(addrs.inputs[0], registered), daemon=True, name="input"
+        ).start()
+        registered.wait()
+        self.output_thread = threading.Thread(
+            target=self.ts_output_thread, args=(addrs.outputs[0],), daemon=True, name="output"
+        )
+        self.output_thread.start()
+        handshake.close(linger=0)
+        hs_ctx.term()
+
+        global _running_engine
+        _running_engine = self
+        try:
+            self.run_busy_loop()
+        except EngineDead as e:
+            self._die(str(e))
+        except Exception as e:  # noqa: BLE001 - run_event_loop's catch-all
+            traceback.print_exc()
+            self._die(f"{type(e).__name__}:{e}")
+
+    def _make_ts_ready_response(self) -> WireEngineCoreReadyResponse:
+        """Mirrors EventLoop._init_msgpack_transport's WireEngineCoreReadyResponse(...)."""
+        a = self.args
+        return WireEngineCoreReadyResponse(
+            max_model_len=self.max_model_len,
+            num_gpu_blocks=a.num_gpu_blocks,
+            prefix_granularity=a.prefix_granularity,
+            dtype="bfloat16",
+            multimodal_encoder_dtype=None,
+            vllm_version=f"tokenspeed-{TS_VERSION}",
+            world_size=a.dp_size,
+            data_parallel_size=a.dp_size,
+            tensor_parallel_size=1,
+            data_parallel_rank=self.engine_index,
+            max_num_seqs=a.max_num_seqs,
+            max_num_batched_tokens=max(0, a.max_num_batched_tokens),
+            instance_id=a.instance_id,
+            kv_cache_size_tokens=a.num_gpu_blocks * a.prefix_granularity,
+        )
+
+    # -- input thread ------------------------------------------------------
+
+    def ts_input_thread(self, input_address: str, registered: threading.Event) -> None:
+        """Mirrors connect_msgpack_engine's registration + MsgpackRecvSocket.recv_pyobj.
+
+        A message that does not decode (bad msgpack, wrong tag, a type byte
+        other than ADD/ABORT, fewer than 2 frames) is dropped with a warning
+        and the engine reads on: the front-end hears nothing back. A request
+        that decodes but is invalid is marked (``validation_error``) and
+        answered with a terminal "abort" output by the busy loop.
+        """
+        ctx = self.input_ctx = zmq.Context()
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.IDENTITY, self.identity)
+        sock.connect(input_address)
+        try:
+            sock.send(msgspec.msgpack.encode(self._make_ts_ready_response()))
+            event("registered", rank=self.engine_index)
+            registered.set()
+            while True:
+                frames = sock.recv_multipart()
+                try:
+                    decoded = ts_decode_request_frames(frames, self.add_decoder)
+                except Exception as e:  # noqa: BLE001 - MsgpackRecvSocket drops it
+                    event("dropped", rank=self.engine_index, why="malformed", error=f"{type(e).__name__}:{e}")
+                    log(
+                        "msgpack input: dropping malformed message "
+                        f"({len(frames)} frames, sizes={[len(f) for f in frames]}, "
+                        f"head={frames[0][:8].hex() if frames else ''}): {e}"
+                    )
+                    continue
+                aborts = [obj.rid for obj in decoded if isinstance(obj, AbortReq)]
+                if aborts:
+                    event("abort", rank=self.engine_index, ids=aborts)
+                    self.input_queue.put_nowait((TS_ABORT, aborts))
+                for obj in decoded:
+                    if isinstance(obj, TokenizedGenerateReqInput):
+                        reason = obj.validation_error or self._ts_validation_error(obj)
+                        if reason is not None:
+                            log(f"msgpack input: aborting invalid request {obj.rid}: {reason}")
+                            obj.validation_error = reason
+                        self._print_ts_add(obj)
+                        self.input_queue.put_nowait((TS_ADD, obj))
+        except zmq.ContextTerminated:
+            pass
+        except BaseException as e:  # noqa: BLE001
+            event("input-thread-died", rank=self.engine_index, error=f"{type(e).__name__}:{e}")
+            log("input thread died:\n" + traceback.format_exc())
+        finally:
+            registered.set()
+            sock.close(linger=0)
+
+    def _ts_validation_error(self, obj: TokenizedGenerateReqInput) -> str | None:
+        """Mirrors MsgpackRecvSocket._validation_error (+ the error-on-prompt fault)."""
+        if obj.return_logprob and not self.args.enable_output_logprobs:
+            return (
+                "logprobs were requested but the server was started without "
+                "--enable-output-logprobs"
+            )
+        try:
+            obj.sampling_params.verify(self.args.vocab_size)
+        except ValueError as exc:
+            return str(exc)
+        bad = self.faults.error_on_prompt
+        if bad and obj.input_ids and bad.intersection(obj.input_ids):
+            hit = sorted(bad.intersection(obj.input_ids))[0]
+            return f"token id {hit} is not allowed in the prompt (fault error-on-prompt)"
+        return None
+
+    def _print_ts_add(self, io: TokenizedGenerateReqInput) -> None:
+        """The ``add`` event line, with the sampling values as the engine holds them after decode."""
+        sp = io.sampling_params
+        event(
+            "add",
+            rank=self.engine_index,
+            id=io.rid,
+            prompt=io.input_ids,
+            max_tokens=sp.max_new_tokens,
+            temperature=sp.temperature,
+            top_p=sp.top_p,
+            top_k=sp.top_k,
+            min_p=sp.min_p,
+            seed=sp.seed,
+            min_tokens=sp.min_new_tokens,
+            ignore_eos=sp.ignore_eos,
+            stop_token_ids=sorted(sp.stop_token_ids) if sp.stop_token_ids else None,
+            n=sp.n,
+            logprobs=sp.logprobs,
+            return_logprob=io.return_logprob,
+            stream=io.stream,
+            invalid=io.validation_error is not None,
+        )
+
+    # -- output thread -----------------------------------------------------
+
+    def ts_output_thread(self, output_address: str) -> None:
+        """Mirrors MsgpackSendSocket: a plain PUSH (default options) connected to outputs[0].
+
+        Each item is one BatchTokenIDOutSlim, sent as the single frame
+        MsgpackEncoder produces. ENGINE_CORE_DEAD goes out alone, NOBLOCK
+        (send_engine_dead). TokenSpeed then just exits; the stand-in closes
+        with a 4 s linger so the sentinel is flushed.
+        """
+        encoder = MsgpackEncoder()
+        ctx = zmq.Context()
+        sock = ctx.socket(zmq.PUSH)
+        sock.connect(output_address)
+        linger = 4000
+        exit_code: int | None = None
+        try:
+            while True:
+                item = self.output_queue.get()
+                if item is _EXIT_NOW:
+                    linger, exit_code = 2000, 1
+                    break
+                if item is _SHUTDOWN:
+                    break
+                if item == ENGINE_CORE_DEAD:
+                    try:
+                        sock.send(ENGINE_CORE_DEAD, zmq.NOBLOCK)
+                    except zmq.ZMQError as e:
+                        log(f"msgpack output: ENGINE_CORE_DEAD send failed: {e}")
+                    break
+                sock.send_multipart(encoder.encode(item), copy=False)
+        except BaseException as e:  # noqa: BLE001
+            event("output-thread-died", rank=self.engine_index, error=f"{type(e).__name__}:{e}")
+            log("output thread died:\n" + traceback.format_exc())
+        finally:
+            sock.close(linger=linger)
+            ctx.term()
+        if exit_code is not None:
+            event("exit", rank=self.engine_index, code=exit_code)
+            os._exit(exit_code)
+
+    # -- busy loop ---------------------------------------------------------
+
+    def _handle_client_request(self, request_type: Any, request: Any) -> None:
+        """Mirrors RequestHandler.process_requests + EventLoop._process_new_requests."""
+        if request_type == EngineCoreRequestType.WAKEUP:
+            return
+        if request_type == TS_ADD:
+            self.add_request(request)
+        elif request_type == TS_ABORT:
+            self.abort_requests(request)
+        else:
+            raise RuntimeError(f"unexpected input item {request_type!r}")
+
+    def add_request(self, io: TokenizedGenerateReqInput) -> None:  # type: ignore[override]
+        """Mirrors handle_generate_request, OutputProcesser.register and SubmitRequests' checks.
+
+        - ``validation_error`` set, or a ``session_params.id``: admitted
+          pre-finished, one terminal "abort" output (publish_finished_at_admission).
+        - ``max_new_tokens`` = min(sent or 2**30, (max_model_len-1) - len(prompt) - 1).
+        - Fatal, as SubmitRequests throws in the scheduler loop: an empty
+          prompt, a live duplicate rid, a negative max_new_tokens (prompt too
+          long); ``input_ids`` None fails in make_spec. Out-of-vocabulary
+          prompt ids are fatal here by emulation (unverified on a GPU).
+        - A rid with a pending abort (an ABORT that arrived first, within
+          300 s) is admitted already aborted: no output at all.
+        """
+        rid = io.rid
+        if io.input_ids is None:
+            raise EngineDead("input-ids-none")
+        req = TsRequest(io)
+        if io.validation_error or (io.session_params is not None and io.session_params.id is not None):
+            self.pending_aborts.pop(rid, None)
+            req.finish_type = "abort"
+            self._ts_publish([req])
+            event("finish", rank=self.engine_index, id=rid, reason="abort", tokens=0, stop_reason=None)
+            return
+        sp = io.sampling_params
+        req.max_new_tokens = min(
+            sp.max_new_tokens if sp.max_new_tokens is not None else 1 << 30,
+            (self.effective_max_model_len - 1) - len(req.prompt_token_ids) - 1,
+        )
+        self._sweep_pending_aborts()
+        if self.pending_aborts.pop(rid, None) is not None:
+            event("dropped", rank=self.engine_index, id=rid, why="pending-abort")
+            return
+        if not req.prompt_token_ids:
+            event("fatal", rank=self.engine_index, error="empty-prompt", id=rid)
+            raise EngineDead("empty-prompt")
+        if rid in self.requests:
+            event("fatal", rank=self.engine_index, error="duplicate-request-id", id=rid)
+            raise EngineDead("duplicate-request-id")
+        if req.max_new_tokens < 0:
+            event("fatal", rank=self.engine_index, error="negative-max-new-tokens", id=rid)
+            raise EngineDead("negative-max-new-tokens")
+        vocab = self.args.vocab_size
+        if any(not 0 <= t < vocab for t in req.prompt_token_ids):
+            event("fatal", rank=self.engine_index, error="out-of-vocab-prompt-id", id=rid)
+            raise EngineDead("out-of-vocab-prompt-id")
+        self.requests[rid] = req
+        self.waiting.append(req)
+
+    def _sweep_pending_aborts(self) -> None:
+        """Mirrors OutputProcesser.sweep_pending_aborts (TTL 300 s)."""
+        cutoff = time.monotonic() - TS_PENDING_ABORT_TTL_S
+        for rid in [r for r, t in self.pending_aborts.items() if t < cutoff]:
+            del self.pending_aborts[rid]
+
+    def abort_requests(self, request_ids: list[str]) -> None:
+        """Mirrors OutputProcesser.mark_abort for a client abort: no output, ever.
+
+        A live request is dropped with what it had not yet sent. An unknown id
+        (not yet arrived, or already finished) is remembered for 300 s; an ADD
+        with that id in that window is dropped silently.
+        """
+        for rid in request_ids:
+            req = self.requests.pop(rid, None)
+            if req is None:
+                self._sweep_pending_aborts()
+                self.pending_aborts[rid] = time.monotonic()
+                continue
+            self.running.pop(rid, None)
+            try:
+                self.waiting.remove(req)
+            except ValueError:
+                pass
+            self.ts_pending.pop(rid, None)
+
+    def _schedule(self) -> None:
+        """Admits waiting requests FIFO up to ``--max-num-seqs`` (no KV accounting)."""
+        while self.waiting and len(self.running) < self.args.max_num_seqs:
+            req = self.waiting.popleft()
+            self.running[req.request_id] = req
+
+    def _mock_token(self, req: TsRequest) -> int:  # type: ignore[override]
+        """Echo the prompt, cycling, one id per step (min_new_tokens is a no-op in TokenSpeed)."""
+        prompt = req.prompt_token_ids
+        return prompt[req.num_output_tokens % len(prompt)]
+
+    def _check_finished(self, req: TsRequest) -> bool:
+        """Mirrors RequestState.check_finished: length first, then stop ids / EOS unless ignore_eos."""
+        sp = req.sampling_params
+        if req.num_output_tokens >= req.max_new_tokens:
+            req.finish_type = "length"
+            return True
+        last = req.output_token_ids[-1]
+        if not sp.ignore_eos and (last in (sp.stop_token_ids or ()) or last in self.eos_ids):
+            req.finish_type = "stop"
+            req.matched = last
+            return True
+        return False
+
+    def _append_tokens(self, req: TsRequest, tokens: list[int], lp_rows: Any, force: Any = None) -> bool:  # type: ignore[override]
+        """Mirrors OutputProcesser.post_process_forward_op for one request: append, check, stop."""
+        if self.faults.hang_after_first:
+            tokens = tokens[: max(0, 1 - req.num_output_tokens)]
+        stopped = False
+        for tok in tokens:
+            req.output_token_ids.append(tok)
+            req.logprobs.append(-0.125)
+            if self._check_finished(req):
+                stopped = True
+                break
+        if not tokens and not stopped:
+            return False
+        req.prefilled = True
+        self.ts_pending[req.request_id] = req
+        if stopped:
+            self._finish(req)
+        elif self.faults.hang_after_first:
+            req.hung = True
+        return stopped
+
+    def _finish(self, req: TsRequest) -> None:  # type: ignore[override]
+        self.requests.pop(req.request_id, None)
+        self.running.pop(req.request_id, None)
+        event(
+            "finish",
+            rank=self.engine_index,
+            id=req.request_id,
+            reason=req.finish_type,
+            tokens=req.num_output_tokens,
+            stop_reason=req.matched,
+        )
+
+    def _ts_publish(self, reqs: list[TsRequest]) -> bool:
+        """Mirrors OutputProcesser.stream_output + BatchTokenIDOutSlim.from_full.
+
+        A finished request always goes out (once). A running one goes out when
+        stream=True and ``len(output) % interval == 0`` (interval 1) or
+        ``== 1`` (interval > 1), interval = sampling_params.stream_interval or
+        --stream-interval; with stream=False only at the 1st token and every
+        50th. ``output_ids`` is what was not yet sent. Returns True if sent.
+        """
+        cols: dict[str, list] = {k: [] for k in (
+            "rids", "output_ids", "finished_reasons", "prompt_tokens", "completion_tokens",
+            "cached_tokens", "lp_val", "lp_idx")}
+        for req in reqs:
+            n = req.num_output_tokens
+            if req.finish_type is not None:
+                if req.finished_output:
+                    continue
+                req.finished_output = True
+            elif req.stream:
+                interval = req.sampling_params.stream_interval or self.args.stream_interval
+                if not (n % interval == 1 if interval > 1 else n % interval == 0):
+                    continue
+            elif not (n == 1 or n % TS_DEFAULT_FORCE_STREAM_INTERVAL == 0):
+                continue
+            off = req.send_token_offset
+            new = req.output_token_ids[off:]
+            req.send_token_offset = n
+            cols["rids"].append(req.request_id)
+            cols["output_ids"].append(new)
+            cols["finished_reasons"].append(req.finish_type or "")
+            cols["prompt_tokens"].append(len(req.prompt_token_ids))
+            cols["completion_tokens"].append(n)
+            cols["cached_tokens"].append(0)
+            if req.return_logprob:
+                cols["lp_val"].append(req.logprobs[off:])
+                cols["lp_idx"].append(list(new))
+            else:
+                cols["lp_val"].append([])
+                cols["lp_idx"].append([])
+        if not cols["rids"]:
+            return False
+        self.output_queue.put_nowait(
+            BatchTokenIDOutSlim(
+                rids=cols["rids"],
+                output_ids=cols["output_ids"],
+                finished_reasons=cols["finished_reasons"],
+                prompt_tokens=cols["prompt_tokens"],
+                completion_tokens=cols["completion_tokens"],
+                cached_tokens=cols["cached_tokens"],
+                output_token_logprobs_val=cols["lp_val"],
+                output_token_logprobs_idx=cols["lp_idx"],
+                engine_index=self.engine_index,
+            )
+        )
+        return True
+
+    def _flush_step(self) -> None:
+        """One forward step's output (at most one BatchTokenIDOutSlim), then the step faults.
+
+        die-after / exit-after count forward steps in which some request got a
+        token, whether or not the stream rules sent anything.
+        """
+        if not self.ts_pending:
+            return
+        reqs = list(self.ts_pending.values())
+        self.ts_pending = {}
+        self._ts_publish(reqs)
+        self.steps += 1
+        if self.faults.die_after is not None and self.steps >= self.faults.die_after:
+            raise EngineDead(f"fault die-after={self.faults.die_after}")
+        if self.faults.exit_after is not None and self.steps >= self.faults.exit_after:
+            self.output_queue.put_nowait(_EXIT_NOW)
+            assert self.output_thread is not None
+            self.output_thread.join()
+
+    def _handle_shutdown(self) -> None:
+        """SIGTERM, as run_event_loop: the loop stops, EventLoop.close sends ENGINE_CORE_DEAD, exit 0.
+
+        In-flight requests get no output of their own (no abort outputs).
+        """
+        inflight = list(self.requests)
+        event("shutdown", rank=self.engine_index, aborted=[], dropped=inflight)
+        self.output_queue.put_nowait(ENGINE_CORE_DEAD)
+        event("dead", rank=self.engine_index, error="shutdown")
+        assert self.output_thread is not None
+        self.output_thread.join(timeout=5.0)
+        if self.input_ctx is not None:
+            term = threading.Thread(target=self.input_ctx.term, daemon=True)
+            term.start()
+            term.join(timeout=2.0)
+        sys.stdout.flush()
+        os._exit(0)
+
+
+# ---------------------------------------------------------------------------
 # Faults and CLI
 # ---------------------------------------------------------------------------
 
@@ -1946,9 +2785,17 @@ def parse_faults(specs: list[str]) -> Faults:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        description="Stand-in for one vLLM 0.33.0 engine-core rank (ZMQ headless engine).",
+        description="Stand-in for one vLLM 0.33.0 engine-core rank (ZMQ headless engine), "
+        "or with --protocol tokenspeed one TokenSpeed --zmq-msgpack scheduler rank.",
     )
     p.add_argument("--handshake", required=True, help="front-end handshake ROUTER, tcp://HOST:PORT")
+    p.add_argument(
+        "--protocol",
+        choices=("vllm", "tokenspeed"),
+        default="vllm",
+        help="payloads and handshake order: vLLM 0.33 engine core (default) or TokenSpeed's "
+        "--zmq-msgpack scheduler (mock mode only)",
+    )
     p.add_argument("--rank", type=int, default=0, help="DP rank = engine index = identity (u16 LE)")
     p.add_argument("--dp-size", type=int, default=1, help="DP size the rank was launched with")
     p.add_argument(
@@ -1970,6 +2817,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--llama-wait-s", type=float, default=120.0, help="how long to wait for llama-server /props")
     p.add_argument("--ttft-ms", type=float, default=0.0, help="mock: duration of a step holding a prefill")
     p.add_argument("--token-ms", type=float, default=0.0, help="mock: duration of a decode step")
+    p.add_argument(
+        "--skip-ids",
+        type=lambda v: {int(x) for x in v.split(",") if x},
+        default=set(),
+        help="mock: ids the echo never emits (e.g. the EOS a chat prompt holds, so a load's "
+        "streams run to max_tokens as the gRPC mock's do)",
+    )
     p.add_argument("--load-ms", type=float, default=0.0, help="delay between INIT and registration")
     p.add_argument(
         "--log-stats",
@@ -1978,7 +2832,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "(scheduler_stats is never sent)",
     )
     p.add_argument("--fault", action="append", default=[], help="see README.md; repeatable")
+    p.add_argument(
+        "--prefix-granularity",
+        type=int,
+        default=64,
+        help="tokenspeed: registration prefix_granularity; KV capacity = num_gpu_blocks * this",
+    )
+    p.add_argument(
+        "--stream-interval",
+        type=int,
+        default=1,
+        help="tokenspeed: the server's --stream-interval (a request's stream_interval overrides it)",
+    )
+    p.add_argument(
+        "--enable-output-logprobs",
+        action="store_true",
+        help="tokenspeed: accept return_logprob (without it such a request is aborted)",
+    )
     args = p.parse_args(argv)
+    if args.protocol == "tokenspeed" and args.mode != "mock":
+        p.error("--protocol tokenspeed supports --mode mock only")
     if args.instance_id is None:
         args.instance_id = uuid.uuid4().hex
     parse_faults(args.fault)
@@ -2021,7 +2894,7 @@ def install_signal_handlers(rank: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     install_signal_handlers(args.rank)
-    engine = EngineCoreProc(args)
+    engine = TokenSpeedEngine(args) if args.protocol == "tokenspeed" else EngineCoreProc(args)
     try:
         engine.run()
     except Exception as e:  # noqa: BLE001 - "EngineCore failed to start": no sentinel

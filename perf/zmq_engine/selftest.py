@@ -9,6 +9,11 @@ requests and checks the bytes that come back. The only things imported from
 engine.py are the mirrored wire types, to check the brief's §11 test
 vectors against them.
 
+The ``ts-*`` tests do the same for ``engine.py --protocol tokenspeed``,
+written against /work/tokenspeed-zmq-notes.md (TokenSpeed's ``--zmq-msgpack``
+payloads: a tagged ``TokenizedGenerateReqInput`` in, ``BatchTokenIDOutSlim``
+out); ``ts-vectors`` checks that brief's §9 vectors.
+
     PY=$(perf/zmq_engine/venv.sh)
     $PY perf/zmq_engine/selftest.py                       # mock mode, ~15 s
     $PY perf/zmq_engine/selftest.py --llama-url http://127.0.0.1:8080   # + llama mode
@@ -28,6 +33,7 @@ import sys
 import threading
 import time
 import traceback
+import zlib
 from typing import Any, Callable
 
 import msgspec
@@ -648,6 +654,418 @@ def test_llama(fe: FrontEnd, url: str) -> None:
     check(e.wait_exit() == 0, "SIGTERM exit 0")
 
 
+# ---------------------------------------------------------------------------
+# TokenSpeed (--protocol tokenspeed), written against /work/tokenspeed-zmq-notes.md
+# ---------------------------------------------------------------------------
+
+TS = ["--protocol", "tokenspeed"]
+# Brief §9 vectors (msgspec 0.22 from structs mirroring TokenSpeed @ f4d8ec6).
+TS_V_HELLO = (
+    "84a6737461747573a548454c4c4fa56c6f63616cc3a8686561646c657373c3b4706172616c6c656c5f636f6e"
+    "6669675f68617368c0"
+)
+TS_V_READY = (
+    "84a6737461747573a55245414459a56c6f63616cc3a8686561646c657373c3b4706172616c6c656c5f636f6e"
+    "6669675f68617368c0"
+)
+TS_V_REG = (
+    "de0013ad6d61785f6d6f64656c5f6c656ecd0800ae6e756d5f6770755f626c6f636b73cd03e8b27072656669"
+    "785f6772616e756c617269747940b064705f73746174735f61646472657373c0a56474797065a862666c6f61"
+    "743136b86d756c74696d6f64616c5f656e636f6465725f6474797065c0ac766c6c6d5f76657273696f6eb074"
+    "6f6b656e73706565642d302e312e30aa776f726c645f73697a6501b2646174615f706172616c6c656c5f7369"
+    "7a6501b474656e736f725f706172616c6c656c5f73697a6501b6706970656c696e655f706172616c6c656c5f"
+    "73697a6501bc6465636f64655f636f6e746578745f706172616c6c656c5f73697a6501b2646174615f706172"
+    "616c6c656c5f72616e6b00ac6d61785f6e756d5f73657173cd0100b66d61785f6e756d5f626174636865645f"
+    "746f6b656e73cd2000ab696e7374616e63655f6964a16db46b765f63616368655f73697a655f746f6b656e73"
+    "cdfa00b86b765f63616368655f6d61785f636f6e63757272656e6379c0b06b765f6576656e74735f636f6e66"
+    "6967c0"
+)
+TS_V_ADD = (
+    "dc0018b9546f6b656e697a656447656e6572617465526571496e707574a27231c0c093010203dc001d04c0c0"
+    "cb3ff0000000000000cb3ff000000000000001cb0000000000000000cb0000000000000000cb000000000000"
+    "0000cb3ff000000000000000c0c0c0c0c2c3c3c2c0c0c0c0c0c001c000c2c2ff00c0c3c0c0c0c2cb00000000"
+    "00000000c0c0c0c0c0c0c0c0"
+)
+TS_V_ADD_PREFIX = (
+    "9bb9546f6b656e697a656447656e6572617465526571496e707574a27231c0c093010203dc001d04c0c0cb3f"
+    "f0000000000000cb3ff000000000000001cb0000000000000000cb0000000000000000cb0000000000000000"
+    "cb3ff000000000000000c0c0c0c0c2c3c3c2c0c0c0c0c0c0019000c3c2ff00c0c3"
+)
+TS_V_ADD_RAW = (
+    "9bb9546f6b656e697a656447656e6572617465526571496e707574a27231c0c093010203dc001d04c0c0cb00"
+    "00000000000000cb3ff0000000000000ffcb0000000000000000cb0000000000000000cb0000000000000000"
+    "cb3ff000000000000000c0c0c0c0c2c3c3c2c0c0c0c0c0c001c000c2c2ff00c0c3"
+)
+TS_V_ABORT = "91a27231"
+TS_V_OUT = "9ab34261746368546f6b656e49444f7574536c696d91a2723191910791a66c656e6774689103910491009190919000"
+# Captured from TokenSpeed's own Python encoder by lightseekorg/smg @ 73da68c
+# (crates/engine_zmq_client/src/protocol/tokenspeed/{request,output}.rs tests);
+# the output one predates engine_index (9 elements).
+SMG_V_REQUEST = (
+    "dc0018b9546f6b656e697a656447656e6572617465526571496e707574a57665632d31c0c093010203dc001d08"
+    "c09102cb3fe0000000000000cb3feccccccccccccdce40000000cb0000000000000000cb0000000000000000cb"
+    "0000000000000000cb3ff000000000000000c0c0c0c0c2c3c3c2c0c0c0c02ac0019000c3c3ff00c0c3c0c0c0c2"
+    "cb0000000000000000c0c0c0c0c0c0c0c0"
+)
+SMG_V_OUTPUT = (
+    "99b34261746368546f6b656e49444f7574536c696d91a57665632d3191920a0b91a66c656e6774689103910291"
+    "019192cbbfe0000000000000cbbfd000000000000091920a0b"
+)
+TS_REG_KEYS = [
+    "max_model_len", "num_gpu_blocks", "prefix_granularity", "dp_stats_address", "dtype",
+    "multimodal_encoder_dtype", "vllm_version", "world_size", "data_parallel_size",
+    "tensor_parallel_size", "pipeline_parallel_size", "decode_context_parallel_size",
+    "data_parallel_rank", "max_num_seqs", "max_num_batched_tokens", "instance_id",
+    "kv_cache_size_tokens", "kv_cache_max_concurrency", "kv_events_config",
+]
+# SamplingParams, brief §4.1: (name, API default), in wire order.
+TS_SP_FIELDS = [
+    ("max_new_tokens", None), ("stop", None), ("stop_token_ids", None), ("temperature", 1.0),
+    ("top_p", 1.0), ("top_k", -1), ("min_p", 0.0), ("frequency_penalty", 0.0),
+    ("presence_penalty", 0.0), ("repetition_penalty", 1.0), ("min_new_tokens", 0),
+    ("json_schema", None), ("regex", None), ("ebnf", None), ("structural_tag", None),
+    ("ignore_eos", False), ("skip_special_tokens", True), ("spaces_between_special_tokens", True),
+    ("no_stop_trim", False), ("thinking_budget", None), ("custom_params", None),
+    ("stream_interval", None), ("logit_bias", None), ("seed", None), ("logprobs", None), ("n", 1),
+    ("stop_strs", None), ("stop_str_max_len", 0), ("is_normalized", False),
+]
+# BatchTokenIDOutSlim positions (brief §6.1).
+S_TAG, S_RIDS, S_IDS, S_REASONS, S_PROMPT, S_COMPLETION, S_CACHED, S_LPV, S_LPI, S_ENGINE = range(10)
+
+
+def ts_add_payload(rid: str, prompt: list[int] | None, stream: bool = True, return_logprob: bool = False,
+                   **sp: Any) -> bytes:
+    """The 11-element ADD prefix (tag through ``stream``) with a full 29-element SamplingParams."""
+    names = [n for n, _ in TS_SP_FIELDS]
+    for k in sp:
+        check(k in names, f"unknown SamplingParams field {k}")
+    params = [sp.get(n, d) for n, d in TS_SP_FIELDS]
+    return ENC.encode(["TokenizedGenerateReqInput", rid, None, None, prompt, params,
+                       return_logprob, -1, 0, None, stream])
+
+
+def ts_add(fe: FrontEnd, rank: int, rid: str, prompt: list[int] | None, **kw: Any) -> None:
+    fe.send(rank, ADD, ts_add_payload(rid, prompt, **kw))
+
+
+def ts_collect(fe: FrontEnd, until: Callable[[dict[str, list], list], bool], timeout: float = 5.0
+               ) -> tuple[dict[str, list], list]:
+    """Decodes BatchTokenIDOutSlim messages until ``until``: per-request lists of column slices."""
+    per_req: dict[str, list] = {}
+    msgs: list = []
+    deadline = time.monotonic() + timeout
+    while not until(per_req, msgs):
+        left = deadline - time.monotonic()
+        check(left > 0, f"timed out collecting outputs; have {list(per_req)} / {len(msgs)} msgs")
+        frames = fe.recv(left)
+        if frames is None:
+            continue
+        msgs.append(frames)
+        if len(frames) == 1 and frames[0] == DEAD:
+            continue
+        check(len(frames) == 1, f"one frame per output message, got {len(frames)}")
+        b = DECODER.decode(frames[0])
+        check(isinstance(b, list) and len(b) == 10 and b[S_TAG] == "BatchTokenIDOutSlim", f"slim batch {b}")
+        n = len(b[S_RIDS])
+        check(all(len(b[c]) == n for c in range(S_IDS, S_ENGINE)), f"ragged columns {b}")
+        for i, rid in enumerate(b[S_RIDS]):
+            per_req.setdefault(rid, []).append({
+                "ids": b[S_IDS][i], "reason": b[S_REASONS][i], "prompt": b[S_PROMPT][i],
+                "completion": b[S_COMPLETION][i], "cached": b[S_CACHED][i],
+                "lpv": b[S_LPV][i], "lpi": b[S_LPI][i], "engine": b[S_ENGINE],
+            })
+    return per_req, msgs
+
+
+def ts_finished(*ids: str) -> Callable[[dict, list], bool]:
+    return lambda per, _m: all(i in per and per[i][-1]["reason"] != "" for i in ids)
+
+
+def ts_tokens(outs: list) -> list[int]:
+    return [t for o in outs for t in o["ids"]]
+
+
+def test_ts_vectors() -> None:
+    """Brief §9 vectors against the mirrored TokenSpeed structs, and SMG's captured ones."""
+    enc = msgspec.msgpack.encode
+    check(enc(eng.WireReadyMessage(status="HELLO", local=True, headless=True)).hex() == TS_V_HELLO, "HELLO")
+    check(enc(eng.WireReadyMessage(status="READY", local=True, headless=True)).hex() == TS_V_READY, "READY")
+    init = enc(eng.WireHandshakeInitMessage(addresses=eng.WireHandshakeAddresses(
+        inputs=["tcp://127.0.0.1:5555"], outputs=["tcp://127.0.0.1:5556"])))
+    check(init.hex() == V_INIT, "TokenSpeed INIT bytes equal vLLM's §11 INIT")
+    # vLLM's INIT (and one with extra keys) decodes as TokenSpeed's.
+    back = msgspec.msgpack.decode(bytes.fromhex(V_INIT), type=eng.WireHandshakeInitMessage)
+    check(back.addresses.inputs == ["tcp://127.0.0.1:5555"], "INIT decode")
+    extra = ENC.encode({"addresses": {"inputs": ["a"], "outputs": ["b"], "x": 1}, "y": 2})
+    check(msgspec.msgpack.decode(extra, type=eng.WireHandshakeInitMessage).addresses.outputs == ["b"],
+          "INIT with unknown keys")
+    reg = eng.WireEngineCoreReadyResponse(
+        max_model_len=2048, num_gpu_blocks=1000, prefix_granularity=64, dtype="bfloat16",
+        vllm_version="tokenspeed-0.1.0", max_num_seqs=256, max_num_batched_tokens=8192,
+        instance_id="m", kv_cache_size_tokens=64000)
+    check(enc(reg).hex() == TS_V_REG, f"registration {enc(reg).hex()}")
+    check(list(DECODER.decode(bytes.fromhex(TS_V_REG))) == TS_REG_KEYS, "registration keys")
+
+    check(len(eng.TokenizedGenerateReqInput.__struct_fields__) == 23, "23 request fields")
+    check(len(eng.TsSamplingParams.__struct_fields__) == 29, "29 SamplingParams fields")
+    check([n for n, _ in TS_SP_FIELDS] == list(eng.TsSamplingParams.__struct_fields__), "SamplingParams order")
+    check(len(eng.BatchTokenIDOutSlim.__struct_fields__) == 9, "9 output fields")
+    sp = eng.TsSamplingParams(temperature=0.0, max_new_tokens=4)
+    add = enc(eng.TokenizedGenerateReqInput(rid="r1", input_ids=[1, 2, 3], sampling_params=sp, stream=True))
+    check(add.hex() == TS_V_ADD, f"ADD {add.hex()}")
+    raw = DECODER.decode(add)
+    check(len(raw) == 24 and raw[0] == "TokenizedGenerateReqInput" and len(raw[5]) == 29, "ADD shape")
+    check(raw[5][3] == 1.0 and raw[5][5] == 1, "greedy became temperature 1.0, top_k 1 on construction")
+    # The three ADD forms a front-end may send decode to the same request.
+    dec = eng.make_ts_add_decoder()
+    want = enc(eng.ts_decode_request_frames([ADD, add], dec)[0])
+    for name, hx in (("prefix", TS_V_ADD_PREFIX), ("raw", TS_V_ADD_RAW)):
+        [io] = eng.ts_decode_request_frames([ADD, bytes.fromhex(hx)], dec)
+        check(enc(io) == want, f"ADD {name} form decodes like the full one")
+    check(ts_add_payload("r1", [1, 2, 3], max_new_tokens=4, temperature=0.0).hex() == TS_V_ADD_RAW,
+          "harness ADD == raw vector")
+    [io] = eng.ts_decode_request_frames([ADD, bytes.fromhex(TS_V_ADD_RAW)], dec)
+    check(io.sampling_params.seed == zlib.crc32(b"r1") and io.sampling_params.is_normalized, "seed/normalize")
+    for bad in (ENC.encode(["TokenizedGenerateReqInput", "x", None, None, [1]]),
+                ENC.encode(["BatchTokenIDOutSlim", "x", None, None, [1], []])):
+        try:
+            eng.ts_decode_request_frames([ADD, bad], dec)
+            raise Fail("short or wrongly tagged ADD decoded")
+        except msgspec.ValidationError:
+            pass
+    aborts = eng.ts_decode_request_frames([ABORT, bytes.fromhex(TS_V_ABORT)], dec)
+    check([a.rid for a in aborts] == ["r1"] and enc(["r1"]).hex() == TS_V_ABORT, "ABORT")
+
+    out = eng.BatchTokenIDOutSlim(rids=["r1"], output_ids=[[7]], finished_reasons=["length"],
+                                  prompt_tokens=[3], completion_tokens=[4], cached_tokens=[0],
+                                  output_token_logprobs_val=[[]], output_token_logprobs_idx=[[]])
+    frames = eng.MsgpackEncoder().encode(out)
+    check(len(frames) == 1 and frames[0].hex() == TS_V_OUT, f"output {frames[0].hex()}")
+    check(DECODER.decode(frames[0]) == ["BatchTokenIDOutSlim", ["r1"], [[7]], ["length"], [3], [4], [0],
+                                        [[]], [[]], 0], "output layout")
+    # SMG's vectors, captured from TokenSpeed's encoder, agree with the mirrors byte for byte.
+    sp = eng.TsSamplingParams(temperature=0.5, top_p=0.9, max_new_tokens=8, stop_token_ids=[2], seed=42)
+    sp.normalize()
+    smg = eng.TokenizedGenerateReqInput(rid="vec-1", input_ids=[1, 2, 3], sampling_params=sp,
+                                        return_logprob=True, stream=True)
+    check(enc(smg).hex() == SMG_V_REQUEST, "SMG request vector")
+    old = msgspec.msgpack.decode(bytes.fromhex(SMG_V_OUTPUT), type=eng.BatchTokenIDOutSlim)
+    check(old.engine_index == 0 and old.output_token_logprobs_val == [[-0.5, -0.25]], "SMG 9-element output")
+
+
+def ts_spawn(fe: FrontEnd, rank: int, args: list[str] | None = None) -> Engine:
+    return fe.spawn(rank, TS + (args or []))
+
+
+def test_ts_basic(fe: FrontEnd) -> None:
+    """Handshake order, registration, echo + stops, stream rules, clamps, validation aborts, batching."""
+    e = ts_spawn(fe, 0, ["--max-model-len", "64", "--token-ms", "5", "--instance-id", "m"])
+    fe.handshake([0])
+    check(fe.hello_bytes[0].hex() == TS_V_HELLO, "engine's HELLO bytes")
+    check(fe.ready[0] == {"status": "READY", "local": True, "headless": True, "parallel_config_hash": None},
+          f"READY {fe.ready[0]}")
+    e.wait_event("hello", rank="0")
+    e.wait_event("init", rank="0")
+    e.wait_event("registered", rank="0")
+    check(any(parse_event(line)["_word"] == "ready" for line in e.seen), "READY is sent before registering")
+    reg = fe.registrations[0]
+    check(list(reg) == TS_REG_KEYS, f"registration keys {list(reg)}")
+    for key, want in {"max_model_len": 64, "num_gpu_blocks": 1000, "prefix_granularity": 64,
+                      "vllm_version": "tokenspeed-0.1.0", "data_parallel_size": 1, "data_parallel_rank": 0,
+                      "instance_id": "m", "kv_cache_size_tokens": 64000, "dtype": "bfloat16"}.items():
+        check(reg[key] == want, f"registration {key}={reg[key]!r}")
+
+    # The brief's ADD vector: [1,2,3], greedy, max 4; the engine's own EOS (2) stops it at [1, 2].
+    fe.send(0, ADD, bytes.fromhex(TS_V_ADD))
+    ev = e.wait_event("add", id="r1")
+    check(ev["top_k"] == "1" and ev["temperature"] == "1.0" and ev["max_tokens"] == "4"
+          and ev["seed"] == str(zlib.crc32(b"r1")), f"add event {ev}")
+    per, msgs = ts_collect(fe, ts_finished("r1"))
+    outs = per["r1"]
+    check([o["ids"] for o in outs] == [[1], [2]] and [o["reason"] for o in outs] == ["", "stop"], f"r1 {outs}")
+    check([o["completion"] for o in outs] == [1, 2] and all(o["prompt"] == 3 for o in outs), "counts")
+    check(all(o["engine"] == 0 and o["lpv"] == [] and o["lpi"] == [] for o in outs), "engine_index, no logprobs")
+    e.wait_event("finish", id="r1", reason="stop", tokens="2", stop_reason="2")
+
+    # ignore_eos: EOS does not stop; length comes first (checked before EOS).
+    ts_add(fe, 0, "i1", [1, 2, 3], max_new_tokens=4, ignore_eos=True)
+    per, _ = ts_collect(fe, ts_finished("i1"))
+    check(ts_tokens(per["i1"]) == [1, 2, 3, 1] and per["i1"][-1]["reason"] == "length", f"i1 {per['i1']}")
+    ts_add(fe, 0, "i2", [5, 2], max_new_tokens=2)
+    per, _ = ts_collect(fe, ts_finished("i2"))
+    check(ts_tokens(per["i2"]) == [5, 2] and per["i2"][-1]["reason"] == "length", "length before EOS")
+
+    # stop_token_ids → "stop".
+    ts_add(fe, 0, "s1", [3, 11, 12, 13], max_new_tokens=10, stop_token_ids=[12])
+    per, _ = ts_collect(fe, ts_finished("s1"))
+    check(ts_tokens(per["s1"]) == [3, 11, 12] and per["s1"][-1]["reason"] == "stop", f"s1 {per['s1']}")
+    e.wait_event("finish", id="s1", reason="stop", stop_reason="12")
+    # ignore_eos switches stop_token_ids off too (unlike vLLM).
+    ts_add(fe, 0, "s2", [3, 12], max_new_tokens=3, stop_token_ids=[12], ignore_eos=True)
+    per, _ = ts_collect(fe, ts_finished("s2"))
+    check(ts_tokens(per["s2"]) == [3, 12, 3] and per["s2"][-1]["reason"] == "length", f"s2 {per['s2']}")
+
+    # stream=False: the first token, then (before 50) only the finish with the rest.
+    ts_add(fe, 0, "n1", [5, 6, 7], max_new_tokens=5, stream=False)
+    per, _ = ts_collect(fe, ts_finished("n1"))
+    check([o["ids"] for o in per["n1"]] == [[5], [6, 7, 5, 6]], f"n1 {per['n1']}")
+    check(per["n1"][-1]["completion"] == 5 and per["n1"][-1]["reason"] == "length", "n1 length")
+    # stream_interval 2: sent when len % 2 == 1, and at the finish.
+    ts_add(fe, 0, "v1", [5, 6, 7], max_new_tokens=5, stream_interval=2)
+    per, _ = ts_collect(fe, ts_finished("v1"))
+    check([o["ids"] for o in per["v1"]] == [[5], [6, 7], [5, 6]], f"v1 {per['v1']}")
+
+    # max_new_tokens clamped to (max_model_len-1) - len(prompt) - 1: 64-1-60-1 = 2.
+    ts_add(fe, 0, "l1", list(range(3, 63)), max_new_tokens=100)
+    per, _ = ts_collect(fe, ts_finished("l1"))
+    check(len(ts_tokens(per["l1"])) == 2 and per["l1"][-1]["reason"] == "length", f"l1 {per['l1']}")
+    ts_add(fe, 0, "l2", list(range(3, 63)))  # max_new_tokens nil: the same clamp
+    per, _ = ts_collect(fe, ts_finished("l2"))
+    check(len(ts_tokens(per["l2"])) == 2, "nil max_new_tokens clamps too")
+
+    # Invalid requests: one terminal "abort" output with no tokens; the engine lives on.
+    for rid, kw in (("bad-topk", {"top_k": 0}), ("bad-topk128", {"top_k": 128}), ("bad-n", {"n": 2}),
+                    ("bad-topp", {"top_p": 0.0}), ("bad-lp", {"return_logprob": True}),
+                    ("bad-lp2", {"logprobs": 1})):
+        ts_add(fe, 0, rid, [5, 6], max_new_tokens=3, **kw)
+        per, _ = ts_collect(fe, ts_finished(rid))
+        out = per[rid]
+        check(len(out) == 1 and out[0]["reason"] == "abort" and out[0]["ids"] == []
+              and out[0]["completion"] == 0 and out[0]["prompt"] == 2, f"{rid} {out}")
+        e.wait_event("finish", id=rid, reason="abort", tokens="0")
+    # A negative temperature is greedy, not an error (__post_init__ runs before verify).
+    ts_add(fe, 0, "t-neg", [5, 6], max_new_tokens=2, temperature=-1.0)
+    per, _ = ts_collect(fe, ts_finished("t-neg"))
+    check(per["t-neg"][-1]["reason"] == "length", "negative temperature runs")
+
+    # Two requests are stepped together: one message, two columns.
+    ts_add(fe, 0, "b1", [3, 4], max_new_tokens=3)
+    ts_add(fe, 0, "b2", [4, 5], max_new_tokens=3)
+    per, msgs = ts_collect(fe, ts_finished("b1", "b2"))
+    check(max(len(DECODER.decode(m[0])[S_RIDS]) for m in msgs) == 2, "batched")
+
+    e.proc.send_signal(signal.SIGTERM)
+    check(fe.recv(5.0) == [DEAD], "SIGTERM sends ENGINE_CORE_DEAD")
+    check(e.wait_exit() == 0, "SIGTERM exit 0")
+
+
+def test_ts_abort_and_drop(fe: FrontEnd) -> None:
+    """ABORT sends nothing; an early ABORT swallows a later ADD; malformed input is dropped."""
+    e = ts_spawn(fe, 0, ["--token-ms", "20"])
+    fe.handshake([0])
+    ts_add(fe, 0, "x1", [3, 4, 5], max_new_tokens=1000)
+    ts_collect(fe, lambda per, _m: len(per.get("x1", [])) >= 3)
+    fe.send(0, ABORT, ENC.encode(["x1", "early"]))
+    ev = e.wait_event("abort")
+    check(ev["ids"] == "x1,early", f"abort event {ev}")
+    late = quiet(fe, 0.3)
+    check(len(late) <= 1, f"outputs after ABORT: {len(late)}")
+    for m in late:
+        check(all(r == "" for r in DECODER.decode(m[0])[S_REASONS]), "an ABORT produces no finish output")
+    # "early" was unknown: the ADD that follows is dropped without a word.
+    ts_add(fe, 0, "early", [3], max_new_tokens=2)
+    e.wait_event("dropped", id="early", why="pending-abort")
+    check(quiet(fe, 0.3) == [], "pending-aborted ADD sends nothing")
+    # A live request's id can be used again.
+    ts_add(fe, 0, "x1", [9], max_new_tokens=2)
+    per, _ = ts_collect(fe, ts_finished("x1"))
+    check(ts_tokens(per["x1"]) == [9, 9], "id reusable after a live abort")
+
+    # Malformed messages are dropped and the engine reads on.
+    fe.send(0, ADD, b"\xc1")
+    fe.send(0, UTILITY, ENC.encode([0, 1, "is_sleeping", []]))
+    fe.input.send_multipart([b"\x00\x00", ADD])  # no payload frame
+    fe.send(0, ADD, ENC.encode(["EngineCoreRequest", "y", None, None, [1], []]))
+    fe.send(0, ADD, ENC.encode(["y", [1], None, {"max_tokens": 1}, None, 0.0, None, None, None]))  # vLLM ADD
+    for _ in range(5):
+        e.wait_event("dropped", why="malformed")
+    check(quiet(fe, 0.2) == [], "malformed input sends nothing")
+    ts_add(fe, 0, "ok", [7], max_new_tokens=1)
+    per, _ = ts_collect(fe, ts_finished("ok"))
+    check(ts_tokens(per["ok"]) == [7], "engine still serves")
+
+    # hang-after-first + logprobs on a second engine.
+    e.proc.send_signal(signal.SIGTERM)
+    check(e.wait_exit() == 0, "SIGTERM exit 0")
+    quiet(fe, 0.1)
+    e = ts_spawn(fe, 0, ["--enable-output-logprobs", "--fault", "hang-after-first", "--token-ms", "10"])
+    fe.handshake([0])
+    ts_add(fe, 0, "p1", [100, 200], max_new_tokens=5, return_logprob=True)
+    per, _ = ts_collect(fe, lambda per, _m: "p1" in per)
+    check(per["p1"][0]["lpv"] == [-0.125] and per["p1"][0]["lpi"] == [100], f"logprobs {per['p1']}")
+    check(quiet(fe, 0.3) == [], "hang-after-first: nothing more")
+    e.proc.send_signal(signal.SIGTERM)
+    check(fe.recv(5.0) == [DEAD], "SIGTERM: sentinel, no abort output")
+    check(e.wait_exit() == 0, "SIGTERM exit 0")
+    ev = e.wait_event("shutdown")
+    check(ev["dropped"] == "p1" and ev["aborted"] == "", f"shutdown event {ev}")
+
+
+def test_ts_death(fe: FrontEnd) -> None:
+    """die-after, exit-after, and the scheduler's fatal checks (duplicate id, prompt too long, empty)."""
+    e = ts_spawn(fe, 0, ["--fault", "die-after=3"])
+    fe.handshake([0])
+    ts_add(fe, 0, "d1", [3, 4, 5], max_new_tokens=10)
+    _, msgs = ts_collect(fe, lambda _p, m: bool(m) and m[-1] == [DEAD])
+    check(len(msgs) == 4, f"3 steps then the sentinel, got {len(msgs)} messages")
+    check(e.wait_exit() == 1, "die-after exit code 1")
+    e.wait_event("dead")
+
+    e = ts_spawn(fe, 0, ["--fault", "exit-after=2"])
+    fe.handshake([0])
+    ts_add(fe, 0, "d2", [3, 4, 5], max_new_tokens=10)
+    check(e.wait_exit() == 1, "exit-after exit code 1")
+    msgs = quiet(fe, 0.3)
+    check(len(msgs) == 2 and all(m != [DEAD] for m in msgs), f"exit-after: 2 steps, no sentinel ({msgs})")
+
+    for why, args, sends in (
+        ("duplicate-request-id", ["--token-ms", "50"],
+         [("dup", [3, 4], {"max_new_tokens": 100}), ("dup", [3, 4], {"max_new_tokens": 100})]),
+        ("negative-max-new-tokens", ["--max-model-len", "16"], [("long", list(range(3, 18)), {})]),
+        ("empty-prompt", [], [("empty", [], {"max_new_tokens": 2})]),
+        ("input-ids-none", [], [("none", None, {"max_new_tokens": 2})]),
+    ):
+        e = ts_spawn(fe, 0, args)
+        fe.handshake([0])
+        for i, (rid, prompt, kw) in enumerate(sends):
+            ts_add(fe, 0, rid, prompt, **kw)
+            if i + 1 < len(sends):
+                ts_collect(fe, lambda per, _m, rid=rid: rid in per)
+        ts_collect(fe, lambda _p, m: bool(m) and m[-1] == [DEAD])
+        if why != "input-ids-none":
+            e.wait_event("fatal", error=why)
+        check(e.wait_exit() == 1, f"{why}: exit code 1")
+        e.wait_event("dead")
+
+    e = ts_spawn(fe, 0, ["--fault", "no-registration"])
+    fe.handshake([0], expect_ready=False)
+    e.wait_event("ready")
+    poller = zmq.Poller()
+    poller.register(fe.input, zmq.POLLIN)
+    check(not poller.poll(800), "no registration arrives")
+    e.proc.send_signal(signal.SIGTERM)
+    check(e.wait_exit() == 0, "SIGTERM exit 0")
+
+
+def test_ts_two_ranks(fe: FrontEnd) -> None:
+    """Two TokenSpeed ranks: identities, registrations with the real dp size, engine_index in outputs."""
+    e0 = ts_spawn(fe, 0, ["--dp-size", "2"])
+    e1 = ts_spawn(fe, 1, ["--dp-size", "2", "--load-ms", "200"])
+    fe.handshake([0, 1])
+    for r in (0, 1):
+        reg = fe.registrations[r]
+        check(reg["data_parallel_rank"] == r and reg["data_parallel_size"] == 2, f"rank {r} registration")
+    ts_add(fe, 0, "q0", [7, 8], max_new_tokens=2)
+    ts_add(fe, 1, "q1", [9, 10], max_new_tokens=2)
+    per, _ = ts_collect(fe, ts_finished("q0", "q1"))
+    check(ts_tokens(per["q0"]) == [7, 8] and ts_tokens(per["q1"]) == [9, 10], "routing by identity")
+    check(all(o["engine"] == 0 for o in per["q0"]) and all(o["engine"] == 1 for o in per["q1"]),
+          "engine_index names the rank")
+    for e in (e0, e1):
+        e.proc.send_signal(signal.SIGTERM)
+        check(e.wait_exit() == 0, "SIGTERM exit 0")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--llama-url", help="also test --mode llama against this llama-server")
@@ -660,6 +1078,14 @@ def main() -> int:
         ("death", test_death),
         ("no-registration", test_no_registration),
         ("two-ranks", test_two_ranks),
+    ]:
+        tests.append((name, lambda fn=fn: with_frontend(fn)))
+    tests.append(("ts-vectors", test_ts_vectors))
+    for name, fn in [
+        ("ts-basic", test_ts_basic),
+        ("ts-abort-and-drop", test_ts_abort_and_drop),
+        ("ts-death", test_ts_death),
+        ("ts-two-ranks", test_ts_two_ranks),
     ]:
         tests.append((name, lambda fn=fn: with_frontend(fn)))
     if opts.llama_url:

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::engine::grpc::service::ModelInfo;
 use crate::engine::zmq::link::{Link, LinkSettings};
-use crate::engine::zmq::{Engine, Vocabulary};
+use crate::engine::zmq::{Engine, Protocol, Vocabulary};
 use crate::fleet::spec::WorkerSpec;
 use crate::fleet::{Discovered, LanguageRef, LinkRef, ParsersRef, RuntimeType, Transport};
 
@@ -61,9 +61,9 @@ pub async fn discover(control: &Control, spec: &WorkerSpec) -> Result<Discovered
         handshake,
         path: path.clone(),
         dp_size,
-        runtime: match runtime {
-            RuntimeType::Tokenspeed => "tokenspeed",
-            _ => "vllm",
+        protocol: match runtime {
+            RuntimeType::Tokenspeed => Protocol::Tokenspeed,
+            _ => Protocol::Vllm,
         },
         worker: spec.url.normalized.clone(),
     })?;

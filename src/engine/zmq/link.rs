@@ -33,6 +33,7 @@ use std::sync::{Arc, OnceLock};
 use tokio::sync::{mpsc as tmpsc, watch};
 
 use super::wire::{self, Finish, Handshake};
+use super::{tokenspeed, Protocol};
 use crate::engine::{Complete, EngineError, Event, Failure, TokenLogprob};
 
 /// What a request's stream receives: an event, or the failure that ends it.
@@ -47,8 +48,8 @@ pub struct LinkSettings {
     pub path: String,
     /// Ranks that may dial in: identities `0..dp_size`.
     pub dp_size: u16,
-    /// The runtime, as errors and logs name it.
-    pub runtime: &'static str,
+    /// Whose payloads the ranks speak.
+    pub protocol: Protocol,
     /// The worker's URL, for logs.
     pub worker: String,
 }
@@ -67,7 +68,7 @@ struct Handle {
     commands: Sender<Command>,
     wake: Arc<Wake>,
     state: Arc<State>,
-    runtime: &'static str,
+    protocol: Protocol,
 }
 
 /// What the data plane reads without asking the link thread.
@@ -162,7 +163,7 @@ impl Link {
             pending: AtomicBool::new(false),
         });
         let (commands, receiver) = mpsc::channel();
-        let runtime = settings.runtime;
+        let protocol = settings.protocol;
         let core = Core {
             context,
             handshake,
@@ -186,13 +187,18 @@ impl Link {
                 commands,
                 wake,
                 state,
-                runtime,
+                protocol,
             }),
         })
     }
 
+    pub fn protocol(&self) -> Protocol {
+        self.handle.protocol
+    }
+
+    /// The runtime, as errors and logs name it.
     pub fn runtime(&self) -> &'static str {
-        self.handle.runtime
+        self.handle.protocol.runtime()
     }
 
     pub fn same(&self, other: &Link) -> bool {
@@ -434,8 +440,6 @@ impl Core {
 
     /// Runs the queued commands; `false` once the link is to close.
     fn commands_in(&mut self) -> bool {
-        // Cleared before the queue is read: a command queued after the read wakes again.
-        self.wake.pending.store(false, Ordering::Release);
         let mut sink = [0u8; 64];
         loop {
             match (&self.wake_rx).read(&mut sink) {
@@ -445,6 +449,12 @@ impl Core {
                 Err(_) => break,
             }
         }
+        // Cleared after the pipe is emptied and before the queue is read: a command queued
+        // before this store is read below; one queued after it writes a new wake-up byte.
+        // (Cleared before emptying the pipe, a wake-up written in between would be read
+        // with `pending` left set, and every later sender would skip its byte.) A swap, not
+        // a store: reading the senders' `true` orders their queued commands before the read.
+        self.wake.pending.swap(false, Ordering::AcqRel);
         loop {
             match self.commands.try_recv() {
                 Ok(Command::Add(add)) => self.send_add(add),
@@ -472,7 +482,7 @@ impl Core {
             self.release(rank);
             let _ = add.events.send(Err(Failure::Unreachable(format!(
                 "{} engine rank {rank} {why}",
-                self.settings.runtime
+                self.settings.protocol.runtime()
             ))));
             return;
         }
@@ -699,7 +709,7 @@ impl Core {
         self.state.ranks[usize::from(rank)]
             .live
             .store(false, Ordering::Release);
-        let runtime = self.settings.runtime;
+        let runtime = self.settings.protocol.runtime();
         let mut failed = 0;
         self.requests.retain(|_, pending| {
             if pending.rank != rank {
@@ -761,7 +771,13 @@ impl Core {
                 self.rank_down(rank, "died (ENGINE_CORE_DEAD)");
                 continue;
             }
-            match wire::outputs(&frames) {
+            let read = match self.settings.protocol {
+                Protocol::Vllm => wire::outputs(&frames),
+                Protocol::Tokenspeed => {
+                    tokenspeed::outputs(frames.first().map_or(&[][..], Vec::as_slice))
+                }
+            };
+            match read {
                 Ok(outputs) => self.deliver(outputs),
                 Err(err) => {
                     tracing::warn!(worker = %self.settings.worker, rank, error = %err, "unreadable engine output dropped");
@@ -809,7 +825,7 @@ impl Core {
                 continue;
             };
             self.release(pending.rank);
-            let runtime = self.settings.runtime;
+            let runtime = self.settings.protocol.runtime();
             let last = match finish {
                 Finish::Stop | Finish::Repetition => Ok(Event::Complete(ended(&pending, "stop"))),
                 Finish::Length => Ok(Event::Complete(ended(&pending, "length"))),

@@ -7,12 +7,14 @@
 //!
 //! - [`msgpack`]: the encoding, read and written by hand;
 //! - [`wire`]: the messages, as vLLM's msgspec structs lay them out;
+//! - [`tokenspeed`]: TokenSpeed's payloads over the same sockets and handshake;
 //! - [`link`]: one worker's sockets, on a thread of their own;
 //! - [`Engine`]: a worker's [`TokenEngine`](crate::engine::TokenEngine), a handle on its
 //!   link.
 
 pub mod link;
 pub mod msgpack;
+pub mod tokenspeed;
 pub mod wire;
 
 use std::sync::Arc;
@@ -23,6 +25,25 @@ use tokio::sync::mpsc as tmpsc;
 
 use self::link::{Add, Delivery, Link};
 use crate::engine::{Caps, Event, EventStream, Failure, Generate, TokenEngine};
+
+/// Whose engine-core payloads a worker's ranks speak (the sockets and handshake are the
+/// same).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// vLLM's engine core (`EngineCoreRequest`, `EngineCoreOutputs`).
+    Vllm,
+    /// TokenSpeed's scheduler in `--zmq-msgpack` mode ([`tokenspeed`]).
+    Tokenspeed,
+}
+
+impl Protocol {
+    pub fn runtime(self) -> &'static str {
+        match self {
+            Protocol::Vllm => "vllm",
+            Protocol::Tokenspeed => "tokenspeed",
+        }
+    }
+}
 
 /// The most alternatives per token vLLM serves by default (`--max-logprobs`, 20).
 const MAX_LOGPROBS: u32 = 20;
@@ -100,8 +121,15 @@ impl Engine {
         if job.input_ids.is_empty() {
             return refuse("the prompt is empty".into());
         }
+        let tokenspeed = self.link.protocol() == Protocol::Tokenspeed;
+        // TokenSpeed keeps two tokens of the window back; a longer prompt kills it.
+        let reserve = if tokenspeed {
+            tokenspeed::WINDOW_RESERVE as usize
+        } else {
+            1
+        };
         if let Some(window) = window {
-            if job.input_ids.len() >= window as usize {
+            if job.input_ids.len() + reserve > window as usize {
                 return refuse(format!(
                     "the prompt ({} tokens) must be shorter than the engine's context window \
                      ({window} tokens)",
@@ -145,6 +173,26 @@ impl Engine {
         if let Some((_, why)) = checks.iter().find(|(ok, _)| !ok) {
             return refuse((*why).into());
         }
+        if tokenspeed {
+            let refused = if s.top_k_limit().is_some_and(|k| k >= tokenspeed::TOP_K_MAX) {
+                Some(format!(
+                    "top_k must be below {} on TokenSpeed",
+                    tokenspeed::TOP_K_MAX
+                ))
+            } else if s.repetition_penalty > tokenspeed::REPETITION_PENALTY_MAX {
+                Some("repetition_penalty must be at most 2 on TokenSpeed".to_owned())
+            } else if p.logprobs.is_some_and(|k| k > 0) {
+                Some(
+                    "TokenSpeed gives the sampled token's log probability only (top_logprobs 0)"
+                        .to_owned(),
+                )
+            } else {
+                None
+            };
+            if let Some(why) = refused {
+                return refuse(why);
+            }
+        }
         if let Some(k) = p.logprobs.filter(|k| *k > MAX_LOGPROBS) {
             return refuse(format!(
                 "{k} log probabilities per token asked; the engine gives at most {MAX_LOGPROBS}"
@@ -182,12 +230,6 @@ impl TokenEngine for Engine {
     }
 
     async fn generate(&self, job: Generate, _timeout: Duration) -> Result<Events, Failure> {
-        if self.link.runtime() != "vllm" {
-            return Err(Failure::Failed(format!(
-                "{}'s ZMQ request format is not spoken by this gateway; only vLLM's engine core is",
-                self.link.runtime()
-            )));
-        }
         let window = self.link.max_model_len();
         self.check(&job, window)?;
         let prompt_tokens = u32::try_from(job.input_ids.len()).unwrap_or(u32::MAX);
@@ -208,6 +250,7 @@ impl TokenEngine for Engine {
                 stops.push(id);
             }
         }
+        let asked_stops = stops.clone();
         let (eos_token_id, stop_token_ids, all_stop) = if p.ignore_eos {
             (None, stops.clone(), stops)
         } else {
@@ -257,12 +300,33 @@ impl TokenEngine for Engine {
             } else {
                 format!("{index}_{}", job.request_id)
             };
-            let payload = wire::add(&wire::Request {
-                request_id: &request_id,
-                prompt: &job.input_ids,
-                sampling: sampling.clone(),
-                arrival_time,
-            });
+            let payload = match self.link.protocol() {
+                Protocol::Vllm => wire::add(&wire::Request {
+                    request_id: &request_id,
+                    prompt: &job.input_ids,
+                    sampling: sampling.clone(),
+                    arrival_time,
+                }),
+                // The engine adds the model's own EOS ids; `ignore_eos` there also turns
+                // off the stop ids, which the gateway then matches itself.
+                Protocol::Tokenspeed => tokenspeed::add(
+                    &request_id,
+                    &job.input_ids,
+                    &tokenspeed::Sampling {
+                        max_new_tokens: max_tokens,
+                        stop_token_ids: &asked_stops,
+                        temperature: sampling.temperature,
+                        top_p: sampling.top_p,
+                        top_k: s.top_k_limit(),
+                        min_p: sampling.min_p,
+                        frequency_penalty: sampling.frequency_penalty,
+                        presence_penalty: sampling.presence_penalty,
+                        repetition_penalty: sampling.repetition_penalty,
+                        ignore_eos: p.ignore_eos,
+                    },
+                    p.logprobs.is_some(),
+                ),
+            };
             let queued = self.link.add(Add {
                 rank,
                 request_id,

@@ -133,6 +133,11 @@ impl std::fmt::Display for HeadError {
 
 impl std::error::Error for HeadError {}
 
+/// Fields a response head is first parsed with: most answers have a handful, and the
+/// parser's field and offset arrays are set up on every response, so the full
+/// [`MAX_HEAD_FIELDS`] is tried only for a head that has more.
+const COMMON_HEAD_FIELDS: usize = 24;
+
 /// Parses one response head from the front of `buf`. `Ok(None)`: incomplete, read more.
 /// On success the head's bytes are taken off `buf` (header values share them), interim
 /// `1xx` answers included: they are skipped, as the client never asked for them.
@@ -140,8 +145,21 @@ pub fn parse_response(
     buf: &mut BytesMut,
     method: &Method,
 ) -> Result<Option<ResponseHead>, HeadError> {
+    match parse_with::<COMMON_HEAD_FIELDS>(buf, method) {
+        Err(HeadError::TooLarge) if buf.len() < MAX_HEAD_BYTES => {
+            parse_with::<MAX_HEAD_FIELDS>(buf, method)
+        }
+        other => other,
+    }
+}
+
+/// [`parse_response`] with room for `N` fields; more is [`HeadError::TooLarge`].
+fn parse_with<const N: usize>(
+    buf: &mut BytesMut,
+    method: &Method,
+) -> Result<Option<ResponseHead>, HeadError> {
     loop {
-        let mut fields = [httparse::EMPTY_HEADER; MAX_HEAD_FIELDS];
+        let mut fields = [httparse::EMPTY_HEADER; N];
         let mut parsed = httparse::Response::new(&mut fields);
         let len = match parsed.parse(buf) {
             Ok(httparse::Status::Complete(len)) => len,
@@ -166,7 +184,7 @@ pub fn parse_response(
         }
         let http11 = parsed.version == Some(1);
         // Offsets into the head, so the values can share its bytes once it is frozen.
-        let mut spans = [(0usize, 0usize, 0usize, 0usize); MAX_HEAD_FIELDS];
+        let mut spans = [(0usize, 0usize, 0usize, 0usize); N];
         let count = parsed.headers.len();
         let base = buf.as_ptr() as usize;
         for (span, field) in spans.iter_mut().zip(parsed.headers.iter()) {
@@ -379,6 +397,30 @@ content-type: application/json\r\ncontent-length: 42\r\n\r\n"
         assert_eq!(head.status, StatusCode::CREATED);
         assert_eq!(head.headers["x-a"], "1");
         assert_eq!(&buf[..], b"ok");
+    }
+
+    /// A head with more fields than the first pass has room for is parsed again with
+    /// room for all of them; past [`MAX_HEAD_FIELDS`] it is too large.
+    #[test]
+    fn heads_with_many_fields_take_the_second_pass() {
+        let head = |fields: usize| {
+            let mut text = "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n".to_owned();
+            for i in 0..fields {
+                text.push_str(&format!("x-f{i}: {i}\r\n"));
+            }
+            text.push_str("content-length: 2\r\n\r\nok");
+            BytesMut::from(text.as_str())
+        };
+        let mut buf = head(COMMON_HEAD_FIELDS + 5);
+        let parsed = parse_response(&mut buf, &Method::GET).unwrap().unwrap();
+        assert_eq!(parsed.headers.len(), COMMON_HEAD_FIELDS + 6);
+        assert_eq!(parsed.headers["x-f28"], "28");
+        assert_eq!(&buf[..], b"ok");
+        let mut buf = head(MAX_HEAD_FIELDS);
+        assert_eq!(
+            parse_response(&mut buf, &Method::GET).unwrap_err(),
+            HeadError::TooLarge
+        );
     }
 
     #[test]
