@@ -80,7 +80,18 @@ impl Engines {
     /// engine of a service the gateway speaks, or an `ipc://` (ZMQ) worker, with its
     /// tokenizer.
     pub fn reaches(&self, worker: &Worker) -> Result<(), GatewayError> {
-        self.target(worker).map(drop)
+        let engine = match (&worker.transport, &worker.zmq) {
+            (Transport::Grpc { .. }, _) => worker.runtime.grpc_service().is_some(),
+            (Transport::Zmq { .. }, zmq) => zmq.is_some(),
+            (Transport::Http { .. }, _) => false,
+        };
+        if engine && worker.language.is_some() {
+            Ok(())
+        } else {
+            Err(GatewayError::UnsupportedTransport {
+                transport: transport_name(&worker.transport),
+            })
+        }
     }
 
     /// What a generation on `worker` reads of it, its engine reached through this thread's

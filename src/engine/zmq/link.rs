@@ -328,6 +328,8 @@ struct Output {
 /// A request in flight on a rank.
 struct Pending {
     rank: u16,
+    /// The request this is one sequence of, when it has several.
+    parent: Option<String>,
     index: u32,
     prompt_tokens: u32,
     generated: u32,
@@ -486,9 +488,9 @@ impl Core {
             ))));
             return;
         }
-        if let Some(parent) = add.parent {
+        if let Some(parent) = &add.parent {
             self.parents
-                .entry(parent)
+                .entry(parent.clone())
                 .or_default()
                 .push(add.request_id.clone());
         }
@@ -496,6 +498,7 @@ impl Core {
             add.request_id,
             Pending {
                 rank,
+                parent: add.parent,
                 index: add.index,
                 prompt_tokens: add.prompt_tokens,
                 generated: 0,
@@ -522,6 +525,7 @@ impl Core {
             return;
         };
         self.release(pending.rank);
+        self.forget_child(request_id, &pending);
         let frames = [
             &identity(pending.rank)[..],
             &[wire::ABORT][..],
@@ -529,6 +533,20 @@ impl Core {
         ];
         if let Err(err) = self.input.send_multipart(frames, zmq::DONTWAIT) {
             tracing::debug!(request_id, rank = pending.rank, error = %err, "abort not delivered");
+        }
+    }
+
+    /// A sequence ended: its parent no longer waits for it (and is forgotten with its
+    /// last one).
+    fn forget_child(&mut self, request_id: &str, pending: &Pending) {
+        let Some(parent) = &pending.parent else {
+            return;
+        };
+        if let Some(children) = self.parents.get_mut(parent) {
+            children.retain(|child| child != request_id);
+            if children.is_empty() {
+                self.parents.remove(parent);
+            }
         }
     }
 
@@ -721,6 +739,11 @@ impl Core {
             ))));
             false
         });
+        let requests = &self.requests;
+        self.parents.retain(|_, children| {
+            children.retain(|child| requests.contains_key(child));
+            !children.is_empty()
+        });
         self.state.ranks[usize::from(rank)]
             .in_flight
             .store(0, Ordering::Relaxed);
@@ -825,6 +848,7 @@ impl Core {
                 continue;
             };
             self.release(pending.rank);
+            self.forget_child(out.request_id, &pending);
             let runtime = self.settings.protocol.runtime();
             let last = match finish {
                 Finish::Stop | Finish::Repetition => Ok(Event::Complete(ended(&pending, "stop"))),
