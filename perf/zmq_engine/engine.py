@@ -53,7 +53,7 @@ import uuid
 import zlib
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Iterator, Mapping, NamedTuple, NoReturn
 
 import msgspec
 import zmq
@@ -1166,9 +1166,7 @@ class EngineCoreProc:
             hs_ctx, args.handshake, zmq.DEALER, identity=self.identity, linger=5000, bind=False
         )
         addresses = self.startup_handshake(handshake)
-        if self.faults.no_registration:
-            log("fault no-registration: never registering")
-            threading.Event().wait()  # until SIGTERM ends the process
+        self._hold_if_no_registration()
         if args.load_ms > 0:
             time.sleep(args.load_ms / 1000.0)
         if self.llama_url is not None:
@@ -1205,26 +1203,28 @@ class EngineCoreProc:
         handshake.close()
         hs_ctx.term()
         event("ready", rank=self.engine_index)
+        self._serve()
 
+    def _hold_if_no_registration(self) -> None:
+        """The no-registration fault: stop before registering, until SIGTERM ends the process."""
+        if self.faults.no_registration:
+            log("fault no-registration: never registering")
+            threading.Event().wait()  # until SIGTERM ends the process
+
+    def _serve(self) -> None:
+        """Runs the busy loop until a fatal error, then dies (run_engine_core / run_event_loop)."""
         global _running_engine
         _running_engine = self
         try:
             self.run_busy_loop()
         except EngineDead as e:
             self._die(str(e))
-        except Exception as e:  # noqa: BLE001 - mirrors run_engine_core's catch-all
+        except Exception as e:  # noqa: BLE001 - mirrors run_engine_core's (run_event_loop's) catch-all
             traceback.print_exc()
             self._die(f"{type(e).__name__}:{e}")
 
-    def startup_handshake(self, handshake: zmq.Socket) -> EngineZmqAddresses:
-        """Mirrors EngineCoreProc.startup_handshake: HELLO out, INIT in (≤5 minutes)."""
-        handshake.send(msgspec.msgpack.encode({"status": "HELLO", "local": False, "headless": True}))
-        event("hello", rank=self.engine_index, dp_size=self.args.dp_size)
-        if not handshake.poll(timeout=HANDSHAKE_TIMEOUT_MINS * 60_000):
-            raise RuntimeError(
-                f"Did not receive response from front-end process within {HANDSHAKE_TIMEOUT_MINS} minutes"
-            )
-        init = msgspec.msgpack.decode(handshake.recv(), type=EngineHandshakeMetadata)
+    def _print_init(self, init: Any) -> None:
+        """The ``init`` event line, from an INIT message's addresses (vLLM's or TokenSpeed's)."""
         addrs = init.addresses
         event(
             "init",
@@ -1235,7 +1235,18 @@ class EngineCoreProc:
             coordinator_output=addrs.coordinator_output,
             parallel_config=sorted(init.parallel_config),
         )
-        return addrs
+
+    def startup_handshake(self, handshake: zmq.Socket) -> EngineZmqAddresses:
+        """Mirrors EngineCoreProc.startup_handshake: HELLO out, INIT in (≤5 minutes)."""
+        handshake.send(msgspec.msgpack.encode({"status": "HELLO", "local": False, "headless": True}))
+        event("hello", rank=self.engine_index, dp_size=self.args.dp_size)
+        if not handshake.poll(timeout=HANDSHAKE_TIMEOUT_MINS * 60_000):
+            raise RuntimeError(
+                f"Did not receive response from front-end process within {HANDSHAKE_TIMEOUT_MINS} minutes"
+            )
+        init = msgspec.msgpack.decode(handshake.recv(), type=EngineHandshakeMetadata)
+        self._print_init(init)
+        return init.addresses
 
     def _make_ready_response(self) -> EngineCoreReadyResponse:
         """Mirrors EngineCoreProc._make_ready_response for an independent DP rank.
@@ -1350,8 +1361,7 @@ class EngineCoreProc:
         except zmq.ContextTerminated:
             pass  # shutdown: the busy loop terminated this thread's context
         except BaseException as e:  # noqa: BLE001 - report, then die like vLLM's thread
-            event("input-thread-died", rank=self.engine_index, error=f"{type(e).__name__}:{e}")
-            log("input thread died:\n" + traceback.format_exc())
+            self._report_thread_death("input", e)
         finally:
             for sock in sockets:
                 sock.close(linger=0)
@@ -1386,9 +1396,8 @@ class EngineCoreProc:
         ``_handle_request_preproc_error``); the busy loop never sees them.
         Returns False when the request was answered that way.
         """
-        bad = self.faults.error_on_prompt
-        if bad and req.prompt_token_ids and bad.intersection(req.prompt_token_ids):
-            hit = sorted(bad.intersection(req.prompt_token_ids))[0]
+        hit = self._error_on_prompt_hit(req.prompt_token_ids)
+        if hit is not None:
             error = RequestError(
                 code="validation_error",
                 message=f"Token id {hit} is not allowed in the prompt (fault error-on-prompt).",
@@ -1403,6 +1412,13 @@ class EngineCoreProc:
             return False
         return True
 
+    def _error_on_prompt_hit(self, prompt: list[int] | None) -> int | None:
+        """The error-on-prompt fault: the smallest listed id in the prompt, or None."""
+        bad = self.faults.error_on_prompt
+        if bad and prompt and bad.intersection(prompt):
+            return sorted(bad.intersection(prompt))[0]
+        return None
+
     def _send_finish_outputs_to_client(
         self,
         req_ids: list[str],
@@ -1416,7 +1432,11 @@ class EngineCoreProc:
             (client_index, EngineCoreOutputs(finished_requests=req_ids, outputs=outputs))
         )
         for rid in req_ids:
-            event("finish", rank=self.engine_index, id=rid, reason=str(finish_reason), tokens=0, stop_reason=None)
+            self._print_finish(rid, str(finish_reason))
+
+    def _print_finish(self, rid: str, reason: str, tokens: int = 0, stop_reason: Any = None) -> None:
+        """The ``finish`` event line."""
+        event("finish", rank=self.engine_index, id=rid, reason=reason, tokens=tokens, stop_reason=stop_reason)
 
     # -- output thread -----------------------------------------------------
 
@@ -1436,43 +1456,77 @@ class EngineCoreProc:
             else None
         )
         all_sockets = sockets + ([coord_socket] if coord_socket is not None else [])
-        linger: int | None = None  # None: keep each socket's own (4000 ms)
+
+        def send_dead() -> None:
+            for sock in sockets:
+                sock.send(ENGINE_CORE_DEAD)
+
+        def send(output: Any) -> None:
+            client_index, outputs = output
+            outputs.engine_index = self.engine_index
+            bufs = encoder.encode(outputs)
+            if client_index == -1:
+                assert coord_socket is not None
+                coord_socket.send_multipart(bufs)
+                return
+            sockets[client_index].send_multipart(bufs, copy=False)
+
+        # linger None: keep each socket's own (4000 ms).
+        self._output_loop(ctx, all_sockets, send, send_dead, linger=None, shutdown_linger=SHUTDOWN_LINGER_MS)
+
+    def _output_loop(
+        self,
+        ctx: zmq.Context,
+        sockets: list[zmq.Socket],
+        send: Any,
+        send_dead: Any,
+        linger: int | None,
+        shutdown_linger: int | None,
+    ) -> None:
+        """The output thread's plumbing: sends queued items until a marker, then closes and flushes.
+
+        ``_EXIT_NOW`` (exit-after) closes with a 2 s linger and exits 1;
+        ``_SHUTDOWN`` closes with ``shutdown_linger``; ENGINE_CORE_DEAD goes
+        out through ``send_dead``; anything else through ``send``.
+        """
         exit_code: int | None = None
         try:
             while True:
-                output = self.output_queue.get()
-                if output is _EXIT_NOW:
+                item = self.output_queue.get()
+                if item is _EXIT_NOW:
                     linger, exit_code = 2000, 1
                     break
-                if output is _SHUTDOWN:
-                    linger = SHUTDOWN_LINGER_MS
+                if item is _SHUTDOWN:
+                    linger = shutdown_linger
                     break
-                if output == ENGINE_CORE_DEAD:
-                    for sock in sockets:
-                        sock.send(output)
+                if item == ENGINE_CORE_DEAD:
+                    send_dead()
                     break
-                client_index, outputs = output
-                outputs.engine_index = self.engine_index
-                bufs = encoder.encode(outputs)
-                if client_index == -1:
-                    assert coord_socket is not None
-                    coord_socket.send_multipart(bufs)
-                    continue
-                sockets[client_index].send_multipart(bufs, copy=False)
+                send(item)
         except BaseException as e:  # noqa: BLE001 - report, then die like vLLM's thread
-            event("output-thread-died", rank=self.engine_index, error=f"{type(e).__name__}:{e}")
-            log("output thread died:\n" + traceback.format_exc())
+            self._report_thread_death("output", e)
         finally:
             # Closing with a linger and terminating the context flushes what
             # is queued (bounded by the linger) before the thread ends.
-            for sock in all_sockets:
+            for sock in sockets:
                 sock.close(linger=linger)
             ctx.term()
         if exit_code is not None:
-            # The exit-after fault: everything before the marker is on the
-            # wire; now vanish as SIGKILL / OOM would, with no sentinel.
-            event("exit", rank=self.engine_index, code=exit_code)
-            os._exit(exit_code)
+            self._exit_now(exit_code)
+
+    def _report_thread_death(self, thread: str, e: BaseException) -> None:
+        """The ``input-thread-died`` / ``output-thread-died`` event line, and the traceback on stderr."""
+        event(f"{thread}-thread-died", rank=self.engine_index, error=f"{type(e).__name__}:{e}")
+        log(f"{thread} thread died:\n" + traceback.format_exc())
+
+    def _exit_now(self, exit_code: int) -> NoReturn:
+        """The exit-after fault, from the output thread once its sockets are closed.
+
+        Everything before the marker is on the wire; now vanish as SIGKILL /
+        OOM would, with no sentinel.
+        """
+        event("exit", rank=self.engine_index, code=exit_code)
+        os._exit(exit_code)
 
     # -- busy loop ---------------------------------------------------------
 
@@ -1544,14 +1598,10 @@ class EngineCoreProc:
         existing = self.requests.get(ecr.request_id)
         if existing is not None:
             if not existing.resumable:
-                event("fatal", rank=self.engine_index, error="duplicate-request-id", id=ecr.request_id)
-                raise EngineDead("duplicate-request-id")
+                self._fatal("duplicate-request-id", ecr.request_id)
             log(f"streaming-input update for {ecr.request_id} ignored (not emulated)")
             return
-        vocab = self.args.vocab_size
-        if any(not 0 <= t < vocab for t in ecr.prompt_token_ids or ()):
-            event("fatal", rank=self.engine_index, error="out-of-vocab-prompt-id", id=ecr.request_id)
-            raise EngineDead("out-of-vocab-prompt-id")
+        self._check_prompt_in_vocab(ecr.request_id, ecr.prompt_token_ids or ())
         req = Request(ecr, self.log_stats)
         self.requests[req.request_id] = req
         self.waiting.append(req)
@@ -1559,26 +1609,46 @@ class EngineCoreProc:
         if ecr.abort_immediately:
             self.abort_requests([req.request_id])
 
+    def _fatal(self, error: str, rid: str) -> NoReturn:
+        """A fatal check in the busy loop: the ``fatal`` event line, then the engine dies."""
+        event("fatal", rank=self.engine_index, error=error, id=rid)
+        raise EngineDead(error)
+
+    def _check_prompt_in_vocab(self, rid: str, prompt: Any) -> None:
+        """Out-of-vocabulary prompt ids are fatal (by emulation: unverified on a GPU)."""
+        vocab = self.args.vocab_size
+        if any(not 0 <= t < vocab for t in prompt):
+            self._fatal("out-of-vocab-prompt-id", rid)
+
     def abort_requests(self, request_ids: list[str]) -> None:
         """Mirrors EngineCore.abort_requests: drop the requests, send nothing (idempotent)."""
         for rid in request_ids:
             req = self.requests.pop(rid, None)
             if req is None:
                 continue
-            self.running.pop(rid, None)
-            try:
-                self.waiting.remove(req)
-            except ValueError:
-                pass
+            self._unschedule(req)
             self.pending.pop(rid, None)
             if req.stream is not None:
                 req.stream.cancel()
 
-    def _schedule(self) -> None:
-        """Admits waiting requests FIFO up to ``--max-num-seqs`` (no KV-block accounting)."""
+    def _unschedule(self, req: Any) -> None:
+        """Takes a request out of ``running`` / ``waiting``, wherever it is."""
+        self.running.pop(req.request_id, None)
+        try:
+            self.waiting.remove(req)
+        except ValueError:
+            pass
+
+    def _admit_fifo(self) -> Iterator[Any]:
+        """Moves waiting requests to ``running`` FIFO up to ``--max-num-seqs``, yielding each."""
         while self.waiting and len(self.running) < self.args.max_num_seqs:
             req = self.waiting.popleft()
             self.running[req.request_id] = req
+            yield req
+
+    def _schedule(self) -> None:
+        """Admits waiting requests FIFO up to ``--max-num-seqs`` (no KV-block accounting)."""
+        for req in self._admit_fifo():
             req.record_event(EngineCoreEventType.SCHEDULED)
             # Mirrors PrefillStats.set + finalize for a prefill with no cache hit:
             # the full blocks of the prompt are what the prefill writes to cache.
@@ -1801,14 +1871,7 @@ class EngineCoreProc:
         self.running.pop(req.request_id, None)
         if req.stream is not None:
             req.stream.cancel()
-        event(
-            "finish",
-            rank=self.engine_index,
-            id=req.request_id,
-            reason=str(req.finish_reason),
-            tokens=req.num_output_tokens,
-            stop_reason=req.stop_reason,
-        )
+        self._print_finish(req.request_id, str(req.finish_reason), req.num_output_tokens, req.stop_reason)
 
     def _flush_step(self) -> None:
         """Sends this step's outputs: one EngineCoreOutputs per client, as Scheduler.update_from_output.
@@ -1826,6 +1889,10 @@ class EngineCoreProc:
             self.output_queue.put_nowait(
                 (client_index, EngineCoreOutputs(outputs=outs, weight_version=self._weight_version))
             )
+        self._count_step()
+
+    def _count_step(self) -> None:
+        """Counts one forward step for the die-after / exit-after faults."""
         self.steps += 1
         if self.faults.die_after is not None and self.steps >= self.faults.die_after:
             raise EngineDead(f"fault die-after={self.faults.die_after}")
@@ -1868,6 +1935,10 @@ class EngineCoreProc:
             )
         event("shutdown", rank=self.engine_index, aborted=[r.request_id for r in reqs])
         self.output_queue.put_nowait(_SHUTDOWN)
+        self._exit_after_shutdown()
+
+    def _exit_after_shutdown(self) -> NoReturn:
+        """Waits for the output thread to flush, terminates the input thread's context, exits 0."""
         assert self.output_thread is not None
         self.output_thread.join(timeout=5.0)
         if self.input_ctx is not None:
@@ -2298,9 +2369,7 @@ class TokenSpeedEngine(EngineCoreProc):
             # TokenSpeed loads the model and sizes the KV cache before it dials.
             time.sleep(args.load_ms / 1000.0)
         hs_ctx = zmq.Context()
-        handshake = hs_ctx.socket(zmq.DEALER)
-        handshake.setsockopt(zmq.IDENTITY, self.identity)
-        handshake.connect(args.handshake)
+        handshake = self._ts_dealer(hs_ctx, args.handshake)
         handshake.send(msgspec.msgpack.encode(WireReadyMessage(status="HELLO", local=True, headless=True)))
         event("hello", rank=self.engine_index, dp_size=args.dp_size)
         waited = 0
@@ -2313,15 +2382,7 @@ class TokenSpeedEngine(EngineCoreProc):
             log(f"msgpack handshake: waiting for SMG INIT ({waited // 1000}s elapsed)")
         init = msgspec.msgpack.decode(handshake.recv_multipart()[-1], type=WireHandshakeInitMessage)
         addrs = init.addresses
-        event(
-            "init",
-            rank=self.engine_index,
-            inputs=addrs.inputs,
-            outputs=addrs.outputs,
-            coordinator_input=addrs.coordinator_input,
-            coordinator_output=addrs.coordinator_output,
-            parallel_config=sorted(init.parallel_config),
-        )
+        self._print_init(init)
         handshake.send(msgspec.msgpack.encode(WireReadyMessage(status="READY", local=True, headless=True)))
         event("ready", rank=self.engine_index)
         if not addrs.inputs or not addrs.outputs:
@@ -2329,9 +2390,7 @@ class TokenSpeedEngine(EngineCoreProc):
                 "SMG INIT message did not carry both input and output addresses: "
                 f"inputs={addrs.inputs} outputs={addrs.outputs}"
             )
-        if self.faults.no_registration:
-            log("fault no-registration: never registering")
-            threading.Event().wait()  # until SIGTERM ends the process
+        self._hold_if_no_registration()
         self.addresses = addrs
         registered = threading.Event()
         threading.Thread(
@@ -2344,16 +2403,14 @@ class TokenSpeedEngine(EngineCoreProc):
         self.output_thread.start()
         handshake.close(linger=0)
         hs_ctx.term()
+        self._serve()
 
-        global _running_engine
-        _running_engine = self
-        try:
-            self.run_busy_loop()
-        except EngineDead as e:
-            self._die(str(e))
-        except Exception as e:  # noqa: BLE001 - run_event_loop's catch-all
-            traceback.print_exc()
-            self._die(f"{type(e).__name__}:{e}")
+    def _ts_dealer(self, ctx: zmq.Context, address: str) -> zmq.Socket:
+        """A plain DEALER (default options) with this rank's identity, connected to ``address``."""
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.IDENTITY, self.identity)
+        sock.connect(address)
+        return sock
 
     def _make_ts_ready_response(self) -> WireEngineCoreReadyResponse:
         """Mirrors EventLoop._init_msgpack_transport's WireEngineCoreReadyResponse(...)."""
@@ -2387,9 +2444,7 @@ class TokenSpeedEngine(EngineCoreProc):
         answered with a terminal "abort" output by the busy loop.
         """
         ctx = self.input_ctx = zmq.Context()
-        sock = ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.IDENTITY, self.identity)
-        sock.connect(input_address)
+        sock = self._ts_dealer(ctx, input_address)
         try:
             sock.send(msgspec.msgpack.encode(self._make_ts_ready_response()))
             event("registered", rank=self.engine_index)
@@ -2421,8 +2476,7 @@ class TokenSpeedEngine(EngineCoreProc):
         except zmq.ContextTerminated:
             pass
         except BaseException as e:  # noqa: BLE001
-            event("input-thread-died", rank=self.engine_index, error=f"{type(e).__name__}:{e}")
-            log("input thread died:\n" + traceback.format_exc())
+            self._report_thread_death("input", e)
         finally:
             registered.set()
             sock.close(linger=0)
@@ -2438,9 +2492,8 @@ class TokenSpeedEngine(EngineCoreProc):
             obj.sampling_params.verify(self.args.vocab_size)
         except ValueError as exc:
             return str(exc)
-        bad = self.faults.error_on_prompt
-        if bad and obj.input_ids and bad.intersection(obj.input_ids):
-            hit = sorted(bad.intersection(obj.input_ids))[0]
+        hit = self._error_on_prompt_hit(obj.input_ids)
+        if hit is not None:
             return f"token id {hit} is not allowed in the prompt (fault error-on-prompt)"
         return None
 
@@ -2482,32 +2535,17 @@ class TokenSpeedEngine(EngineCoreProc):
         ctx = zmq.Context()
         sock = ctx.socket(zmq.PUSH)
         sock.connect(output_address)
-        linger = 4000
-        exit_code: int | None = None
-        try:
-            while True:
-                item = self.output_queue.get()
-                if item is _EXIT_NOW:
-                    linger, exit_code = 2000, 1
-                    break
-                if item is _SHUTDOWN:
-                    break
-                if item == ENGINE_CORE_DEAD:
-                    try:
-                        sock.send(ENGINE_CORE_DEAD, zmq.NOBLOCK)
-                    except zmq.ZMQError as e:
-                        log(f"msgpack output: ENGINE_CORE_DEAD send failed: {e}")
-                    break
-                sock.send_multipart(encoder.encode(item), copy=False)
-        except BaseException as e:  # noqa: BLE001
-            event("output-thread-died", rank=self.engine_index, error=f"{type(e).__name__}:{e}")
-            log("output thread died:\n" + traceback.format_exc())
-        finally:
-            sock.close(linger=linger)
-            ctx.term()
-        if exit_code is not None:
-            event("exit", rank=self.engine_index, code=exit_code)
-            os._exit(exit_code)
+
+        def send_dead() -> None:
+            try:
+                sock.send(ENGINE_CORE_DEAD, zmq.NOBLOCK)
+            except zmq.ZMQError as e:
+                log(f"msgpack output: ENGINE_CORE_DEAD send failed: {e}")
+
+        def send(item: Any) -> None:
+            sock.send_multipart(encoder.encode(item), copy=False)
+
+        self._output_loop(ctx, [sock], send, send_dead, linger=4000, shutdown_linger=4000)
 
     # -- busy loop ---------------------------------------------------------
 
@@ -2543,7 +2581,7 @@ class TokenSpeedEngine(EngineCoreProc):
             self.pending_aborts.pop(rid, None)
             req.finish_type = "abort"
             self._ts_publish([req])
-            event("finish", rank=self.engine_index, id=rid, reason="abort", tokens=0, stop_reason=None)
+            self._print_finish(rid, "abort")
             return
         sp = io.sampling_params
         req.max_new_tokens = min(
@@ -2555,18 +2593,12 @@ class TokenSpeedEngine(EngineCoreProc):
             event("dropped", rank=self.engine_index, id=rid, why="pending-abort")
             return
         if not req.prompt_token_ids:
-            event("fatal", rank=self.engine_index, error="empty-prompt", id=rid)
-            raise EngineDead("empty-prompt")
+            self._fatal("empty-prompt", rid)
         if rid in self.requests:
-            event("fatal", rank=self.engine_index, error="duplicate-request-id", id=rid)
-            raise EngineDead("duplicate-request-id")
+            self._fatal("duplicate-request-id", rid)
         if req.max_new_tokens < 0:
-            event("fatal", rank=self.engine_index, error="negative-max-new-tokens", id=rid)
-            raise EngineDead("negative-max-new-tokens")
-        vocab = self.args.vocab_size
-        if any(not 0 <= t < vocab for t in req.prompt_token_ids):
-            event("fatal", rank=self.engine_index, error="out-of-vocab-prompt-id", id=rid)
-            raise EngineDead("out-of-vocab-prompt-id")
+            self._fatal("negative-max-new-tokens", rid)
+        self._check_prompt_in_vocab(rid, req.prompt_token_ids)
         self.requests[rid] = req
         self.waiting.append(req)
 
@@ -2589,18 +2621,13 @@ class TokenSpeedEngine(EngineCoreProc):
                 self._sweep_pending_aborts()
                 self.pending_aborts[rid] = time.monotonic()
                 continue
-            self.running.pop(rid, None)
-            try:
-                self.waiting.remove(req)
-            except ValueError:
-                pass
+            self._unschedule(req)
             self.ts_pending.pop(rid, None)
 
     def _schedule(self) -> None:
         """Admits waiting requests FIFO up to ``--max-num-seqs`` (no KV accounting)."""
-        while self.waiting and len(self.running) < self.args.max_num_seqs:
-            req = self.waiting.popleft()
-            self.running[req.request_id] = req
+        for _ in self._admit_fifo():
+            pass
 
     def _mock_token(self, req: TsRequest) -> int:  # type: ignore[override]
         """Echo the prompt, cycling, one id per step (min_new_tokens is a no-op in TokenSpeed)."""
@@ -2644,14 +2671,7 @@ class TokenSpeedEngine(EngineCoreProc):
     def _finish(self, req: TsRequest) -> None:  # type: ignore[override]
         self.requests.pop(req.request_id, None)
         self.running.pop(req.request_id, None)
-        event(
-            "finish",
-            rank=self.engine_index,
-            id=req.request_id,
-            reason=req.finish_type,
-            tokens=req.num_output_tokens,
-            stop_reason=req.matched,
-        )
+        self._print_finish(req.request_id, req.finish_type, req.num_output_tokens, req.matched)
 
     def _ts_publish(self, reqs: list[TsRequest]) -> bool:
         """Mirrors OutputProcesser.stream_output + BatchTokenIDOutSlim.from_full.
@@ -2720,13 +2740,7 @@ class TokenSpeedEngine(EngineCoreProc):
         reqs = list(self.ts_pending.values())
         self.ts_pending = {}
         self._ts_publish(reqs)
-        self.steps += 1
-        if self.faults.die_after is not None and self.steps >= self.faults.die_after:
-            raise EngineDead(f"fault die-after={self.faults.die_after}")
-        if self.faults.exit_after is not None and self.steps >= self.faults.exit_after:
-            self.output_queue.put_nowait(_EXIT_NOW)
-            assert self.output_thread is not None
-            self.output_thread.join()
+        self._count_step()
 
     def _handle_shutdown(self) -> None:
         """SIGTERM, as run_event_loop: the loop stops, EventLoop.close sends ENGINE_CORE_DEAD, exit 0.
@@ -2737,14 +2751,7 @@ class TokenSpeedEngine(EngineCoreProc):
         event("shutdown", rank=self.engine_index, aborted=[], dropped=inflight)
         self.output_queue.put_nowait(ENGINE_CORE_DEAD)
         event("dead", rank=self.engine_index, error="shutdown")
-        assert self.output_thread is not None
-        self.output_thread.join(timeout=5.0)
-        if self.input_ctx is not None:
-            term = threading.Thread(target=self.input_ctx.term, daemon=True)
-            term.start()
-            term.join(timeout=2.0)
-        sys.stdout.flush()
-        os._exit(0)
+        self._exit_after_shutdown()
 
 
 # ---------------------------------------------------------------------------

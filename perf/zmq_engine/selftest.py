@@ -274,6 +274,21 @@ class FrontEnd:
         self, until: Callable[[dict[str, list], list], bool], timeout: float = 5.0
     ) -> tuple[dict[str, list], list]:
         """Decodes outputs until ``until(per_request, messages)``: per-request EngineCoreOutput lists."""
+
+        def fold(frames: list[bytes], per_req: dict[str, list]) -> None:
+            eco = DECODER.decode(frames[0])
+            for out in eco[1]:
+                per_req.setdefault(out[O_ID], []).append(out)
+
+        return self.collect_with(fold, until, timeout)
+
+    def collect_with(
+        self,
+        fold: Callable[[list[bytes], dict[str, list]], None],
+        until: Callable[[dict[str, list], list], bool],
+        timeout: float,
+    ) -> tuple[dict[str, list], list]:
+        """Receives until ``until(per_request, messages)``; ``fold`` adds each non-sentinel message to per_request."""
         per_req: dict[str, list] = {}
         msgs: list = []
         deadline = time.monotonic() + timeout
@@ -286,9 +301,7 @@ class FrontEnd:
             msgs.append(frames)
             if len(frames) == 1 and frames[0] == DEAD:
                 continue
-            eco = DECODER.decode(frames[0])
-            for out in eco[1]:
-                per_req.setdefault(out[O_ID], []).append(out)
+            fold(frames, per_req)
         return per_req, msgs
 
 
@@ -298,6 +311,43 @@ def finished(*ids: str) -> Callable[[dict, list], bool]:
 
 def tokens_of(outs: list) -> list[int]:
     return [t for o in outs for t in o[O_TOKENS]]
+
+
+def sigterm_exit_0(e: Engine) -> None:
+    """SIGTERM, then the process must exit 0."""
+    e.proc.send_signal(signal.SIGTERM)
+    check(e.wait_exit() == 0, "SIGTERM exit 0")
+
+
+def check_no_registration(fe: FrontEnd, e: Engine) -> None:
+    """Nothing arrives on the input ROUTER; SIGTERM still ends the engine with exit 0."""
+    poller = zmq.Poller()
+    poller.register(fe.input, zmq.POLLIN)
+    check(not poller.poll(800), "no registration arrives")
+    sigterm_exit_0(e)
+
+
+def check_step_faults(
+    fe: FrontEnd,
+    spawn: Callable[[list[str]], Engine],
+    add: Callable[[str], None],
+    collect: Callable[[Callable[[dict, list], bool]], tuple[dict[str, list], list]],
+) -> None:
+    """die-after=3: 3 steps, the sentinel, exit 1; exit-after=2: 2 steps, no sentinel, exit 1."""
+    e = spawn(["--fault", "die-after=3"])
+    fe.handshake([0])
+    add("d1")
+    _, msgs = collect(lambda _p, m: bool(m) and m[-1] == [DEAD])
+    check(len(msgs) == 4, f"3 steps then the sentinel, got {len(msgs)} messages")
+    check(e.wait_exit() == 1, "die-after exit code 1")
+    e.wait_event("dead")
+
+    e = spawn(["--fault", "exit-after=2"])
+    fe.handshake([0])
+    add("d2")
+    check(e.wait_exit() == 1, "exit-after exit code 1")
+    msgs = quiet(fe, 0.3)
+    check(len(msgs) == 2 and all(m != [DEAD] for m in msgs), f"exit-after: 2 steps, no sentinel ({msgs})")
 
 
 def quiet(fe: FrontEnd, seconds: float) -> list[list[bytes]]:
@@ -514,8 +564,7 @@ def test_abort_and_faults_timing(fe: FrontEnd) -> None:
     fe.add(0, "x1", [9], max_tokens=2)
     per, _ = fe.collect(finished("x1"))
     check(tokens_of(per["x1"]) == [9, 9], "id reusable after abort")
-    e.proc.send_signal(signal.SIGTERM)
-    check(e.wait_exit() == 0, "SIGTERM exit 0")
+    sigterm_exit_0(e)
 
 
 def test_error_and_bad_params(fe: FrontEnd) -> None:
@@ -540,26 +589,13 @@ def test_error_and_bad_params(fe: FrontEnd) -> None:
     fe.utility(0, 1, "is_sleeping")
     check(quiet(fe, 0.4) == [], "no input is read after the input thread died")
     check(e.proc.poll() is None, "the process lives on")
-    e.proc.send_signal(signal.SIGTERM)
-    check(e.wait_exit() == 0, "SIGTERM exit 0")
+    sigterm_exit_0(e)
 
 
 def test_death(fe: FrontEnd) -> None:
     """die-after (sentinel, exit 1), exit-after (no sentinel), duplicate id (fatal)."""
-    e = fe.spawn(0, ["--fault", "die-after=3"])
-    fe.handshake([0])
-    fe.add(0, "d1", [1, 2, 3], max_tokens=10)
-    _, msgs = fe.collect(lambda _p, m: bool(m) and m[-1] == [DEAD])
-    check(len(msgs) == 4, f"3 steps then the sentinel, got {len(msgs)} messages")
-    check(e.wait_exit() == 1, "die-after exit code 1")
-    e.wait_event("dead")
-
-    e = fe.spawn(0, ["--fault", "exit-after=2"])
-    fe.handshake([0])
-    fe.add(0, "d2", [1, 2, 3], max_tokens=10)
-    check(e.wait_exit() == 1, "exit-after exit code 1")
-    msgs = quiet(fe, 0.3)
-    check(len(msgs) == 2 and all(m != [DEAD] for m in msgs), f"exit-after: 2 steps, no sentinel ({msgs})")
+    check_step_faults(fe, lambda args: fe.spawn(0, args),
+                      lambda rid: fe.add(0, rid, [1, 2, 3], max_tokens=10), fe.collect)
 
     e = fe.spawn(0, ["--token-ms", "50"])
     fe.handshake([0])
@@ -575,11 +611,7 @@ def test_no_registration(fe: FrontEnd) -> None:
     e = fe.spawn(0, ["--fault", "no-registration"])
     fe.handshake([0], expect_ready=False)
     e.wait_event("init")
-    poller = zmq.Poller()
-    poller.register(fe.input, zmq.POLLIN)
-    check(not poller.poll(800), "no registration arrives")
-    e.proc.send_signal(signal.SIGTERM)
-    check(e.wait_exit() == 0, "SIGTERM exit 0")
+    check_no_registration(fe, e)
 
 
 def test_two_ranks(fe: FrontEnd) -> None:
@@ -602,8 +634,7 @@ def test_two_ranks(fe: FrontEnd) -> None:
     e0.wait_event("add", id="q0")
     e1.wait_event("add", id="q1")
     for e in (e0, e1):
-        e.proc.send_signal(signal.SIGTERM)
-        check(e.wait_exit() == 0, "SIGTERM exit 0")
+        sigterm_exit_0(e)
 
 
 def llama_tokenize(url: str, text: str) -> list[int]:
@@ -650,8 +681,7 @@ def test_llama(fe: FrontEnd, url: str) -> None:
     time.sleep(0.3)
     late = quiet(fe, 0.5)
     check(len(late) <= 2, f"llama outputs after abort: {len(late)}")
-    e.proc.send_signal(signal.SIGTERM)
-    check(e.wait_exit() == 0, "SIGTERM exit 0")
+    sigterm_exit_0(e)
 
 
 # ---------------------------------------------------------------------------
@@ -751,18 +781,8 @@ def ts_add(fe: FrontEnd, rank: int, rid: str, prompt: list[int] | None, **kw: An
 def ts_collect(fe: FrontEnd, until: Callable[[dict[str, list], list], bool], timeout: float = 5.0
                ) -> tuple[dict[str, list], list]:
     """Decodes BatchTokenIDOutSlim messages until ``until``: per-request lists of column slices."""
-    per_req: dict[str, list] = {}
-    msgs: list = []
-    deadline = time.monotonic() + timeout
-    while not until(per_req, msgs):
-        left = deadline - time.monotonic()
-        check(left > 0, f"timed out collecting outputs; have {list(per_req)} / {len(msgs)} msgs")
-        frames = fe.recv(left)
-        if frames is None:
-            continue
-        msgs.append(frames)
-        if len(frames) == 1 and frames[0] == DEAD:
-            continue
+
+    def fold(frames: list[bytes], per_req: dict[str, list]) -> None:
         check(len(frames) == 1, f"one frame per output message, got {len(frames)}")
         b = DECODER.decode(frames[0])
         check(isinstance(b, list) and len(b) == 10 and b[S_TAG] == "BatchTokenIDOutSlim", f"slim batch {b}")
@@ -774,7 +794,8 @@ def ts_collect(fe: FrontEnd, until: Callable[[dict[str, list], list], bool], tim
                 "completion": b[S_COMPLETION][i], "cached": b[S_CACHED][i],
                 "lpv": b[S_LPV][i], "lpi": b[S_LPI][i], "engine": b[S_ENGINE],
             })
-    return per_req, msgs
+
+    return fe.collect_with(fold, until, timeout)
 
 
 def ts_finished(*ids: str) -> Callable[[dict, list], bool]:
@@ -985,8 +1006,7 @@ def test_ts_abort_and_drop(fe: FrontEnd) -> None:
     check(ts_tokens(per["ok"]) == [7], "engine still serves")
 
     # hang-after-first + logprobs on a second engine.
-    e.proc.send_signal(signal.SIGTERM)
-    check(e.wait_exit() == 0, "SIGTERM exit 0")
+    sigterm_exit_0(e)
     quiet(fe, 0.1)
     e = ts_spawn(fe, 0, ["--enable-output-logprobs", "--fault", "hang-after-first", "--token-ms", "10"])
     fe.handshake([0])
@@ -1003,20 +1023,9 @@ def test_ts_abort_and_drop(fe: FrontEnd) -> None:
 
 def test_ts_death(fe: FrontEnd) -> None:
     """die-after, exit-after, and the scheduler's fatal checks (duplicate id, prompt too long, empty)."""
-    e = ts_spawn(fe, 0, ["--fault", "die-after=3"])
-    fe.handshake([0])
-    ts_add(fe, 0, "d1", [3, 4, 5], max_new_tokens=10)
-    _, msgs = ts_collect(fe, lambda _p, m: bool(m) and m[-1] == [DEAD])
-    check(len(msgs) == 4, f"3 steps then the sentinel, got {len(msgs)} messages")
-    check(e.wait_exit() == 1, "die-after exit code 1")
-    e.wait_event("dead")
-
-    e = ts_spawn(fe, 0, ["--fault", "exit-after=2"])
-    fe.handshake([0])
-    ts_add(fe, 0, "d2", [3, 4, 5], max_new_tokens=10)
-    check(e.wait_exit() == 1, "exit-after exit code 1")
-    msgs = quiet(fe, 0.3)
-    check(len(msgs) == 2 and all(m != [DEAD] for m in msgs), f"exit-after: 2 steps, no sentinel ({msgs})")
+    check_step_faults(fe, lambda args: ts_spawn(fe, 0, args),
+                      lambda rid: ts_add(fe, 0, rid, [3, 4, 5], max_new_tokens=10),
+                      lambda until: ts_collect(fe, until))
 
     for why, args, sends in (
         ("duplicate-request-id", ["--token-ms", "50"],
@@ -1040,11 +1049,7 @@ def test_ts_death(fe: FrontEnd) -> None:
     e = ts_spawn(fe, 0, ["--fault", "no-registration"])
     fe.handshake([0], expect_ready=False)
     e.wait_event("ready")
-    poller = zmq.Poller()
-    poller.register(fe.input, zmq.POLLIN)
-    check(not poller.poll(800), "no registration arrives")
-    e.proc.send_signal(signal.SIGTERM)
-    check(e.wait_exit() == 0, "SIGTERM exit 0")
+    check_no_registration(fe, e)
 
 
 def test_ts_two_ranks(fe: FrontEnd) -> None:
@@ -1062,8 +1067,7 @@ def test_ts_two_ranks(fe: FrontEnd) -> None:
     check(all(o["engine"] == 0 for o in per["q0"]) and all(o["engine"] == 1 for o in per["q1"]),
           "engine_index names the rank")
     for e in (e0, e1):
-        e.proc.send_signal(signal.SIGTERM)
-        check(e.wait_exit() == 0, "SIGTERM exit 0")
+        sigterm_exit_0(e)
 
 
 def main() -> int:

@@ -29,6 +29,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc as tmpsc, watch};
 
@@ -315,7 +316,15 @@ struct Rank {
     ready: bool,
     /// Takes requests.
     live: bool,
+    /// When its output connection dropped, while its last frames may still be on their
+    /// way ([`LOST_GRACE`]).
+    lost: Option<Instant>,
 }
+
+/// How long a rank whose output connection dropped is given for what it sent before (its
+/// last outputs, the dead sentinel that says why) to be read: libzmq reports the
+/// disconnect on the monitor socket and the data on the output socket, in no set order.
+const LOST_GRACE: Duration = Duration::from_millis(50);
 
 struct Output {
     pull: zmq::Socket,
@@ -387,19 +396,29 @@ impl Core {
             if ready.input {
                 self.registrations_in();
             }
+            // What a rank sent before its connection dropped is read first: its last
+            // outputs, and the dead sentinel, which says why.
             for (rank, data, monitor) in ready.outputs {
-                if monitor {
-                    self.monitor_in(rank);
-                }
                 if data {
                     self.outputs_in(rank);
                 }
+                if monitor {
+                    self.monitor_in(rank);
+                }
             }
+            self.settle_lost();
         }
         self.close();
     }
 
     fn poll(&mut self) -> zmq::Result<Ready> {
+        // Woken in time to settle a rank whose connection dropped; otherwise only by a
+        // socket or the wake pipe.
+        let timeout = if self.ranks.iter().any(|r| r.lost.is_some()) {
+            LOST_GRACE.as_millis() as i64
+        } else {
+            -1
+        };
         let mut items = Vec::with_capacity(3 + 2 * self.ranks.len());
         items.push(self.handshake.as_poll_item(zmq::POLLIN));
         items.push(self.input.as_poll_item(zmq::POLLIN));
@@ -416,7 +435,7 @@ impl Core {
             }
         }
         loop {
-            match zmq::poll(&mut items, -1) {
+            match zmq::poll(&mut items, timeout) {
                 Ok(_) => break,
                 Err(zmq::Error::EINTR) => continue,
                 Err(err) => return Err(err),
@@ -721,6 +740,7 @@ impl Core {
         let state = &mut self.ranks[usize::from(rank)];
         let was_live = state.live;
         state.live = false;
+        state.lost = None;
         state.greeted = false;
         state.registered = false;
         state.ready = false;
@@ -775,8 +795,30 @@ impl Core {
             }
             output.connections = output.connections.saturating_sub(1);
             let lost = output.connections == 0;
-            let state = &self.ranks[usize::from(rank)];
-            if lost && (state.live || state.registered) {
+            let state = &mut self.ranks[usize::from(rank)];
+            if lost && (state.live || state.registered) && state.lost.is_none() {
+                state.lost = Some(Instant::now());
+            }
+        }
+    }
+
+    /// Ranks whose output connection dropped [`LOST_GRACE`] ago: what they sent before is
+    /// read (a dead sentinel takes the rank down with its own reason), then a rank still
+    /// without a connection is down.
+    fn settle_lost(&mut self) {
+        let now = Instant::now();
+        for rank in 0..self.ranks.len() {
+            let due = self.ranks[rank]
+                .lost
+                .is_some_and(|since| now.saturating_duration_since(since) >= LOST_GRACE);
+            if !due {
+                continue;
+            }
+            let rank = rank as u16;
+            self.outputs_in(rank);
+            let state = &mut self.ranks[usize::from(rank)];
+            let reconnected = state.output.as_ref().is_some_and(|o| o.connections > 0);
+            if state.lost.take().is_some() && !reconnected {
                 self.rank_down(rank, "disconnected");
             }
         }
