@@ -55,6 +55,11 @@ pub struct LinkSettings {
     pub worker: String,
 }
 
+/// The largest message a rank may send; libzmq drops the connection of a peer that sends a
+/// larger one instead of buffering it (the registration, and a step's outputs with their
+/// logprob arrays, are far below this).
+const MAX_MESSAGE: i64 = 64 << 20;
+
 /// The longest socket path a rank's output address may have (`sun_path` is 108 bytes).
 const MAX_IPC_PATH: usize = 100;
 
@@ -300,6 +305,7 @@ fn router(context: &zmq::Context) -> Result<zmq::Socket, String> {
     set(socket.set_rcvhwm(0))?;
     set(socket.set_linger(0))?;
     set(socket.set_router_handover(true))?;
+    set(socket.set_maxmsgsize(MAX_MESSAGE))?;
     Ok(socket)
 }
 
@@ -656,6 +662,7 @@ impl Core {
             .map_err(|e| format!("socket: {e}"))?;
         set(pull.set_rcvhwm(0))?;
         set(pull.set_linger(0))?;
+        set(pull.set_maxmsgsize(MAX_MESSAGE))?;
         let address = format!("ipc://{}-out-{rank}", self.settings.path);
         pull.bind(&address)
             .map_err(|e| format!("cannot bind {address}: {e}"))?;
