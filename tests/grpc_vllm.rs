@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use common::tokenizer::{write_tokenizer, IM_END};
 use common::{eventually, gateway, post_json, Proc};
-use serde_json::{json, Value};
+use serde_json::json;
 use support::echo::{chat_prompt, echo, gateway_for, grpc_url, logged};
-use support::{read_frames, start_json};
+use support::{chat_delta_text, read_frames, start_json, stream_events};
 
 fn temp_dir(name: &str) -> PathBuf {
     support::echo::temp_dir("vllm", name)
@@ -23,14 +23,6 @@ fn temp_dir(name: &str) -> PathBuf {
 /// The mock engine speaking vLLM's service, serving `echo-model`.
 fn vllm_engine(args: &[&str]) -> Proc {
     common::grpc_engine(&[&["--service", "vllm", "--model", "echo-model"], args].concat())
-}
-
-fn stream_events(sse: &str) -> Vec<Value> {
-    sse.split("\n\n")
-        .filter_map(|e| e.strip_prefix("data: "))
-        .filter(|d| *d != "[DONE]")
-        .map(|d| serde_json::from_str(d).unwrap_or_else(|e| panic!("{e}: {d}")))
-        .collect()
 }
 
 #[tokio::test]
@@ -92,11 +84,7 @@ async fn a_vllm_stream_is_not_doubled_by_the_repeating_complete() {
     let sse = frames.text();
     assert!(sse.ends_with("data: [DONE]\n\n"), "{sse}");
     let events = stream_events(&sse);
-    let text: String = events
-        .iter()
-        .filter_map(|e| e["choices"].get(0))
-        .filter_map(|c| c["delta"]["content"].as_str())
-        .collect();
+    let text = chat_delta_text(&events);
     assert_eq!(text, expected);
     let finish = &events[events.len() - 2];
     assert_eq!(finish["choices"][0]["finish_reason"], "length");

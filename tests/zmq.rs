@@ -18,8 +18,8 @@ use std::time::Duration;
 use common::tokenizer::{write_tokenizer, IM_END};
 use common::{eventually, gateway, get, listed_workers, post_json, wait_ready, Proc};
 use serde_json::{json, Value};
-use support::echo::{chat_prompt, echo};
-use support::{read_frames, read_until, start_json};
+use support::echo::{chat_prompt, echo, logged_in};
+use support::{chat_delta_text, read_frames, read_until, start_json, stream_events};
 
 /// The Python that runs the stand-in: a venv with pyzmq and msgspec, made once per machine
 /// by `perf/zmq_engine/venv.sh` (or `TOLLGATE_ZMQ_PYTHON`).
@@ -82,14 +82,7 @@ impl Rank {
     }
 
     async fn logged(&self, line: &str) {
-        assert!(
-            eventually(Duration::from_secs(10), || async {
-                self.log_text().contains(line)
-            })
-            .await,
-            "no {line:?} in the rank's log:\n{}",
-            self.log_text()
-        );
+        logged_in(|| self.log_text(), line).await;
     }
 }
 
@@ -170,12 +163,30 @@ async fn wait_failed(gw: &Proc, id: &str) -> String {
     gw.log_text()
 }
 
-fn stream_events(sse: &str) -> Vec<Value> {
-    sse.split("\n\n")
-        .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
-        .filter(|d| *d != "[DONE]")
-        .map(|d| serde_json::from_str(d).unwrap_or_else(|e| panic!("{e}: {d}")))
-        .collect()
+/// A gateway (`--model-path`: the test tokenizer) and one ZMQ worker registered through
+/// `POST /workers` with `spec`, its URL and a fresh handshake address added; no rank yet.
+struct Registered {
+    gw: Proc,
+    tok: tokenizers::Tokenizer,
+    path: String,
+    handshake: String,
+    id: String,
+}
+
+async fn registered(name: &str, mut spec: Value) -> Registered {
+    let (dir, tok, path) = setup(name);
+    let gw = gateway(&["--model-path", dir.to_str().unwrap()]);
+    let handshake = handshake_address();
+    spec["url"] = json!(format!("ipc://{path}"));
+    spec["zmq_handshake_address"] = json!(handshake);
+    let id = add_worker(&gw, &spec).await;
+    Registered {
+        gw,
+        tok,
+        path,
+        handshake,
+        id,
+    }
 }
 
 /// The handshake address of the gateway's one ZMQ worker, once it is registered.
@@ -255,11 +266,7 @@ async fn every_generation_route_works_on_a_zmq_worker() {
     let sse = frames.text();
     assert!(sse.ends_with("data: [DONE]\n\n"), "{sse}");
     let events = stream_events(&sse);
-    let text: String = events
-        .iter()
-        .filter_map(|e| e["choices"].get(0))
-        .filter_map(|c| c["delta"]["content"].as_str())
-        .collect();
+    let text = chat_delta_text(&events);
     assert_eq!(
         text,
         tok.decode(&echo(&prompt, 12, Some(eos)), true).unwrap()
@@ -371,14 +378,15 @@ async fn every_generation_route_works_on_a_zmq_worker() {
 
 #[tokio::test]
 async fn dp_size_two_spreads_requests_across_ranks() {
-    let (dir, tok, path) = setup("dp2");
-    let gw = gateway(&["--model-path", dir.to_str().unwrap()]);
-    let handshake = handshake_address();
-    let id = add_worker(
-        &gw,
-        &json!({"url": format!("ipc://{path}"), "dp_size": 2,
-                "models": [{"id": "zmq-model"}],
-                "zmq_handshake_address": handshake}),
+    let Registered {
+        gw,
+        tok,
+        handshake,
+        id,
+        ..
+    } = registered(
+        "dp2",
+        json!({"dp_size": 2, "models": [{"id": "zmq-model"}]}),
     )
     .await;
     wait_status(&gw, &id, "not_ready").await;
@@ -445,13 +453,15 @@ async fn many_concurrent_requests_are_all_answered() {
 /// stand-in speaks them (`--protocol tokenspeed`, its structs mirrored from TokenSpeed's).
 #[tokio::test]
 async fn a_tokenspeed_worker_serves_through_the_same_pipeline() {
-    let (dir, tok, path) = setup("tokenspeed");
-    let gw = gateway(&["--model-path", dir.to_str().unwrap()]);
-    let handshake = handshake_address();
-    let id = add_worker(
-        &gw,
-        &json!({"url": format!("ipc://{path}"), "runtime": "tokenspeed",
-                "models": [{"id": "ts-model"}], "zmq_handshake_address": handshake}),
+    let Registered {
+        gw,
+        tok,
+        handshake,
+        id,
+        ..
+    } = registered(
+        "tokenspeed",
+        json!({"runtime": "tokenspeed", "models": [{"id": "ts-model"}]}),
     )
     .await;
     wait_status(&gw, &id, "not_ready").await;
@@ -537,15 +547,13 @@ where
 
 #[tokio::test]
 async fn a_rank_killed_mid_stream_ends_the_stream_and_the_worker_recovers() {
-    let (dir, tok, path) = setup("kill");
-    let gw = gateway(&["--model-path", dir.to_str().unwrap()]);
-    let handshake = handshake_address();
-    let id = add_worker(
-        &gw,
-        &json!({"url": format!("ipc://{path}"), "models": [{"id": "m"}],
-                "zmq_handshake_address": handshake}),
-    )
-    .await;
+    let Registered {
+        gw,
+        tok,
+        handshake,
+        id,
+        ..
+    } = registered("kill", json!({"models": [{"id": "m"}]})).await;
     let mut rank = Rank::start(&handshake, 0, &["--token-ms", "30"]);
     wait_status(&gw, &id, "ready").await;
 
@@ -597,7 +605,13 @@ async fn the_dead_sentinel_fails_requests_at_once() {
     let text = frames.text();
     assert!(text.contains("ENGINE_CORE_DEAD"), "{text}");
     rank.logged("dead rank=0").await;
-    // The worker is out of rotation: the next request is not sent to a dead rank.
+    // The worker leaves rotation (its status follows the link on the control runtime, a
+    // moment after the rank went down): the next request is not sent to a dead rank.
+    let id = listed_workers(&gw).await[0]["id"]
+        .as_str()
+        .expect("worker id")
+        .to_owned();
+    wait_status(&gw, &id, "not_ready").await;
     let reply = post_json(
         &format!("{}/v1/completions", gw.url()),
         &json!({"prompt": "hello world", "max_tokens": 4}),
@@ -698,15 +712,13 @@ async fn zmq_registration_rules() {
 /// worker from serving, and a client that stops reading holds up no one else.
 #[tokio::test]
 async fn hostile_peers_and_slow_clients_do_not_stall_the_worker() {
-    let (dir, tok, path) = setup("hostile");
-    let gw = gateway(&["--model-path", dir.to_str().unwrap()]);
-    let handshake = handshake_address();
-    let id = add_worker(
-        &gw,
-        &json!({"url": format!("ipc://{path}"), "models": [{"id": "m"}],
-                "zmq_handshake_address": handshake}),
-    )
-    .await;
+    let Registered {
+        gw,
+        tok,
+        handshake,
+        id,
+        path,
+    } = registered("hostile", json!({"models": [{"id": "m"}]})).await;
     wait_status(&gw, &id, "not_ready").await;
     let context = zmq::Context::new();
 

@@ -76,13 +76,19 @@ pub fn chat_prompt(tok: &Tokenizer, content: &str) -> Vec<u32> {
 /// Waits for `line` in the engine's log: its output is read by a background thread, so a
 /// line printed just before the engine answered may land a moment after the answer.
 pub async fn logged(engine: &Proc, line: &str) {
+    logged_in(|| engine.log_text(), line).await;
+}
+
+/// Waits up to 10 s for `line` in what `log` returns (a process's captured output).
+pub async fn logged_in(log: impl Fn() -> String, line: &str) {
     assert!(
-        eventually(Duration::from_secs(5), || async {
-            engine.log_text().contains(line)
+        eventually(Duration::from_secs(10), || {
+            let seen = log().contains(line);
+            async move { seen }
         })
         .await,
         "no {line:?} in:\n{}",
-        engine.log_text()
+        log()
     );
 }
 

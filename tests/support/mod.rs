@@ -25,6 +25,24 @@ pub type HttpClient = hyper_util::client::legacy::Client<
 >;
 
 /// The text of a Responses object's `message` items, concatenated.
+/// The JSON payloads of an SSE body, in order (`[DONE]` left out, `event:` lines skipped).
+pub fn stream_events(sse: &str) -> Vec<Value> {
+    sse.split("\n\n")
+        .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap_or_else(|e| panic!("{e}: {d}")))
+        .collect()
+}
+
+/// The text of a streamed chat completion's first choice: its deltas' content, joined.
+pub fn chat_delta_text(events: &[Value]) -> String {
+    events
+        .iter()
+        .filter_map(|e| e["choices"].get(0))
+        .filter_map(|c| c["delta"]["content"].as_str())
+        .collect()
+}
+
 pub fn response_text(response: &Value) -> String {
     response["output"]
         .as_array()
