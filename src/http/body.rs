@@ -96,22 +96,31 @@ pin_project! {
     #[project = KindProj]
     enum Kind<B> {
         Full { data: Option<Bytes> },
-        /// A worker's body, bounded by the request deadline and the stall timeout.
-        Relay {
-            #[pin]
-            inner: B,
-            // The one timer of the relay, set for the earlier of the deadline and the
-            // stall limit; frames only move `last_frame`, and the timer is re-armed when
-            // it fires early, so the hot path touches no timer.
-            #[pin]
-            timer: Sleep,
-            limits: Limits,
-        },
+        /// A worker's body, bounded by the request deadline and the stall timeout. Boxed:
+        /// the relay (a worker connection and a timer) is several times the size of the
+        /// other kinds, and a response is moved a dozen times on its way to hyper, each
+        /// move copying the whole enum.
+        Relay { relay: Pin<Box<Relay<B>>> },
         /// Frames a producer task sends; `None` once the producer has ended the stream.
         Generated { rx: Option<mpsc::Receiver<Msg>> },
         /// A relay that failed: the worker's body is dropped at once (which cancels the
         /// upstream request), and nothing more comes.
         Failed,
+    }
+}
+
+pin_project! {
+    /// A worker's body and what bounds it.
+    #[project = RelayProj]
+    struct Relay<B> {
+        #[pin]
+        inner: B,
+        // The one timer of the relay, set for the earlier of the deadline and the stall
+        // limit; frames only move `last_frame`, and the timer is re-armed when it fires
+        // early, so the hot path touches no timer.
+        #[pin]
+        timer: Sleep,
+        limits: Limits,
     }
 }
 
@@ -258,9 +267,11 @@ impl<B: Body> RespBody<B> {
             last_frame: tokio::time::Instant::now(),
         };
         RespBody::of(Kind::Relay {
-            inner,
-            timer: tokio::time::sleep_until(limits.next_check()),
-            limits,
+            relay: Box::pin(Relay {
+                inner,
+                timer: tokio::time::sleep_until(limits.next_check()),
+                limits,
+            }),
         })
     }
 
@@ -310,30 +321,33 @@ where
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.project() {
             KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
-            KindProj::Relay {
-                inner,
-                mut timer,
-                limits,
-            } => match inner.poll_frame(cx) {
-                Poll::Ready(Some(Ok(frame))) => {
-                    if limits.stall.is_some() {
-                        limits.last_frame = tokio::time::Instant::now();
+            KindProj::Relay { relay } => {
+                let RelayProj {
+                    inner,
+                    mut timer,
+                    limits,
+                } = relay.as_mut().project();
+                match inner.poll_frame(cx) {
+                    Poll::Ready(Some(Ok(frame))) => {
+                        if limits.stall.is_some() {
+                            limits.last_frame = tokio::time::Instant::now();
+                        }
+                        Poll::Ready(Some(Ok(frame)))
                     }
-                    Poll::Ready(Some(Ok(frame)))
+                    Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+                    Poll::Ready(None) => Poll::Ready(None),
+                    Poll::Pending => loop {
+                        if timer.as_mut().poll(cx).is_pending() {
+                            break Poll::Pending;
+                        }
+                        if let Some(err) = limits.check(tokio::time::Instant::now()) {
+                            break Poll::Ready(Some(Err(err)));
+                        }
+                        // Fired for a stall check, but frames came since: wait for the next.
+                        timer.as_mut().reset(limits.next_check());
+                    },
                 }
-                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
-                Poll::Ready(None) => Poll::Ready(None),
-                Poll::Pending => loop {
-                    if timer.as_mut().poll(cx).is_pending() {
-                        break Poll::Pending;
-                    }
-                    if let Some(err) = limits.check(tokio::time::Instant::now()) {
-                        break Poll::Ready(Some(Err(err)));
-                    }
-                    // Fired for a stall check, but frames came since: wait for the next.
-                    timer.as_mut().reset(limits.next_check());
-                },
-            },
+            }
             KindProj::Generated { rx } => generated::poll(rx, cx),
             KindProj::Failed => Poll::Ready(None),
         }
@@ -346,7 +360,7 @@ impl<B: Body> Kind<B> {
     fn is_end_stream(&self) -> bool {
         match self {
             Kind::Full { data } => data.is_none(),
-            Kind::Relay { inner, .. } => inner.is_end_stream(),
+            Kind::Relay { relay } => relay.inner.is_end_stream(),
             Kind::Generated { rx } => rx.is_none(),
             // Ended by an error: never as if complete.
             Kind::Failed => false,
@@ -400,7 +414,7 @@ where
             Kind::Full { data } => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
-            Kind::Relay { inner, .. } => inner.size_hint(),
+            Kind::Relay { relay } => relay.inner.size_hint(),
             Kind::Generated { .. } | Kind::Failed => SizeHint::default(),
         }
     }

@@ -92,6 +92,8 @@ struct Cache {
     selections: HashMap<SelectKey, Counter, Quick>,
     /// The `streaming_error` handle of each route, shared by its relayed streams.
     stream_errors: HashMap<RouteKey, Arc<StreamErrors>, Quick>,
+    /// Circuit-breaker outcome counters by worker URL label: `[success, failure]`.
+    outcomes: HashMap<Arc<str>, [Option<Counter>; 2], Quick>,
 }
 
 thread_local! {
@@ -174,6 +176,27 @@ pub fn selection(
     resolve: impl FnOnce(&SelectKey) -> Counter,
 ) -> Counter {
     with(owner, |c| cached(&mut c.selections, key, resolve))
+}
+
+/// The circuit-breaker outcome counter of the worker labelled `worker` (`failure` or
+/// success), resolved on its first use on this thread.
+pub fn outcome(
+    owner: usize,
+    worker: &Arc<str>,
+    failure: bool,
+    resolve: impl FnOnce() -> Counter,
+) -> Counter {
+    with(owner, |c| {
+        let slot = usize::from(failure);
+        if let Some(Some(counter)) = c.outcomes.get(worker.as_ref()).map(|pair| &pair[slot]) {
+            return counter.clone();
+        }
+        let counter = resolve();
+        if c.outcomes.len() < MAX_ENTRIES || c.outcomes.contains_key(worker.as_ref()) {
+            c.outcomes.entry(worker.clone()).or_default()[slot] = Some(counter.clone());
+        }
+        counter
+    })
 }
 
 #[cfg(test)]

@@ -690,16 +690,19 @@ impl Metrics {
             .inc();
     }
 
+    /// One answer of `worker` as its breaker counts it. Every request records one, so the
+    /// series come from the thread's cache, not the family's lock.
     pub fn breaker_outcome(&self, worker: &Worker, failure: bool) {
-        self.cb_outcomes
-            .get_or_create(&[
-                ("worker", worker_label(worker)),
-                (
-                    "outcome",
-                    if failure { "failure" } else { "success" }.into(),
-                ),
-            ])
-            .inc();
+        local::outcome(self.id, &worker.url_label, failure, || {
+            let outcome = if failure { "failure" } else { "success" };
+            self.cb_outcomes
+                .get_or_create(&[
+                    ("worker", worker_label(worker)),
+                    ("outcome", outcome.into()),
+                ])
+                .clone()
+        })
+        .inc();
     }
 
     pub fn breaker_transition(&self, worker: &Worker, from: &'static str, to: &'static str) {

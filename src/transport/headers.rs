@@ -8,8 +8,8 @@
 //! transport reads it (spec 2: forwarded only to the provider).
 
 use http::header::{
-    HeaderName, HeaderValue, AUTHORIZATION, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE,
-    TRANSFER_ENCODING,
+    HeaderName, HeaderValue, AUTHORIZATION, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, TE,
+    TRAILER, TRANSFER_ENCODING, UPGRADE,
 };
 use http::HeaderMap;
 
@@ -58,8 +58,10 @@ pub fn to_worker(
     worker_bearer: Option<&HeaderValue>,
 ) -> HeaderMap {
     remove_connection_named(client);
-    let provider_key = client.remove(X_API_KEY);
-    let mcp = client.remove(X_GW_MCP);
+    // The two kept for the provider are picked out of the one pass over the map: a
+    // lookup of each by name would hash it twice more on every request.
+    let mut provider_key = None;
+    let mut mcp = None;
     let mut out = HeaderMap::with_capacity(8);
     let mut client_content_type = None;
     let mut last_name: Option<HeaderName> = None;
@@ -75,6 +77,10 @@ pub fn to_worker(
             client_content_type.get_or_insert(value);
         } else if forwarded_to_worker(name) {
             out.append(name.clone(), value);
+        } else if *name == X_API_KEY {
+            provider_key.get_or_insert(value);
+        } else if *name == X_GW_MCP {
+            mcp.get_or_insert(value);
         }
     }
     match (content_type, client_content_type) {
@@ -128,6 +134,11 @@ fn remove_connection_named(headers: &mut HeaderMap) {
 /// (RFC 9112 §6.3: the coding wins, and the length is wrong or a smuggling attempt); the
 /// body is relayed as hyper decoded it, and the client's side frames it anew.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // A worker's response seldom carries any of them: one pass over its few names
+    // decides, and the removals (a name lookup each) run only when one is there.
+    if !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
     remove_connection_named(headers);
     if headers.contains_key(TRANSFER_ENCODING) {
         headers.remove(CONTENT_LENGTH);
@@ -142,6 +153,17 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     ] {
         headers.remove(name);
     }
+}
+
+/// The names [`strip_hop_by_hop`] removes, besides those `Connection` names (which are
+/// there only with a `Connection` field).
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    *name == CONNECTION
+        || *name == TRANSFER_ENCODING
+        || *name == UPGRADE
+        || *name == TE
+        || *name == TRAILER
+        || matches!(name.as_str(), "keep-alive" | "proxy-connection")
 }
 
 #[cfg(test)]
@@ -250,6 +272,45 @@ mod tests {
         strip_hop_by_hop(&mut h);
         assert!(!h.contains_key("content-length"));
         assert_eq!(h.len(), 1);
+    }
+
+    #[test]
+    fn each_hop_by_hop_name_alone_is_removed() {
+        for name in [
+            "keep-alive",
+            "proxy-connection",
+            "transfer-encoding",
+            "upgrade",
+            "te",
+            "trailer",
+            "connection",
+        ] {
+            let mut h = map(&[(name, "x"), ("content-length", "2"), ("x-kept", "1")]);
+            strip_hop_by_hop(&mut h);
+            assert!(!h.contains_key(name), "{name} kept");
+            assert!(h.contains_key("x-kept"), "{name}: x-kept lost");
+        }
+        let mut plain = map(&[("content-type", "application/json"), ("content-length", "2")]);
+        strip_hop_by_hop(&mut plain);
+        assert_eq!(plain.len(), 2);
+    }
+
+    #[test]
+    fn provider_headers_stay_with_the_client() {
+        let mut client = map(&[
+            ("x-api-key", "first"),
+            ("x-api-key", "second"),
+            ("x-gw-mcp", "enabled"),
+            ("authorization", "Bearer c"),
+        ]);
+        let out = to_worker(&mut client, ContentType::Json, None);
+        assert!(!out.contains_key("x-api-key"));
+        assert!(!out.contains_key("x-gw-mcp"));
+        assert_eq!(client.get_all("x-api-key").iter().count(), 1);
+        assert_eq!(client["x-api-key"], "first");
+        assert!(client["x-api-key"].is_sensitive());
+        assert_eq!(client["x-gw-mcp"], "enabled");
+        assert_eq!(out[AUTHORIZATION], "Bearer c");
     }
 
     #[test]
