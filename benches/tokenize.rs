@@ -26,8 +26,8 @@ const SYLLABLES: [&str; 64] = [
     "ka", "to", "ri", "mu", "sel", "van", "dor", "pe", "lin", "qua", "str", "oth", "ex", "ium",
     "ble", "gra", "cho", "nek", "zu", "wa", "fi", "lo", "ber", "tin", "ga", "hy", "dro", "sys",
     "tem", "pro", "cess", "ing", "al", "ent", "con", "fig", "ur", "ation", "net", "work", "da",
-    "ta", "base", "serv", "er", "cli", "mod", "el", "tok", "en", "iz", "pre", "fix", "suf",
-    "gen", "er", "ate", "que", "ry", "lim", "it", "cap", "ac", "ity",
+    "ta", "base", "serv", "er", "cli", "mod", "el", "tok", "en", "iz", "pre", "fix", "suf", "gen",
+    "er", "ate", "que", "ry", "lim", "it", "cap", "ac", "ity",
 ];
 
 /// About `chars` characters of words never seen together before: 1 to 4 syllables each
@@ -167,9 +167,16 @@ fn bench(c: &mut Criterion) {
         );
         for (size, messages, chars) in [("1k_tokens", 10, 400), ("32k_tokens", 64, 2000)] {
             let prompt = render(&fresh(messages, chars));
-            let want = language.tokenizer.encode_fast(prompt.as_str(), false).expect("hf");
+            let want = language
+                .tokenizer
+                .encode_fast(prompt.as_str(), false)
+                .expect("hf");
             let got = language.encode(&prompt, false).expect("fast");
-            assert_eq!(got, want.get_ids(), "{name}: the fast path's ids are Hugging Face's");
+            assert_eq!(
+                got,
+                want.get_ids(),
+                "{name}: the fast path's ids are Hugging Face's"
+            );
             group.throughput(Throughput::Elements(got.len() as u64));
             eprintln!("{name}/{size}: {} tokens", got.len());
             group.bench_function(format!("{name}/{size}/render+hf"), |b| {
@@ -177,7 +184,11 @@ fn bench(c: &mut Criterion) {
                     || fresh(messages, chars),
                     |chat| {
                         let prompt = render(black_box(&chat));
-                        language.tokenizer.encode_fast(prompt, false).expect("hf").len()
+                        language
+                            .tokenizer
+                            .encode_fast(prompt, false)
+                            .expect("hf")
+                            .len()
                     },
                     BatchSize::SmallInput,
                 )

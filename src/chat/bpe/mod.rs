@@ -25,6 +25,8 @@ use std::fmt;
 use serde_json::Value;
 use tokenizers::Tokenizer;
 
+pub use hash::FxHasher;
+
 use added::{Matcher, Part};
 use load::Normalizer;
 use merge::{Model, Scratch};

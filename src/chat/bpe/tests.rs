@@ -10,17 +10,12 @@ use tokenizers::{
     SplitDelimiterBehavior, Tokenizer,
 };
 
-use super::split::{self, Pattern, Stage};
+use super::load::Normalizer as Norm;
+use super::split::{
+    self, Pattern, Stage, CJK_RUNS as CJK, CL100K_1, CL100K_3, DEEPSEEK, GPT2, NUMBERS3, O200K,
+    TEKKEN,
+};
 use super::FastBpe;
-
-const CL100K_3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-const CL100K_1: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-const GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
-const O200K: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-const TEKKEN: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-const DEEPSEEK: &str = "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+";
-const NUMBERS3: &str = r"\p{N}{1,3}";
-const CJK: &str = "[\u{4e00}-\u{9fa5}\u{3040}-\u{309f}\u{30a0}-\u{30ff}]+";
 
 /// Every known pattern string.
 const PATTERNS: [&str; 8] = [
@@ -236,6 +231,8 @@ fn split_then_byte_level(pattern: &str) -> Value {
     ]})
 }
 
+/// The fast path gives Hugging Face's ids, or leaves the text to it only where an NFC
+/// normalizer might change it.
 fn assert_same(fast: &FastBpe, tokenizer: &Tokenizer, text: &str) {
     for add_special in [false, true] {
         let want = tokenizer
@@ -243,11 +240,13 @@ fn assert_same(fast: &FastBpe, tokenizer: &Tokenizer, text: &str) {
             .unwrap()
             .get_ids()
             .to_vec();
-        assert_eq!(
-            fast.encode(text, add_special),
-            Some(want),
-            "{text:?} add_special={add_special}"
-        );
+        match fast.encode(text, add_special) {
+            Some(got) => assert_eq!(got, want, "{text:?} add_special={add_special}"),
+            None => assert!(
+                fast.normalizer == Norm::Nfc && !super::nfc::unchanged(text),
+                "{text:?} left to Hugging Face"
+            ),
+        }
     }
 }
 
