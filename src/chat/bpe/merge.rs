@@ -155,8 +155,8 @@ impl Model {
         if let Some(last) = nodes.last_mut() {
             last.next = u32::MAX;
         }
-        for k in 0..nodes.len().saturating_sub(1) {
-            let found = self.lookup(nodes[k].id, nodes[k + 1].id);
+        for (k, pair) in nodes.windows(2).enumerate() {
+            let found = self.lookup(pair[0].id, pair[1].id);
             if found != NONE {
                 heap.push(Reverse(((found >> 32) as u32, k as u32)));
             }

@@ -369,7 +369,7 @@ impl Scan<'_> {
         if bits & N != 0 {
             return self.numbers(i, digits);
         }
-        self.punctuation(i, |c| is_break(c))
+        self.punctuation(i, is_break)
             .or_else(|| self.spaces(i, true))
     }
 
