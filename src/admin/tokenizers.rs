@@ -137,13 +137,17 @@ pub fn delete(admin: &Admin, key: Option<&str>) -> Response<RespBody> {
     )
 }
 
-/// The tokenizer object.
+/// The tokenizer object, with the encoder chosen at load: `"fast-bpe"` or `"huggingface"`,
+/// and `encoder_note` saying what the fast path runs or why it was not taken.
 fn object(tokenizer: &Registered) -> serde_json::Value {
+    let encoder = &tokenizer.language.encoder;
     json!({
         "id": tokenizer.id,
         "name": tokenizer.name,
         "source": tokenizer.source,
         "vocab_size": tokenizer.vocab_size(),
+        "encoder": encoder.kind(),
+        "encoder_note": encoder.note(),
     })
 }
 

@@ -14,6 +14,7 @@ use tokenizers::Tokenizer;
 
 use super::boundaries::Boundaries;
 use super::detokenize::TokenBytes;
+use super::encoder::Encoder;
 use super::template::{self, ChatTemplate};
 
 /// Largest `tokenizer_config.json` / `generation_config.json` read (a tokenizer config
@@ -58,6 +59,8 @@ impl std::error::Error for LoadError {}
 /// A model's tokenizer, chat template and special tokens.
 pub struct Language {
     pub tokenizer: Arc<Tokenizer>,
+    /// What encodes text: the byte-level BPE fast path or Hugging Face, chosen at load.
+    pub encoder: Arc<Encoder>,
     /// Per-token bytes for the incremental detokenizer.
     pub bytes: Arc<TokenBytes>,
     /// `None`: the model ships no template; chat requests are refused, completions work.
@@ -99,6 +102,18 @@ impl Language {
             path: tokenizer_file.clone(),
             reason: e.to_string(),
         })?;
+        let tokenizer = Arc::new(tokenizer);
+        // The file again, as JSON, for the fast path to read what the tokenizer is made of.
+        let json: Option<Value> = std::fs::read(&tokenizer_file)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok());
+        let encoder = Arc::new(Encoder::new(tokenizer.clone(), json.as_ref()));
+        tracing::info!(
+            tokenizer = %tokenizer_file.display(),
+            encoder = encoder.kind(),
+            note = %encoder.note(),
+            "tokenizer encoder chosen"
+        );
         let config = read_json(&dir.join("tokenizer_config.json"))?;
         let generation = read_json(&dir.join("generation_config.json"))?;
         let bos_token = config.as_ref().and_then(|c| token_text(c.get("bos_token")));
@@ -115,7 +130,8 @@ impl Language {
         let vocab_end = vocab_end(&tokenizer);
         let bytes_per_token = bytes_per_token(&tokenizer);
         Ok(Language {
-            tokenizer: Arc::new(tokenizer),
+            tokenizer,
+            encoder,
             bytes,
             template,
             bos_token,
@@ -126,6 +142,11 @@ impl Language {
             vocab_end,
             bytes_per_token,
         })
+    }
+
+    /// `encode_fast(text, add_special)`'s ids, through the encoder chosen at load.
+    pub fn encode(&self, text: &str, add_special: bool) -> tokenizers::Result<Vec<u32>> {
+        self.encoder.encode(text, add_special)
     }
 
     /// The fewest tokens a prompt of `bytes` bytes can be.

@@ -3,9 +3,11 @@
 //! path; callers own the buffers and the timing.
 
 pub mod boundaries;
+pub mod bpe;
 pub mod budget;
 pub mod detokenize;
 pub mod encode_cache;
+pub mod encoder;
 pub mod language;
 pub mod stops;
 pub mod template;

@@ -330,7 +330,8 @@ impl Tokenizers {
         match loaded {
             Ok(language) => {
                 let vocab_size = language.tokenizer.get_vocab_size(true);
-                tracing::info!(tokenizer = %job.name, %id, vocab_size, "tokenizer registered");
+                let encoder = language.encoder.kind();
+                tracing::info!(tokenizer = %job.name, %id, vocab_size, encoder, "tokenizer registered");
                 let Some(job) = state.jobs.remove(&id) else {
                     return;
                 };

@@ -229,6 +229,10 @@ pub(crate) mod tests {
             bytes_per_token: crate::chat::language::bytes_per_token(&tokenizer),
             boundaries: Boundaries::of(&tokenizer),
             bytes: Arc::new(TokenBytes::new(&tokenizer)),
+            encoder: Arc::new(crate::chat::encoder::Encoder::new(
+                Arc::new(tokenizer.clone()),
+                None,
+            )),
             tokenizer: Arc::new(tokenizer),
             template: None,
             bos_token: None,

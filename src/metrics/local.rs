@@ -11,7 +11,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 
 use std::sync::Arc;
 
@@ -20,50 +20,14 @@ use prometheus_client::metrics::counter::Counter;
 use super::histogram::Histogram;
 use super::labels::Label;
 use super::StreamErrors;
+use crate::chat::bpe::FxHasher;
 
 /// Entries per map beyond which nothing more is cached.
 const MAX_ENTRIES: usize = 4096;
 
-/// A fast non-cryptographic hasher (the keys are the gateway's own label values, bounded
-/// in number, so collision attacks buy nothing).
-#[derive(Default)]
-pub struct QuickHasher(u64);
-
-const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
-
-impl Hasher for QuickHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for chunk in &mut chunks {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(chunk);
-            self.add(u64::from_le_bytes(word));
-        }
-        for &b in chunks.remainder() {
-            self.add(u64::from(b));
-        }
-    }
-
-    fn write_u8(&mut self, n: u8) {
-        self.add(u64::from(n));
-    }
-
-    fn write_usize(&mut self, n: usize) {
-        self.add(n as u64);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-impl QuickHasher {
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(SEED);
-    }
-}
-
-type Quick = BuildHasherDefault<QuickHasher>;
+/// The label maps' hasher: the keys are the gateway's own label values, bounded in number,
+/// so collision attacks buy nothing and a multiply-rotate hash is enough.
+type Quick = BuildHasherDefault<FxHasher>;
 
 /// The labels of one router series besides the constant ones.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

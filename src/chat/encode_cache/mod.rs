@@ -24,9 +24,8 @@ use std::collections::hash_map::{DefaultHasher, RandomState};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
-use tokenizers::Tokenizer;
-
 use super::boundaries::{Boundaries, Place};
+use super::encoder::Ids;
 use super::language::Language;
 use store::{Cache, Counters, Layer, Mark, Prefix};
 pub use store::{Counts, Limits};
@@ -114,9 +113,21 @@ pub fn encode(language: &Language, text: &str, add_special: bool) -> tokenizers:
     let limits = *LIMITS.get_or_init(|| CacheSettings::default().share(1));
     let cuts = &language.boundaries;
     if ON_POOL.with(Cell::get) {
-        encode_in(&Pool(limits), &language.tokenizer, cuts, text, add_special)
+        encode_in(
+            &Pool(limits),
+            language.encoder.as_ref(),
+            cuts,
+            text,
+            add_special,
+        )
     } else {
-        encode_in(&Local(limits), &language.tokenizer, cuts, text, add_special)
+        encode_in(
+            &Local(limits),
+            language.encoder.as_ref(),
+            cuts,
+            text,
+            add_special,
+        )
     }
 }
 
@@ -163,7 +174,7 @@ impl Home for Pool {
 /// [`encode`] with the cache `home`.
 fn encode_in(
     home: &impl Home,
-    tokenizer: &Tokenizer,
+    encoder: &impl Ids,
     cuts: &Boundaries,
     text: &str,
     add_special: bool,
@@ -171,7 +182,7 @@ fn encode_in(
     let limits = home.limits();
     let use_l1 = limits.l1() && !add_special && cuts.any();
     if !limits.l0() && !use_l1 {
-        return plain(tokenizer, text, add_special);
+        return plain(encoder, text, add_special);
     }
     let seed = SEED.get_or_init(RandomState::new);
     let tokenizer_id = cuts.id();
@@ -195,12 +206,12 @@ fn encode_in(
         if let Some(prefix) = prefix {
             let end = prefix.end;
             let cut = places.iter().find(|p| p.end == end).map(|p| p.token);
-            served = with_tail(tokenizer, cuts, cut, prefix, text)?.map(|ids| (ids, end));
+            served = with_tail(encoder, cuts, cut, prefix, text)?.map(|ids| (ids, end));
         }
     }
     let (ids, reused) = match served {
         Some((ids, end)) => (ids, Some(end)),
-        None => (plain(tokenizer, text, add_special)?, None),
+        None => (plain(encoder, text, add_special)?, None),
     };
     let marks = if use_l1 {
         marks(cuts, &places, &keys, &ids)
@@ -220,15 +231,15 @@ fn encode_in(
     Ok(ids)
 }
 
-fn plain(tokenizer: &Tokenizer, text: &str, add_special: bool) -> tokenizers::Result<Vec<u32>> {
-    Ok(tokenizer.encode_fast(text, add_special)?.get_ids().to_vec())
+fn plain(encoder: &impl Ids, text: &str, add_special: bool) -> tokenizers::Result<Vec<u32>> {
+    encoder.ids(text, add_special)
 }
 
 /// `prefix`'s ids followed by those of the text after it: the text after the cut is
 /// encoded behind the cut token (see [`boundaries`]), whose id must come out first.
 /// `None` when it does not (then the prompt is encoded whole).
 fn with_tail(
-    tokenizer: &Tokenizer,
+    encoder: &impl Ids,
     cuts: &Boundaries,
     cut: Option<usize>,
     prefix: Prefix,
@@ -247,8 +258,8 @@ fn with_tail(
     let mut behind = String::with_capacity(token.content.len() + tail.len());
     behind.push_str(&token.content);
     behind.push_str(tail);
-    let encoding = tokenizer.encode_fast(behind, false)?;
-    match encoding.get_ids().split_first() {
+    let encoding = encoder.ids(&behind, false)?;
+    match encoding.split_first() {
         Some((&first, rest)) if first == token.id => {
             ids.extend_from_slice(rest);
             Ok(Some(ids))
