@@ -24,6 +24,7 @@ pub mod control;
 pub mod conversations;
 pub mod engine;
 pub mod fleet;
+pub mod fxhash;
 pub mod generation;
 pub mod history;
 pub mod http;

@@ -20,7 +20,7 @@ use prometheus_client::metrics::counter::Counter;
 use super::histogram::Histogram;
 use super::labels::Label;
 use super::StreamErrors;
-use crate::chat::bpe::FxHasher;
+use crate::fxhash::FxHasher;
 
 /// Entries per map beyond which nothing more is cached.
 const MAX_ENTRIES: usize = 4096;

@@ -8,8 +8,8 @@
 //! transport reads it (spec 2: forwarded only to the provider).
 
 use http::header::{
-    HeaderName, HeaderValue, AUTHORIZATION, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, TE,
-    TRAILER, TRANSFER_ENCODING, UPGRADE,
+    HeaderName, HeaderValue, AUTHORIZATION, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, TE, TRAILER,
+    TRANSFER_ENCODING, UPGRADE,
 };
 use http::HeaderMap;
 
@@ -290,7 +290,10 @@ mod tests {
             assert!(!h.contains_key(name), "{name} kept");
             assert!(h.contains_key("x-kept"), "{name}: x-kept lost");
         }
-        let mut plain = map(&[("content-type", "application/json"), ("content-length", "2")]);
+        let mut plain = map(&[
+            ("content-type", "application/json"),
+            ("content-length", "2"),
+        ]);
         strip_hop_by_hop(&mut plain);
         assert_eq!(plain.len(), 2);
     }

@@ -4,7 +4,7 @@
 //! alone, that is the same text). Special tokens are cut out whether or not specials are
 //! being added: `add_special` only governs the post-processor.
 
-use super::hash::FxMap;
+use crate::fxhash::FxMap;
 
 /// One leftmost-longest matcher over a set of token strings: at each position whose byte
 /// starts some token, the token lengths that start with it are tried longest first, each

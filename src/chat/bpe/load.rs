@@ -4,10 +4,10 @@
 use serde_json::Value;
 use tokenizers::Tokenizer;
 
-use super::hash::FxMap;
 use super::merge::Model;
 use super::split::{Pattern, Stage};
 use super::Unsupported;
+use crate::fxhash::FxMap;
 
 /// What the normalizer does to the text.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use super::hash::FxMap;
+use crate::fxhash::FxMap;
 
 /// Pieces up to this many bytes merge with the array scan; longer ones with the heap.
 const SHORT: usize = 64;

@@ -10,7 +10,6 @@
 
 mod added;
 mod classes;
-mod hash;
 mod load;
 mod merge;
 mod nfc;
@@ -24,8 +23,6 @@ use std::fmt;
 
 use serde_json::Value;
 use tokenizers::Tokenizer;
-
-pub use hash::FxHasher;
 
 use added::{Matcher, Part};
 use load::Normalizer;

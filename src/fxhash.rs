@@ -1,6 +1,8 @@
-//! A small multiply-rotate hasher (the FxHash scheme) for the vocabulary and merge maps:
-//! their keys are short byte strings and id pairs from our own files, so the default
-//! SipHash's flooding resistance buys nothing on this path and costs most of a lookup.
+//! A small multiply-rotate hasher (the FxHash scheme) for maps whose keys the gateway owns:
+//! the tokenizer fast path's vocabulary and merge tables (short byte strings and id pairs
+//! from the model's own files) and the metrics' per-thread label maps (the gateway's own
+//! label values, bounded in number). No client chooses these keys, so SipHash's flooding
+//! resistance buys nothing there and costs most of a lookup.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
