@@ -5,6 +5,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+use super::flat::{pack, Flat};
 use crate::fxhash::FxMap;
 
 /// Pieces up to this many bytes merge with the array scan; longer ones with the heap.
@@ -13,22 +14,49 @@ const SHORT: usize = 64;
 /// No merge for this pair.
 const NONE: u64 = u64::MAX;
 
-/// A vocabulary entry: its id, and whether BPE of its own bytes yields exactly that id (so
-/// a piece equal to it needs no merging).
-#[derive(Clone, Copy)]
-struct Entry {
-    id: u32,
-    whole: bool,
+/// The vocabulary entries a piece can be answered from with one lookup (those whose own
+/// bytes merge to exactly their id, or every entry under `ignore_merges`), keyed by their
+/// bytes: up to 15 bytes packed into two words in a [`Flat`] table (nearly every token of
+/// real text), longer ones as byte strings.
+struct Wholes {
+    short: Flat<(u64, u64), u32>,
+    long: FxMap<Box<[u8]>, u32>,
+}
+
+impl Wholes {
+    fn new(entries: Vec<(Box<[u8]>, u32)>) -> Wholes {
+        let mut short = Vec::with_capacity(entries.len());
+        let mut long = FxMap::default();
+        for (bytes, id) in entries {
+            match pack(&bytes) {
+                Some(key) => short.push((key, id)),
+                None => {
+                    long.insert(bytes, id);
+                }
+            }
+        }
+        Wholes {
+            short: Flat::new(short.into_iter()),
+            long,
+        }
+    }
+
+    #[inline]
+    fn get(&self, piece: &[u8]) -> Option<u32> {
+        match pack(piece) {
+            Some(key) => self.short.get(key),
+            None => self.long.get(piece).copied(),
+        }
+    }
 }
 
 /// The merge tables of one BPE model, keyed by raw bytes.
 pub struct Model {
-    vocab: FxMap<Box<[u8]>, Entry>,
+    wholes: Wholes,
     /// `(left << 32 | right)` → `(rank << 32 | merged id)`.
-    merges: FxMap<u64, u64>,
+    merges: Flat<u64, u64>,
     /// The id of each single byte; `None`: not in the vocabulary, dropped.
     byte_ids: [Option<u32>; 256],
-    ignore_merges: bool,
 }
 
 /// Buffers reused across the pieces of one call.
@@ -57,42 +85,45 @@ impl Model {
         byte_ids: [Option<u32>; 256],
         ignore_merges: bool,
     ) -> Model {
-        let mut table: FxMap<u64, u64> = FxMap::default();
-        for (rank, (left, right, merged)) in merges.iter().enumerate() {
-            table.insert(
-                pair(*left, *right),
-                ((rank as u64) << 32) | u64::from(*merged),
-            );
-        }
+        let table = Flat::new(
+            merges
+                .iter()
+                .enumerate()
+                .map(|(rank, (left, right, merged))| {
+                    (
+                        pair(*left, *right),
+                        ((rank as u64) << 32) | u64::from(*merged),
+                    )
+                }),
+        );
         let mut model = Model {
-            vocab: FxMap::default(),
+            wholes: Wholes::new(Vec::new()),
             merges: table,
             byte_ids,
-            ignore_merges,
         };
         let mut scratch = Scratch::default();
         let mut out = Vec::new();
-        let mut entries = FxMap::default();
-        entries.reserve(vocab.len());
+        let mut wholes = Vec::with_capacity(vocab.len());
         for (bytes, id) in vocab {
-            out.clear();
-            model.merge(&bytes, &mut out, &mut scratch);
-            let whole = out.as_slice() == [id];
-            entries.insert(bytes, Entry { id, whole });
+            if !ignore_merges {
+                out.clear();
+                model.merge(&bytes, &mut out, &mut scratch);
+                if out.as_slice() != [id] {
+                    continue;
+                }
+            }
+            wholes.push((bytes, id));
         }
-        model.vocab = entries;
+        model.wholes = Wholes::new(wholes);
         model
     }
 
     /// Appends the ids of `piece` to `out`.
     pub fn encode(&self, piece: &[u8], out: &mut Vec<u32>, scratch: &mut Scratch) {
-        if let Some(entry) = self.vocab.get(piece) {
-            if self.ignore_merges || entry.whole {
-                out.push(entry.id);
-                return;
-            }
+        match self.wholes.get(piece) {
+            Some(id) => out.push(id),
+            None => self.merge(piece, out, scratch),
         }
-        self.merge(piece, out, scratch);
     }
 
     fn merge(&self, piece: &[u8], out: &mut Vec<u32>, scratch: &mut Scratch) {
@@ -105,7 +136,7 @@ impl Model {
 
     #[inline]
     fn lookup(&self, left: u32, right: u32) -> u64 {
-        self.merges.get(&pair(left, right)).copied().unwrap_or(NONE)
+        self.merges.get(pair(left, right)).unwrap_or(NONE)
     }
 
     fn merge_short(&self, piece: &[u8], out: &mut Vec<u32>, scratch: &mut Scratch) {

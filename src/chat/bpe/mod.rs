@@ -10,6 +10,7 @@
 
 mod added;
 mod classes;
+mod flat;
 mod load;
 mod merge;
 mod nfc;
