@@ -14,6 +14,9 @@ pub struct Matcher {
     tokens: FxMap<Box<[u8]>, u32>,
     /// For each first byte, the distinct lengths of the tokens starting with it, longest first.
     lengths: Vec<Vec<usize>>,
+    /// The distinct first bytes, when there are at most three (usually just `<`): the
+    /// scan for the next candidate is then one `memchr`.
+    firsts: Vec<u8>,
 }
 
 impl Matcher {
@@ -32,10 +35,31 @@ impl Matcher {
             list.sort_unstable_by(|a, b| b.cmp(a));
             list.dedup();
         }
+        let firsts = (0..=u8::MAX)
+            .filter(|b| lengths.get(usize::from(*b)).is_some_and(|l| !l.is_empty()))
+            .collect();
         Matcher {
             tokens: map,
             lengths,
+            firsts,
         }
+    }
+
+    /// The next position at or after `from` whose byte starts some token.
+    #[inline]
+    fn candidate(&self, text: &[u8], from: usize) -> Option<usize> {
+        let rest = text.get(from..)?;
+        let found = match *self.firsts.as_slice() {
+            [a] => memchr::memchr(a, rest),
+            [a, b] => memchr::memchr2(a, b, rest),
+            [a, b, c] => memchr::memchr3(a, b, c, rest),
+            _ => rest.iter().position(|first| {
+                self.lengths
+                    .get(usize::from(*first))
+                    .is_some_and(|l| !l.is_empty())
+            }),
+        };
+        found.map(|offset| from + offset)
     }
 
     /// The first match at or after `from`: `(start, end, id)`.
@@ -43,12 +67,12 @@ impl Matcher {
         if self.tokens.is_empty() {
             return None;
         }
-        let rest = text.get(from..)?;
-        for (offset, first) in rest.iter().enumerate() {
-            let Some(lengths) = self.lengths.get(usize::from(*first)) else {
-                continue;
-            };
-            let start = from + offset;
+        let mut at = from;
+        while let Some(start) = self.candidate(text, at) {
+            let lengths = text
+                .get(start)
+                .and_then(|first| self.lengths.get(usize::from(*first)))
+                .map_or(&[][..], Vec::as_slice);
             for len in lengths {
                 if let Some(id) = text
                     .get(start..start + len)
@@ -57,6 +81,7 @@ impl Matcher {
                     return Some((start, start + len, *id));
                 }
             }
+            at = start + 1;
         }
         None
     }
