@@ -143,27 +143,26 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     if headers.contains_key(TRANSFER_ENCODING) {
         headers.remove(CONTENT_LENGTH);
     }
-    for name in [
-        "keep-alive",
-        "proxy-connection",
-        "transfer-encoding",
-        "upgrade",
-        "te",
-        "trailer",
-    ] {
+    for name in HOP_BY_HOP {
         headers.remove(name);
     }
 }
 
-/// The names [`strip_hop_by_hop`] removes, besides those `Connection` names (which are
-/// there only with a `Connection` field).
+/// The fixed hop-by-hop names [`strip_hop_by_hop`] removes (besides `Connection` and the
+/// names it lists): one list for both the check and the removal.
+const HOP_BY_HOP: [HeaderName; 6] = [
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    TRANSFER_ENCODING,
+    UPGRADE,
+    TE,
+    TRAILER,
+];
+
+/// Whether `name` is one [`strip_hop_by_hop`] removes, besides those `Connection` names
+/// (which are there only with a `Connection` field).
 fn is_hop_by_hop(name: &HeaderName) -> bool {
-    *name == CONNECTION
-        || *name == TRANSFER_ENCODING
-        || *name == UPGRADE
-        || *name == TE
-        || *name == TRAILER
-        || matches!(name.as_str(), "keep-alive" | "proxy-connection")
+    *name == CONNECTION || HOP_BY_HOP.contains(name)
 }
 
 #[cfg(test)]
