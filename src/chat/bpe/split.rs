@@ -83,6 +83,29 @@ impl Pattern {
             Pattern::Gpt2 | Pattern::Cl100k { .. } | Pattern::O200k { .. }
         )
     }
+
+    /// The bytes at which a match can start, for the patterns that match only a few ASCII
+    /// characters: the split skips every other ASCII byte without decoding it (a byte from
+    /// 0x80 up always stops the skip). DeepSeek's first two splits look at all of a prompt
+    /// and match almost none of it.
+    fn starts(self) -> Option<&'static [bool; 256]> {
+        const fn table(digits: bool) -> [bool; 256] {
+            let mut table = [false; 256];
+            let mut b = 0;
+            while b < 256 {
+                table[b] = b >= 0x80 || (digits && b >= b'0' as usize && b <= b'9' as usize);
+                b += 1;
+            }
+            table
+        }
+        static DIGITS: [bool; 256] = table(true);
+        static NON_ASCII: [bool; 256] = table(false);
+        match self {
+            Pattern::Numbers3 => Some(&DIGITS),
+            Pattern::CjkRuns => Some(&NON_ASCII),
+            _ => None,
+        }
+    }
 }
 
 /// One step of the pre-tokenizer pipeline; each step splits every piece the previous one made.
@@ -125,9 +148,16 @@ fn split_pattern(pattern: Pattern, gaps: bool, text: &[u8], emit: &mut dyn FnMut
         b: text,
         t: classes::classes(),
     };
+    let starts = pattern.starts();
     let mut gap_start = 0;
     let mut i = 0;
     while i < text.len() {
+        if let Some(starts) = starts {
+            match text.iter().skip(i).position(|&b| starts[usize::from(b)]) {
+                Some(skipped) => i += skipped,
+                None => break,
+            }
+        }
         match scan.match_at(pattern, i) {
             Some(end) if end > i => {
                 if gaps && gap_start < i {
