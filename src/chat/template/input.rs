@@ -17,10 +17,16 @@
 //! unknown fields are kept here), keys in the order they arrived when serde_json keeps it
 //! (its `preserve_order` feature).
 
-use minijinja::value::Value;
+use std::sync::Arc;
+
+use minijinja::value::{Enumerator, Object, ObjectExt, ObjectRepr, Value};
 use serde_json::Value as Json;
 
 use super::TemplateError;
+
+/// Objects with at most this many keys become [`Fields`]; larger ones MiniJinja's own
+/// (hashed) map, so a lookup in a client's big schema stays O(1).
+const SCANNED: usize = 12;
 
 /// Nesting deeper than this is refused. serde_json's parser stops at 128 levels, so only a
 /// `Json` built in code can get here; the bound keeps the conversion's recursion finite.
@@ -53,7 +59,7 @@ fn message(message: &Json) -> Result<Value, TemplateError> {
     if !fields.contains_key("content") {
         out.push(("content", Value::from("")));
     }
-    Ok(Value::from_pairs(out))
+    Ok(mapping(out))
 }
 
 fn text_of_parts(parts: &[Json]) -> Result<Value, TemplateError> {
@@ -100,13 +106,13 @@ fn tool_call(call: &Json) -> Result<Value, TemplateError> {
                     };
                     parsed.push((name.as_str(), item));
                 }
-                Value::from_pairs(parsed)
+                mapping(parsed)
             }
             _ => value(field)?,
         };
         out.push((key.as_str(), value));
     }
-    Ok(Value::from_pairs(out))
+    Ok(mapping(out))
 }
 
 /// Any JSON value, as it is.
@@ -131,13 +137,66 @@ fn convert(json: &Json, depth: usize) -> Result<Value, TemplateError> {
             .iter()
             .map(|item| convert(item, depth + 1))
             .collect::<Result<Value, _>>()?,
-        Json::Object(fields) => Value::from_pairs(
+        Json::Object(fields) => mapping(
             fields
                 .iter()
                 .map(|(key, item)| Ok((key.as_str(), convert(item, depth + 1)?)))
                 .collect::<Result<Vec<_>, TemplateError>>()?,
         ),
     })
+}
+
+/// A JSON object's entries, in the order sent, as a template mapping.
+fn mapping(entries: Vec<(&str, Value)>) -> Value {
+    if entries.len() > SCANNED {
+        return Value::from_pairs(entries);
+    }
+    Value::from_object(Fields(
+        entries
+            .into_iter()
+            .map(|(key, value)| (Value::from(key), value))
+            .collect(),
+    ))
+}
+
+/// A small mapping read by a scan of its entries. MiniJinja's own map hashes every key with
+/// SipHash as it is built, which was a tenth of a chat's render; a message has a handful of
+/// keys, and MiniJinja itself reads its maps of up to 12 entries by a scan.
+#[derive(Debug)]
+struct Fields(Vec<(Value, Value)>);
+
+impl Object for Fields {
+    fn repr(self: &Arc<Self>) -> ObjectRepr {
+        ObjectRepr::Map
+    }
+
+    fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
+        self.0
+            .iter()
+            .find(|(name, _)| name == key)
+            .map(|(_, value)| value.clone())
+    }
+
+    fn get_value_by_str(self: &Arc<Self>, key: &str) -> Option<Value> {
+        self.0
+            .iter()
+            .find(|(name, _)| name.as_str() == Some(key))
+            .map(|(_, value)| value.clone())
+    }
+
+    fn enumerate(self: &Arc<Self>) -> Enumerator {
+        self.mapped_rev_key_value_enumerator(|this| {
+            Box::new(
+                this.0
+                    .iter()
+                    .map(|(key, value)| (key.clone(), value.clone())),
+            )
+        })
+    }
+
+    fn enumerator_len(self: &Arc<Self>) -> Option<usize> {
+        Some(self.0.len())
+    }
 }
 
 fn bad(message: impl Into<String>) -> TemplateError {
@@ -219,6 +278,27 @@ mod tests {
         };
         assert_eq!(args(0).get_attr("city").unwrap().as_str(), Some("Paris"));
         assert_eq!(args(1).as_str(), Some("{not json"));
+    }
+
+    #[test]
+    fn objects_keep_their_order_and_answer_lookups_at_any_size() {
+        for size in [1, SCANNED, SCANNED + 1, 40] {
+            let object: serde_json::Map<String, Json> = (0..size)
+                .rev()
+                .map(|i| (format!("k{i}"), json!(i)))
+                .collect();
+            let value = value(&Json::Object(object)).unwrap();
+            let keys: Vec<String> = value.try_iter().unwrap().map(|k| k.to_string()).collect();
+            let want: Vec<String> = (0..size).rev().map(|i| format!("k{i}")).collect();
+            assert_eq!(keys, want, "{size} keys");
+            assert_eq!(value.len(), Some(size));
+            for i in 0..size {
+                let key = format!("k{i}");
+                assert_eq!(value.get_attr(&key).unwrap(), Value::from(i), "{key}");
+                assert_eq!(value.get_item(&Value::from(key)).unwrap(), Value::from(i));
+            }
+            assert!(value.get_attr("absent").unwrap().is_undefined());
+        }
     }
 
     #[test]

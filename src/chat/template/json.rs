@@ -135,11 +135,12 @@ fn write_value(
             })?;
         }
         ValueKind::Map => {
-            let mut entries = Vec::new();
-            for key in value.try_iter()? {
-                let item = value.get_item(&key)?;
-                entries.push((key, item));
-            }
+            // Key and value together: looking each key up again would hash it.
+            let mut entries: Vec<(Value, Value)> = value
+                .as_object()
+                .and_then(|map| map.try_iter_pairs())
+                .ok_or_else(|| not_serializable("map"))?
+                .collect();
             if options.sort_keys {
                 sort_entries(&mut entries)?;
             }
