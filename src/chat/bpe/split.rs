@@ -410,6 +410,13 @@ impl Scan<'_> {
     }
 
     fn o200k(&self, i: usize, contractions: bool, digits: usize) -> Option<usize> {
+        if let Some(end) = self.ascii_word(i) {
+            return Some(if contractions {
+                self.contraction(end, true).unwrap_or(end)
+            } else {
+                end
+            });
+        }
         let (c, bits, len) = self.at(i);
         let prefix = !is_break(c) && bits & (L | N) == 0;
         let starts: [Option<usize>; 2] = [prefix.then_some(i + len), Some(i)];
@@ -444,6 +451,32 @@ impl Scan<'_> {
         }
         self.punctuation(i, |c| is_break(c) || c == u32::from(b'/'))
             .or_else(|| self.spaces(i, true))
+    }
+
+    /// The o200k letter alternatives on ASCII text: `[^\r\n\p{L}\p{N}]?[A-Z]*[a-z]*` at `i`,
+    /// when it holds a letter and the byte after it is ASCII too (else `None`, and the
+    /// general scan decides). There the first two alternatives match exactly this: an ASCII
+    /// letter is in one of the "upper" and "lower" classes only, no other ASCII character is
+    /// in either, so neither run can end elsewhere and there is nothing to back off to.
+    fn ascii_word(&self, i: usize) -> Option<usize> {
+        let b = self.b;
+        let first = *b.get(i)?;
+        let mut j = i;
+        if first < 0x80 && !first.is_ascii_alphanumeric() && !is_break(u32::from(first)) {
+            j += 1;
+        }
+        let letters = j;
+        while b.get(j).is_some_and(u8::is_ascii_uppercase) {
+            j += 1;
+        }
+        while b.get(j).is_some_and(u8::is_ascii_lowercase) {
+            j += 1;
+        }
+        match b.get(j) {
+            _ if j == letters => None,
+            Some(&next) if next >= 0x80 => None,
+            _ => Some(j),
+        }
     }
 
     /// The start of the last character in `[start, end)` of the lower class.

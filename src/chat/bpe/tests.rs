@@ -42,6 +42,7 @@ const CORNERS: &[&str] = &[
     "1 12 123 1234 12345 123456 1234567 ٣٤٥٦ ১২৩৪ Ⅳ²³",
     "a1b22c333d4444",
     "CamelCase HTTPServer iPhone ǅungla DŽ ǈ ʰʲa aʰ Ωmega",
+    "Aé aÉ ABé abÉ x\u{301} ,é ,A1 a_b A'S Ab'LL \tY \rZ !!a \u{a0}b",
     "e\u{301}\u{301} \u{301}a \u{301}\u{301}\u{301} x\u{301}Y\u{302}z",
     "日本語のテキスト、中文文本。한국어 カタカナー",
     "path/to/file.rs //x /* y */ a--b...c!!! ?? ??\n\n",
