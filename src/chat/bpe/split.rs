@@ -376,7 +376,6 @@ impl Scan<'_> {
 
     fn gpt2(&self, i: usize) -> Option<usize> {
         self.contraction(i, false)
-            .or_else(|| self.ascii_word(i, |b| b == b' ', false))
             .or_else(|| self.space_then(i, |_, b| b & L != 0))
             .or_else(|| self.space_then(i, |_, b| b & N != 0))
             .or_else(|| self.space_then(i, |_, b| b & (WS | L | N) == 0))
@@ -385,9 +384,6 @@ impl Scan<'_> {
 
     fn cl100k(&self, i: usize, digits: usize) -> Option<usize> {
         if let Some(end) = self.contraction(i, true) {
-            return Some(end);
-        }
-        if let Some(end) = self.ascii_word(i, not_letter_digit_or_break, false) {
             return Some(end);
         }
         let (c, bits, len) = self.at(i);
@@ -414,7 +410,7 @@ impl Scan<'_> {
     }
 
     fn o200k(&self, i: usize, contractions: bool, digits: usize) -> Option<usize> {
-        if let Some(end) = self.ascii_word(i, not_letter_digit_or_break, true) {
+        if let Some(end) = self.ascii_word(i) {
             return Some(if contractions {
                 self.contraction(end, true).unwrap_or(end)
             } else {
@@ -457,28 +453,24 @@ impl Scan<'_> {
             .or_else(|| self.spaces(i, true))
     }
 
-    /// A letter alternative on ASCII text: a character `prefix` accepts (at most one), then
-    /// ASCII letters (`[A-Z]*[a-z]*` when `cased`, else `[A-Za-z]*`) up to an ASCII byte or
-    /// the end. `None` when no letter follows or the run ends at a byte from 0x80 up: the
-    /// general scan then decides. Every caller's class runs (`\p{L}+`, or o200k's "upper"
-    /// then "lower" runs) take exactly these letters here, as no other ASCII character is in
-    /// them and an ASCII letter is in only one of o200k's two; a run cut short by an ASCII
-    /// byte has nothing to back off to.
-    fn ascii_word(&self, i: usize, prefix: impl Fn(u8) -> bool, cased: bool) -> Option<usize> {
+    /// The o200k letter alternatives on ASCII text: `[^\r\n\p{L}\p{N}]?[A-Z]*[a-z]*` at `i`,
+    /// when it holds a letter and the byte after it is ASCII too (else `None`, and the
+    /// general scan decides). There the first two alternatives match exactly this: an ASCII
+    /// letter is in one of the "upper" and "lower" classes only, no other ASCII character is
+    /// in either, so neither run can end elsewhere and there is nothing to back off to.
+    fn ascii_word(&self, i: usize) -> Option<usize> {
         let b = self.b;
-        let mut j = i + usize::from(prefix(*b.get(i)?));
+        let first = *b.get(i)?;
+        let mut j = i;
+        if first < 0x80 && !first.is_ascii_alphanumeric() && !is_break(u32::from(first)) {
+            j += 1;
+        }
         let letters = j;
-        if cased {
-            while b.get(j).is_some_and(u8::is_ascii_uppercase) {
-                j += 1;
-            }
-            while b.get(j).is_some_and(u8::is_ascii_lowercase) {
-                j += 1;
-            }
-        } else {
-            while b.get(j).is_some_and(u8::is_ascii_alphabetic) {
-                j += 1;
-            }
+        while b.get(j).is_some_and(u8::is_ascii_uppercase) {
+            j += 1;
+        }
+        while b.get(j).is_some_and(u8::is_ascii_lowercase) {
+            j += 1;
         }
         match b.get(j) {
             _ if j == letters => None,
@@ -525,12 +517,6 @@ impl Scan<'_> {
             .map(|end| self.run_by(end, |c, _| is_break(c)))
             .or_else(|| self.spaces(i, true))
     }
-}
-
-/// `[^\r\n\p{L}\p{N}]` on an ASCII byte (false from 0x80 up, which the general scan takes).
-#[inline]
-fn not_letter_digit_or_break(b: u8) -> bool {
-    b < 0x80 && !b.is_ascii_alphanumeric() && b != b'\r' && b != b'\n'
 }
 
 #[inline]
