@@ -152,12 +152,6 @@ fn split_pattern(pattern: Pattern, gaps: bool, text: &[u8], emit: &mut dyn FnMut
     let mut gap_start = 0;
     let mut i = 0;
     while i < text.len() {
-        if let Some(starts) = starts {
-            match text.iter().skip(i).position(|&b| starts[usize::from(b)]) {
-                Some(skipped) => i += skipped,
-                None => break,
-            }
-        }
         match scan.match_at(pattern, i) {
             Some(end) if end > i => {
                 if gaps && gap_start < i {
@@ -167,7 +161,18 @@ fn split_pattern(pattern: Pattern, gaps: bool, text: &[u8], emit: &mut dyn FnMut
                 i = end;
                 gap_start = end;
             }
-            _ => i += scan.at(i).2.max(1),
+            _ => {
+                i += scan.at(i).2.max(1);
+                // Only a pattern that leaves gaps gets here (the others match at every
+                // character), so their loop pays nothing for the skip.
+                if let Some(starts) = starts {
+                    let rest = text.get(i..).unwrap_or_default();
+                    i += rest
+                        .iter()
+                        .position(|&b| starts[usize::from(b)])
+                        .unwrap_or(rest.len());
+                }
+            }
         }
     }
     if gaps && gap_start < text.len() {
