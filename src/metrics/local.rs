@@ -45,10 +45,66 @@ pub struct SelectKey {
     pub model: Label,
 }
 
+/// The raw labels a series was last asked for on this thread, and its handles: a steady
+/// stream of one route's requests finds them by comparing a few strings, without interning
+/// the model or hashing a key (two thread-local map lookups a request were about 1.5k
+/// instructions). The model is kept in a `String` whose buffer the next miss reuses.
+struct Last<K, V> {
+    key: K,
+    model: Option<String>,
+    handles: V,
+}
+
+impl<K: PartialEq, V> Last<K, V> {
+    fn get<'a>(slot: &'a Option<Last<K, V>>, key: &K, model: Option<&str>) -> Option<&'a V> {
+        slot.as_ref()
+            .filter(|last| last.key == *key && last.model.as_deref() == model)
+            .map(|last| &last.handles)
+    }
+
+    fn put(slot: &mut Option<Last<K, V>>, key: K, model: Option<&str>, handles: V) {
+        let mut buf = match slot.take() {
+            Some(Last {
+                model: Some(buf), ..
+            }) => buf,
+            _ => String::new(),
+        };
+        let model = model.map(|m| {
+            buf.clear();
+            buf.push_str(m);
+            buf
+        });
+        *slot = Some(Last {
+            key,
+            model,
+            handles,
+        });
+    }
+}
+
+/// The constant labels of a router series as the request path names them (the model
+/// apart, which is compared as the client sent it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RouteRaw {
+    pub connection_mode: &'static str,
+    pub endpoint: &'static str,
+    pub streaming: bool,
+}
+
+/// The constant labels of a selection series as the request path names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SelectRaw {
+    pub worker_type: &'static str,
+    pub connection_mode: &'static str,
+    pub policy: &'static str,
+}
+
 /// One thread's caches, for one `Metrics` instance.
 #[derive(Default)]
 struct Cache {
     owner: usize,
+    last_route: Option<Last<RouteRaw, (Counter, Histogram)>>,
+    last_selection: Option<Last<SelectRaw, Counter>>,
     models: HashMap<Box<str>, Label, Quick>,
     /// Router request counter and duration histogram by (labels, streaming); the two
     /// streaming values hold clones of the same duration histogram.
@@ -124,6 +180,52 @@ pub fn route(
     })
 }
 
+/// Runs `record` on the router handles last remembered for these raw labels; `false`
+/// when they are not the last ones (resolve them, then [`remember_route`]).
+pub fn last_route(
+    owner: usize,
+    key: RouteRaw,
+    model: Option<&str>,
+    record: impl FnOnce(&Counter, &Histogram),
+) -> bool {
+    with(owner, |c| match Last::get(&c.last_route, &key, model) {
+        Some((requests, duration)) => {
+            record(requests, duration);
+            true
+        }
+        None => false,
+    })
+}
+
+/// Remembers the router handles of these raw labels for [`last_route`].
+pub fn remember_route(
+    owner: usize,
+    key: RouteRaw,
+    model: Option<&str>,
+    handles: (Counter, Histogram),
+) {
+    with(owner, |c| Last::put(&mut c.last_route, key, model, handles));
+}
+
+/// Counts one selection on the counter last remembered for these raw labels; `false` when
+/// they are not the last ones (resolve it, then [`remember_selection`]).
+pub fn last_selection(owner: usize, key: SelectRaw, model: Option<&str>) -> bool {
+    with(owner, |c| match Last::get(&c.last_selection, &key, model) {
+        Some(counter) => {
+            counter.inc();
+            true
+        }
+        None => false,
+    })
+}
+
+/// Remembers the selection counter of these raw labels for [`last_selection`].
+pub fn remember_selection(owner: usize, key: SelectRaw, model: Option<&str>, counter: Counter) {
+    with(owner, |c| {
+        Last::put(&mut c.last_selection, key, model, counter)
+    });
+}
+
 /// The `streaming_error` handle of `key`.
 pub fn stream_errors(
     owner: usize,
@@ -176,6 +278,36 @@ mod tests {
             model(2, "m", |_| Label::Static("second")).as_str(),
             "second"
         );
+    }
+
+    #[test]
+    fn the_last_series_answers_only_its_own_labels() {
+        let owner = 4;
+        let key = SelectRaw {
+            worker_type: "regular",
+            connection_mode: "http",
+            policy: "random",
+        };
+        assert!(!last_selection(owner, key, Some("a")));
+        let counter = Counter::default();
+        remember_selection(owner, key, Some("a"), counter.clone());
+        assert!(last_selection(owner, key, Some("a")));
+        assert_eq!(counter.get(), 1);
+        assert!(!last_selection(owner, key, Some("b")));
+        assert!(!last_selection(owner, key, Some("ab")));
+        assert!(!last_selection(owner, key, None));
+        let other_policy = SelectRaw {
+            policy: "cache_aware",
+            ..key
+        };
+        assert!(!last_selection(owner, other_policy, Some("a")));
+        remember_selection(owner, key, None, counter.clone());
+        assert!(last_selection(owner, key, None));
+        assert!(!last_selection(owner, key, Some("a")));
+        assert_eq!(counter.get(), 2);
+        // Another `Metrics` instance on the same thread starts without it.
+        assert!(!last_selection(owner + 1, key, None));
+        assert!(!last_selection(owner, key, None));
     }
 
     #[test]

@@ -492,6 +492,18 @@ impl Metrics {
 
     /// One request through the HTTP router, with its outcome.
     pub fn routed(&self, route: &RouteLabels<'_>, streaming: bool, seconds: f64) {
+        let raw = local::RouteRaw {
+            connection_mode: route.connection_mode,
+            endpoint: route.endpoint,
+            streaming,
+        };
+        let record = |requests: &Counter, duration: &Histogram| {
+            requests.inc();
+            duration.observe(seconds);
+        };
+        if local::last_route(self.id, raw, route.model, record) {
+            return;
+        }
         let key = local::RouteKey {
             connection_mode: route.connection_mode,
             model: self.model(route.model),
@@ -518,8 +530,8 @@ impl Metrics {
                     .clone()
             },
         );
-        requests.inc();
-        duration.observe(seconds);
+        record(&requests, &duration);
+        local::remember_route(self.id, raw, route.model, (requests, duration));
     }
 
     /// What a relayed stream of `route` tells when it breaks off mid-way: one handle per
@@ -640,22 +652,31 @@ impl Metrics {
         policy: &'static str,
         how: &Selection,
     ) {
-        let key = local::SelectKey {
+        let model = model.or(worker.model_id.as_deref());
+        let raw = local::SelectRaw {
             worker_type: worker.worker_type.as_str(),
             connection_mode: worker.connection_mode().as_str(),
-            model: self.model(model.or(worker.model_id.as_deref())),
+            policy,
         };
-        local::selection(self.id, key, |k| {
-            self.selections
-                .get_or_create(&[
-                    ("worker_type", k.worker_type.into()),
-                    ("connection_mode", k.connection_mode.into()),
-                    ("model", k.model.clone()),
-                    ("policy", policy.into()),
-                ])
-                .clone()
-        })
-        .inc();
+        if !local::last_selection(self.id, raw, model) {
+            let key = local::SelectKey {
+                worker_type: raw.worker_type,
+                connection_mode: raw.connection_mode,
+                model: self.model(model),
+            };
+            let counter = local::selection(self.id, key, |k| {
+                self.selections
+                    .get_or_create(&[
+                        ("worker_type", k.worker_type.into()),
+                        ("connection_mode", k.connection_mode.into()),
+                        ("model", k.model.clone()),
+                        ("policy", policy.into()),
+                    ])
+                    .clone()
+            });
+            counter.inc();
+            local::remember_selection(self.id, raw, model, counter);
+        }
         if let Some(branch) = how.branch {
             let family = match branch_family(branch) {
                 usize::MAX => policy_family(policy),
