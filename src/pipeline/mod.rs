@@ -242,8 +242,16 @@ impl Pipeline {
                 .await
         }
         .await;
-        self.record(endpoint, &seen, &result, started);
-        result.map(|resp| self.guard_relay(endpoint, &seen, resp))
+        // One lookup of the answer's media type serves both the metrics and the relay.
+        let sse = result.as_ref().is_ok_and(is_sse);
+        self.record(endpoint, &seen, &result, sse, started);
+        result.map(|resp| {
+            if sse {
+                self.guard_relay(endpoint, &seen, resp)
+            } else {
+                resp
+            }
+        })
     }
 
     /// Phase 2: an admission token (perhaps after a wait in the queue) and, for a JSON
@@ -277,36 +285,34 @@ impl Pipeline {
         })
     }
 
-    /// Phase 4, once the route's labels are known: a relayed SSE stream that fails (its
-    /// worker stalled or died, the deadline passed) ends with an error event in the route's
-    /// dialect and counts as a `streaming_error`. The counter is a handle the route's
-    /// streams share, so a stream costs no allocation here.
+    /// Phase 4, once the route's labels are known: a relayed SSE stream (`resp`) that
+    /// fails (its worker stalled or died, the deadline passed) ends with an error event in
+    /// the route's dialect and counts as a `streaming_error`. The counter is a handle the
+    /// route's streams share, so a stream costs no allocation here.
     fn guard_relay(
         &self,
         endpoint: &'static str,
         seen: &Seen,
         resp: Response<RespBody>,
     ) -> Response<RespBody> {
-        if !is_sse(&resp) {
-            return resp;
-        }
         let failures = self.metrics.stream_errors(&route_labels(endpoint, seen));
         resp.map(|body| body.ending_with(Terminal::new(dialect(endpoint), failures)))
     }
 
-    /// Phase 5: the router metrics of the finished request.
+    /// Phase 5: the router metrics of the finished request (`sse`: its answer is a stream).
     fn record(
         &self,
         endpoint: &'static str,
         seen: &Seen,
         result: &Result<Response<RespBody>, GatewayError>,
+        sse: bool,
         started: Instant,
     ) {
         let route = route_labels(endpoint, seen);
         match result {
-            Ok(resp) => {
+            Ok(_) => {
                 self.metrics
-                    .routed(&route, is_sse(resp), started.elapsed().as_secs_f64());
+                    .routed(&route, sse, started.elapsed().as_secs_f64());
             }
             Err(err) => {
                 if let Some(kind) = err.router_error() {

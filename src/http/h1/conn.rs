@@ -106,8 +106,14 @@ where
     };
     send_request(&mut conn.stream, &ex, pin!(body)).await?;
     let head = loop {
-        if let Some(head) = head::parse_response(&mut conn.buf, ex.method).map_err(H1Error::Head)? {
-            break head;
+        // The buffer is empty right after the request went out, as a rule: the parser
+        // (which sets up its field table on every call) only runs once bytes are there.
+        if !conn.buf.is_empty() {
+            if let Some(head) =
+                head::parse_response(&mut conn.buf, ex.method).map_err(H1Error::Head)?
+            {
+                break head;
+            }
         }
         if poll_fn(|cx| poll_fill(&mut conn, cx))
             .await
