@@ -24,6 +24,7 @@ use hyper_util::rt::TokioExecutor;
 pub const GATEWAY: &str = env!("CARGO_BIN_EXE_tollgate");
 pub const MOCK: &str = env!("CARGO_BIN_EXE_mock-worker");
 pub const GRPC_ENGINE: &str = env!("CARGO_BIN_EXE_grpc-engine");
+pub const RELAY_FLOOR: &str = env!("CARGO_BIN_EXE_relay-floor");
 
 /// A child process killed on drop, with its stderr captured for assertions and failures.
 pub struct Proc {
@@ -96,6 +97,11 @@ pub fn mock(args: &[&str]) -> Proc {
 /// listens. Its event lines (`generate ...`, `abort ...`, `cancelled ...`) land in the log.
 pub fn grpc_engine(args: &[&str]) -> Proc {
     listening(GRPC_ENGINE, args)
+}
+
+/// Starts `relay-floor` (`perf/relay_floor/`) with extra flags; returns once it listens.
+pub fn relay_floor(args: &[&str]) -> Proc {
+    listening(RELAY_FLOOR, args)
 }
 
 /// Starts a bundled server that announces `LISTENING <addr>` as its first stdout line.
