@@ -243,7 +243,8 @@ impl UpstreamClient {
     }
 
     /// An attempt on a cleartext HTTP/1.1 worker, over the gateway's own client: the
-    /// response body is read from the worker's connection by the task serving the client.
+    /// response body is read from the worker's connection by the task serving the client,
+    /// or answered as one buffer when it came whole with the head.
     async fn send_h1(
         &self,
         worker: &Worker,
@@ -282,11 +283,12 @@ impl UpstreamClient {
             tracing::debug!(worker = %worker.url, status = head.status.as_u16(), "worker answered a status that cannot be relayed");
             return Err(SendError::Exchange(GatewayError::UpstreamBroken));
         }
-        let mut answer = Answer::new(RespBody::relay(
-            UpstreamBody::H1(body),
-            deadline,
-            self.stall,
-        ));
+        let mut body = body;
+        let body = match body.take_whole() {
+            Some(whole) => RespBody::full(whole),
+            None => RespBody::relay(UpstreamBody::H1(body), deadline, self.stall),
+        };
+        let mut answer = Answer::new(body);
         *answer.status_mut() = head.status;
         *answer.headers_mut() = head.headers;
         headers::strip_hop_by_hop(answer.headers_mut());

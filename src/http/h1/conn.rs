@@ -319,6 +319,22 @@ pub struct H1Body {
 }
 
 impl H1Body {
+    /// The whole body, when it arrived with the head (a small answer, as a rule): taken out
+    /// at once and the connection pooled, so the client's response is one buffer and not a
+    /// relay with its timer. `None`: the body is to be relayed as it comes (nothing taken).
+    pub fn take_whole(&mut self) -> Option<Bytes> {
+        let whole = match (&self.framing, self.conn.as_mut()) {
+            (Framing::Done, _) => Bytes::new(),
+            (Framing::Length(left), Some(conn)) => match usize::try_from(*left) {
+                Ok(left) if left <= conn.buf.len() => conn.buf.split_to(left).freeze(),
+                _ => return None,
+            },
+            _ => return None,
+        };
+        self.finish();
+        Some(whole)
+    }
+
     /// The body is complete: the connection goes back to the pool if it can carry another
     /// request (nothing unread in its buffer).
     fn finish(&mut self) {
