@@ -63,6 +63,12 @@ impl<K: PartialEq, V> Last<K, V> {
     }
 
     fn put(slot: &mut Option<Last<K, V>>, key: K, model: Option<&str>, handles: V) {
+        // A name too long to be a label (it counts as `other`) is not kept: the buffer
+        // would hold a client's oversized string for the thread's lifetime.
+        if model.is_some_and(|m| m.len() > crate::bounded::LABEL_BYTES) {
+            *slot = None;
+            return;
+        }
         let mut buf = match slot.take() {
             Some(Last {
                 model: Some(buf), ..
@@ -304,6 +310,12 @@ mod tests {
         remember_selection(owner, key, None, counter.clone());
         assert!(last_selection(owner, key, None));
         assert!(!last_selection(owner, key, Some("a")));
+        assert_eq!(counter.get(), 2);
+        let long = "m".repeat(crate::bounded::LABEL_BYTES + 1);
+        remember_selection(owner, key, Some(&long), counter.clone());
+        assert!(!last_selection(owner, key, Some(&long)));
+        assert!(!last_selection(owner, key, None));
+        remember_selection(owner, key, None, counter.clone());
         assert_eq!(counter.get(), 2);
         // Another `Metrics` instance on the same thread starts without it.
         assert!(!last_selection(owner + 1, key, None));
