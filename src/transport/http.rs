@@ -274,7 +274,7 @@ impl UpstreamClient {
         };
         let sent =
             tokio::time::timeout_at(deadline.into(), h1::exchange(exchange, attempt.body)).await;
-        let (head, body) = match sent {
+        let (head, mut body) = match sent {
             Err(_) => return Err(SendError::Timeout),
             Ok(Err(err)) => return Err(h1_failure(worker, err)),
             Ok(Ok(answer)) => answer,
@@ -283,7 +283,6 @@ impl UpstreamClient {
             tracing::debug!(worker = %worker.url, status = head.status.as_u16(), "worker answered a status that cannot be relayed");
             return Err(SendError::Exchange(GatewayError::UpstreamBroken));
         }
-        let mut body = body;
         let body = match body.take_whole() {
             Some(whole) => RespBody::full(whole),
             None => RespBody::relay(UpstreamBody::H1(body), deadline, self.stall),
