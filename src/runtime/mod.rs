@@ -403,7 +403,7 @@ fn run_thread<S: ThreadSetup>(
     }
 }
 
-/// Runs the thread's companion and its accept loop as tasks of the thread's local set and
+/// Runs the thread's companion, its park sweep and its accept loop as tasks of the thread's local set and
 /// waits for the accept loop. The future a `LocalSet` is driven with is polled again
 /// whenever any task of the thread is woken; were it the accept loop, every wake of every
 /// connection would poll the listener and the shutdown signal again (about 1.3k
@@ -413,6 +413,7 @@ async fn run_tasks(
     accept: impl Future<Output = io::Result<()>> + 'static,
 ) -> io::Result<()> {
     tokio::task::spawn_local(companion);
+    tokio::task::spawn_local(crate::server::park_sweep::run());
     tokio::task::spawn_local(accept)
         .await
         .unwrap_or_else(|err| Err(io::Error::other(format!("the accept loop failed: {err}"))))

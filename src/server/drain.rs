@@ -114,25 +114,13 @@ impl Drop for DrainWait {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
-    use std::task::Wake;
-
     use super::*;
-
-    struct Count(AtomicUsize);
-
-    impl Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::Relaxed);
-        }
-    }
+    use crate::server::wake_count::WakeCount;
 
     #[test]
     fn firing_wakes_every_waiting_connection_once_and_slots_are_reused() {
         let drain = Drain::default();
-        let count = Arc::new(Count(AtomicUsize::new(0)));
-        let waker = Waker::from(count.clone());
+        let (count, waker) = WakeCount::waker();
         let mut cx = Context::from_waker(&waker);
         let mut a = drain.waiter();
         let mut b = drain.waiter();
@@ -151,7 +139,7 @@ mod tests {
             "b's slot reused"
         );
         drain.fire();
-        assert_eq!(count.0.load(Ordering::Relaxed), 2);
+        assert_eq!(count.get(), 2);
         assert!(a.poll_fired(&mut cx).is_ready());
         assert!(c.is_fired());
         let mut late = drain.waiter();

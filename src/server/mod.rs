@@ -7,12 +7,15 @@ pub mod h1_framing;
 pub mod health;
 pub mod limit;
 pub mod listener;
+pub mod park_sweep;
 mod parkable;
 pub mod side_listener;
 mod smuggling_guard;
 mod timeouts;
 pub mod tls;
 pub mod tokio_io;
+#[cfg(test)]
+mod wake_count;
 
 pub use smuggling_guard::{SmugglingGuard, CONFLICT_REPLY};
 
@@ -127,6 +130,9 @@ pub struct ConnState {
     phase: AtomicU8,
     /// [`serve`] asks to take an idle HTTP/1.1 connection back from hyper ([`Parkable`]).
     park: AtomicBool,
+    /// The thread's [`park_sweep`] found the connection idle long enough to park, and let
+    /// go of it.
+    park_due: AtomicBool,
 }
 
 impl ConnState {
@@ -136,6 +142,12 @@ impl ConnState {
 
     fn request_park(&self, park: bool) {
         self.park.store(park, Ordering::Relaxed);
+    }
+
+    /// Whether the sweep asked for a park since the last call. A load first: the sweep
+    /// asks rarely, and the connection looks on every wake.
+    fn take_park_due(&self) -> bool {
+        self.park_due.load(Ordering::Relaxed) && self.park_due.swap(false, Ordering::Relaxed)
     }
 
     fn phase(&self) -> Phase {
@@ -201,7 +213,7 @@ impl Release for ConnState {
 /// accepted, so a TLS handshake counts against the first request's header-read timeout.
 ///
 /// hyper serves the connection only while it has something to do: the first bytes pick
-/// HTTP/1.1 or h2, and an HTTP/1.1 connection idle for [`timeouts::PARK_AFTER`] is taken
+/// HTTP/1.1 or h2, and an HTTP/1.1 connection idle for [`park_sweep::PARK_AFTER`] is taken
 /// back from hyper and waits for its next request holding no buffer ([`Parkable`]).
 pub async fn serve<I, H>(
     io: I,
@@ -475,6 +487,8 @@ mod tests {
         let drain = drain::Drain::default();
         let (settings, builder) = (ServerSettings::default(), builder());
         let handler = Arc::new(Fixed(body.clone()));
+        // What each data-plane thread runs beside its connections.
+        let _sweep = tokio::spawn(park_sweep::run());
         let serving = serve(
             io,
             state,
@@ -486,9 +500,9 @@ mod tests {
         );
         let client_side = async {
             client.write_all(GET).await.expect("write");
-            tokio::time::sleep(timeouts::PARK_AFTER * 20).await;
+            tokio::time::sleep(park_sweep::PARK_AFTER * 20).await;
             assert_eq!(response(&mut client).await, body);
-            tokio::time::sleep(timeouts::PARK_AFTER * 5).await;
+            tokio::time::sleep(park_sweep::PARK_AFTER * 5).await;
             client.write_all(GET).await.expect("write");
             assert_eq!(response(&mut client).await, body);
         };

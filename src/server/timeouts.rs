@@ -6,27 +6,30 @@
 //!   first byte for later ones;
 //! * the keep-alive timeout (`--keep-alive-timeout-secs`) bounds the wait between requests
 //!   (HTTP/1 keep-alive and idle h2 connections alike);
-//! * an HTTP/1.1 connection idle for [`PARK_AFTER`] is parked: it gives back its hyper
-//!   state and buffers until its next request arrives.
+//!
+//! and the park of an idle HTTP/1.1 connection, which gives back its hyper state and buffers
+//! until its next request arrives: the connection lists itself with its thread's
+//! [`park_sweep`] when it goes idle, and the sweep says when the park is due.
 //!
 //! The connection's IO adapter publishes where the byte stream stands ([`Phase`]), and the
 //! requests count themselves in and out ([`ConnState`]). [`Timeouts`] looks at both each
 //! time the connection task wakes, which is cheap (three relaxed loads compared with the
 //! last ones) and reads the clock only when a stage begins. One `Sleep` serves every stage:
 //! it is only ever moved later, never earlier, because it never sleeps past the nearest
-//! deadline that a stage beginning meanwhile could have (`step`, the shorter timeout). The
-//! one exception is the park deadline, short by design: a new idle stage brings the sleep
-//! forward to it.
+//! deadline that a stage beginning meanwhile could have (`step`, the shorter timeout), so a
+//! request touches no timer.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
 
 use super::h1_framing::Phase;
+use super::park_sweep::{self, PARK_AFTER};
 use super::ConnState;
 
 /// Which timeout ran out.
@@ -39,15 +42,6 @@ pub enum Expiry {
     /// Idle for [`PARK_AFTER`]: time to give the connection's buffers back.
     Park,
 }
-
-/// How long an HTTP/1.1 connection stays idle before it is parked. A client that sends its
-/// next request sooner (back-to-back requests, a tool loop) finds the connection as it
-/// left it; one that waits longer costs a fresh hyper connection state (a few
-/// allocations) when it comes back, instead of its buffers for as long as it stays away.
-/// Short, because the connections not yet parked set the allocator's high-water mark: in
-/// a burst of 10,000 new connections, 100 ms left 5.5 KiB per idle connection resident,
-/// 10 ms 3.3 KiB (`perf/compare --scenario idle`).
-pub const PARK_AFTER: Duration = Duration::from_millis(10);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stage {
@@ -64,15 +58,18 @@ enum Stage {
     Closing(Instant),
 }
 
-/// The park of one idle stage: once per stage, only between requests.
+/// Where the connection stands with its thread's [`park_sweep`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Park {
-    /// Not between requests yet (or parking is off).
-    NotYet,
-    /// Between requests: ask at this instant.
-    Due(Instant),
-    /// Asked; the rest of the stage waits for the keep-alive timeout.
-    Asked,
+    /// Not an HTTP/1.1 connection (yet), or its keep-alive timeout is no longer than
+    /// [`PARK_AFTER`]: it never parks.
+    Off,
+    /// Not on the sweep's list.
+    Unlisted,
+    /// On the list until the sweep says the park is due.
+    Listed,
+    /// Parked in this idle stage, off the list until the next one.
+    Parked,
 }
 
 pub struct Timeouts {
@@ -82,10 +79,6 @@ pub struct Timeouts {
     step: Duration,
     accepted: Instant,
     stage: Stage,
-    /// [`PARK_AFTER`] on a connection that can park (HTTP/1.1, and a keep-alive timeout
-    /// longer than it).
-    park_after: Option<Duration>,
-    /// Where the current idle stage stands with its park.
     park: Park,
     /// Request epoch, stream phase and "requests in flight" as last seen.
     seen: (u64, Phase, bool),
@@ -100,8 +93,7 @@ impl Timeouts {
             step: header.min(keep_alive),
             accepted,
             stage: Stage::First,
-            park_after: None,
-            park: Park::NotYet,
+            park: Park::Off,
             seen: (0, Phase::NoHead, false),
         }
     }
@@ -114,7 +106,9 @@ impl Timeouts {
     /// The connection turned out to speak HTTP/1.1: its idle stages end in
     /// [`Expiry::Park`] first.
     pub fn enable_parking(&mut self) {
-        self.park_after = Some(PARK_AFTER).filter(|park| *park < self.keep_alive);
+        if self.park == Park::Off && PARK_AFTER < self.keep_alive {
+            self.park = Park::Unlisted;
+        }
     }
 
     /// The connection was asked to close after [`Expiry::Idle`].
@@ -122,10 +116,11 @@ impl Timeouts {
         self.stage = Stage::Closing(Instant::now());
     }
 
-    /// Takes in what changed since the last look; whether a park deadline was set.
-    fn observe(&mut self, state: &ConnState) -> bool {
+    /// Takes in what changed since the last look; lists a connection that just went idle
+    /// between requests with the sweep (`task` is woken when its park is due).
+    fn observe(&mut self, state: &Arc<ConnState>, task: &std::task::Waker) {
         if matches!(self.stage, Stage::Closing(_)) {
-            return false;
+            return;
         }
         let seen = (
             state.epoch.load(Ordering::Relaxed),
@@ -133,11 +128,10 @@ impl Timeouts {
             state.active.load(Ordering::Relaxed) > 0,
         );
         if seen == self.seen {
-            return false;
+            return;
         }
         let (epoch, phase, busy) = seen;
         let same_epoch = epoch == self.seen.0;
-        let before = self.stage;
         self.stage = match (busy, phase, self.stage) {
             (true, _, _) => Stage::Busy,
             (false, Phase::NoHead | Phase::InHead | Phase::InBody, _) if epoch == 0 => Stage::First,
@@ -147,20 +141,18 @@ impl Timeouts {
             (false, _, _) => Stage::Idle(Instant::now()),
         };
         self.seen = seen;
-        // A connection parks once per idle stage, and only between requests: the rest of
-        // an unwanted request body may still be arriving after its response.
-        if !matches!(self.stage, Stage::Idle(_)) || self.stage != before {
-            self.park = Park::NotYet;
+        if self.park == Park::Parked && !same_epoch {
+            self.park = Park::Unlisted;
         }
-        if !matches!(self.stage, Stage::Idle(_)) || phase != Phase::NoHead {
-            return false;
-        }
-        match (self.park_after, self.park) {
-            (Some(after), Park::NotYet) => {
-                self.park = Park::Due(Instant::now() + after);
-                true
-            }
-            _ => false,
+        // Listed only between requests: the rest of an unwanted request body may still be
+        // arriving after its response. Once listed, a connection stays on the list through
+        // its later requests until the sweep lets go of it, so a request costs no listing.
+        if self.park == Park::Unlisted
+            && matches!(self.stage, Stage::Idle(_))
+            && phase == Phase::NoHead
+        {
+            park_sweep::enlist(state, task);
+            self.park = Park::Listed;
         }
     }
 
@@ -169,10 +161,7 @@ impl Timeouts {
         match self.stage {
             Stage::First => Some((self.accepted + self.header, Expiry::Header)),
             Stage::Busy => None,
-            Stage::Idle(since) => match self.park {
-                Park::Due(at) => Some((at, Expiry::Park)),
-                Park::NotYet | Park::Asked => Some((since + self.keep_alive, Expiry::Idle)),
-            },
+            Stage::Idle(since) => Some((since + self.keep_alive, Expiry::Idle)),
             Stage::Head(since) => Some((since + self.header, Expiry::Header)),
             Stage::Closing(since) => Some((since + self.header, Expiry::Idle)),
         }
@@ -182,15 +171,21 @@ impl Timeouts {
     /// the connection just read is seen.
     pub fn poll_expired(
         &mut self,
-        state: &ConnState,
+        state: &Arc<ConnState>,
         mut sleep: Pin<&mut Sleep>,
         cx: &mut Context<'_>,
     ) -> Poll<Expiry> {
-        if self.observe(state) {
-            if let Park::Due(at) = self.park {
-                if at < sleep.deadline() {
-                    sleep.as_mut().reset(at);
-                }
+        self.observe(state, cx.waker());
+        if state.take_park_due() {
+            // The sweep let go of the connection; it parks if it is still idle between
+            // requests (a request may have begun since the sweep looked).
+            let idle = matches!(self.stage, Stage::Idle(_)) && self.seen.1 == Phase::NoHead;
+            if idle && self.park == Park::Listed {
+                self.park = Park::Parked;
+                return Poll::Ready(Expiry::Park);
+            }
+            if self.park == Park::Listed {
+                self.park = Park::Unlisted;
             }
         }
         loop {
@@ -198,12 +193,7 @@ impl Timeouts {
             let now = Instant::now();
             let next_look = now + self.step;
             match self.deadline() {
-                Some((at, expiry)) if at <= now => {
-                    if expiry == Expiry::Park {
-                        self.park = Park::Asked;
-                    }
-                    return Poll::Ready(expiry);
-                }
+                Some((at, expiry)) if at <= now => return Poll::Ready(expiry),
                 Some((at, _)) => sleep.as_mut().reset(at.min(next_look)),
                 None => sleep.as_mut().reset(next_look),
             }
@@ -213,6 +203,8 @@ impl Timeouts {
 
 #[cfg(test)]
 mod tests {
+    use std::task::Waker;
+
     use super::*;
 
     fn set(state: &ConnState, epoch: u64, phase: u8, active: usize) {
@@ -225,70 +217,90 @@ mod tests {
     fn stages_follow_requests_and_heads() {
         let (h, k) = (Duration::from_secs(2), Duration::from_secs(7));
         let mut t = Timeouts::new(Instant::now(), h, k);
-        let state = ConnState::default();
-        t.observe(&state);
+        let state = Arc::new(ConnState::default());
+        let task = Waker::noop();
+        t.observe(&state, task);
         assert_eq!(t.deadline(), Some((t.accepted + h, Expiry::Header)));
         // A first head trickling in still counts from accept.
         set(&state, 0, 1, 0);
-        t.observe(&state);
+        t.observe(&state, task);
         assert_eq!(t.stage, Stage::First);
         set(&state, 1, 0, 1);
-        t.observe(&state);
+        t.observe(&state, task);
         assert_eq!(t.deadline(), None);
         set(&state, 2, 0, 0);
-        t.observe(&state);
+        t.observe(&state, task);
         let Some((idle_until, Expiry::Idle)) = t.deadline() else {
             panic!("idle after the request: {:?}", t.stage);
         };
         assert!(idle_until >= t.accepted + k);
+        assert_eq!(t.park, Park::Off, "not HTTP/1.1: never listed");
         set(&state, 2, 1, 0);
-        t.observe(&state);
+        t.observe(&state, task);
         assert!(matches!(t.deadline(), Some((_, Expiry::Header))));
         // HTTP/2 before any stream: idle, not the first-request deadline.
         let mut t = Timeouts::new(Instant::now(), h, k);
         set(&state, 0, 2, 0);
-        t.observe(&state);
+        t.observe(&state, task);
         assert!(matches!(t.deadline(), Some((_, Expiry::Idle))));
         assert_eq!(t.step, h);
     }
 
-    #[test]
-    fn an_http1_idle_stage_parks_once_and_only_between_requests() {
+    /// What `poll_expired` says now, with a sleep far in the future.
+    fn look(t: &mut Timeouts, state: &Arc<ConnState>) -> Poll<Expiry> {
+        let sleep = tokio::time::sleep(Duration::from_secs(60));
+        tokio::pin!(sleep);
+        t.poll_expired(state, sleep, &mut Context::from_waker(Waker::noop()))
+    }
+
+    #[tokio::test]
+    async fn an_http1_connection_lists_itself_once_and_parks_only_between_requests() {
         let (h, k) = (Duration::from_secs(2), Duration::from_secs(7));
         let mut t = Timeouts::new(Instant::now(), h, k);
         t.enable_parking();
-        let state = ConnState::default();
+        let state = Arc::new(ConnState::default());
         set(&state, 1, 0, 1);
-        assert!(!t.observe(&state));
-        // The response is out while the rest of the request body still arrives: no park.
+        assert!(look(&mut t, &state).is_pending());
+        assert_eq!(t.park, Park::Unlisted, "busy: not listed");
+        // The response is out while the rest of the request body still arrives: not listed.
         set(&state, 2, 3, 0);
-        assert!(!t.observe(&state));
-        let Stage::Idle(since) = t.stage else {
-            panic!("idle after the request: {:?}", t.stage);
-        };
-        assert_eq!(t.deadline(), Some((since + k, Expiry::Idle)));
-        // The body ended: between requests, in the same idle stage.
+        assert!(look(&mut t, &state).is_pending());
+        assert_eq!(t.park, Park::Unlisted);
+        // The body ended: between requests.
         set(&state, 2, 0, 0);
-        assert!(t.observe(&state), "a park deadline is set");
-        let Some((at, Expiry::Park)) = t.deadline() else {
-            panic!("park first: {:?}", t.deadline());
-        };
-        assert!(at >= since + PARK_AFTER);
-        // Asked once; then the keep-alive deadline of the same stage.
-        t.park = Park::Asked;
-        assert_eq!(t.deadline(), Some((since + k, Expiry::Idle)));
-        set(&state, 2, 1, 0);
-        assert!(!t.observe(&state), "a head begins");
+        assert!(look(&mut t, &state).is_pending());
+        assert_eq!(t.park, Park::Listed);
+        // Later requests keep the one listing.
         set(&state, 3, 0, 1);
-        t.observe(&state);
+        assert!(look(&mut t, &state).is_pending());
         set(&state, 4, 0, 0);
-        assert!(t.observe(&state), "the next idle stage parks again");
-        assert!(matches!(t.deadline(), Some((_, Expiry::Park))));
+        assert!(look(&mut t, &state).is_pending());
+        assert_eq!(t.park, Park::Listed);
+        // The sweep says the park is due: asked once.
+        state.park_due.store(true, Ordering::Relaxed);
+        assert_eq!(look(&mut t, &state), Poll::Ready(Expiry::Park));
+        assert_eq!(t.park, Park::Parked);
+        assert!(
+            look(&mut t, &state).is_pending(),
+            "parked: not listed again"
+        );
+        assert_eq!(t.park, Park::Parked);
+        // The next idle stage lists again.
+        set(&state, 5, 0, 1);
+        assert!(look(&mut t, &state).is_pending());
+        set(&state, 6, 0, 0);
+        assert!(look(&mut t, &state).is_pending());
+        assert_eq!(t.park, Park::Listed);
+        // A head began after the sweep looked: no park, listed again when idle.
+        set(&state, 6, 1, 0);
+        state.park_due.store(true, Ordering::Relaxed);
+        assert!(look(&mut t, &state).is_pending());
+        assert_eq!(t.park, Park::Unlisted);
         // A keep-alive timeout no longer than the park delay never parks.
         let mut t = Timeouts::new(Instant::now(), h, PARK_AFTER);
         t.enable_parking();
-        set(&state, 5, 0, 0);
-        assert!(!t.observe(&state));
-        assert!(matches!(t.deadline(), Some((_, Expiry::Idle))));
+        set(&state, 7, 0, 0);
+        assert!(look(&mut t, &state).is_pending());
+        assert_eq!(t.park, Park::Off);
     }
 }
