@@ -23,7 +23,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::task::{ready, Context, Poll};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
@@ -80,6 +80,8 @@ pub struct Timeouts {
     accepted: Instant,
     stage: Stage,
     park: Park,
+    /// The sleep holds the connection task's waker (polled pending since it last fired).
+    armed: bool,
     /// Request epoch, stream phase and "requests in flight" as last seen.
     seen: (u64, Phase, bool),
 }
@@ -94,6 +96,7 @@ impl Timeouts {
             accepted,
             stage: Stage::First,
             park: Park::Off,
+            armed: false,
             seen: (0, Phase::NoHead, false),
         }
     }
@@ -188,8 +191,17 @@ impl Timeouts {
                 self.park = Park::Unlisted;
             }
         }
+        // A sleep polled once holds this task's waker until it fires, however often it
+        // is moved: polling it again on every wake would only register the same waker.
+        if self.armed && !sleep.is_elapsed() {
+            return Poll::Pending;
+        }
+        self.armed = false;
         loop {
-            ready!(sleep.as_mut().poll(cx));
+            if sleep.as_mut().poll(cx).is_pending() {
+                self.armed = true;
+                return Poll::Pending;
+            }
             let now = Instant::now();
             let next_look = now + self.step;
             match self.deadline() {
@@ -302,5 +314,31 @@ mod tests {
         set(&state, 7, 0, 0);
         assert!(look(&mut t, &state).is_pending());
         assert_eq!(t.park, Park::Off);
+    }
+
+    /// The sleep is polled once and then left alone until it fires: the header-read
+    /// timeout still ends the first stage, then the keep-alive timeout an idle one.
+    #[tokio::test]
+    async fn a_sleep_polled_once_still_wakes_the_connection() {
+        let (h, k) = (Duration::from_millis(40), Duration::from_millis(120));
+        let accepted = Instant::now();
+        let mut t = Timeouts::new(accepted, h, k);
+        let state = Arc::new(ConnState::default());
+        let sleep = tokio::time::sleep_until(t.first_check());
+        tokio::pin!(sleep);
+        let mut looks = 0;
+        let expiry = std::future::poll_fn(|cx| {
+            looks += 1;
+            t.poll_expired(&state, sleep.as_mut(), cx)
+        });
+        assert_eq!(expiry.await, Expiry::Header);
+        assert!(accepted.elapsed() >= h);
+        assert!(looks >= 2, "pending first, then woken by the sleep");
+        // A request came and went: the idle stage ends at the keep-alive timeout.
+        set(&state, 2, 0, 0);
+        let idle_from = Instant::now();
+        let expiry = std::future::poll_fn(|cx| t.poll_expired(&state, sleep.as_mut(), cx));
+        assert_eq!(expiry.await, Expiry::Idle);
+        assert!(idle_from.elapsed() >= k);
     }
 }
