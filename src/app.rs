@@ -284,16 +284,17 @@ async fn answer_here(
 }
 
 /// An inference request: through the pipeline's phases (`pipeline::Pipeline::serve`).
-async fn forward(
-    ctx: &ThreadCtx,
+/// The pipeline's own future, not an `async fn` around it, which would add a copy of the
+/// request and one more move of the whole future on every request.
+fn forward<'a>(
+    ctx: &'a ThreadCtx,
     route: Route,
     req: Request<Incoming>,
     content_type: ContentType,
-) -> Result<Response<RespBody>, GatewayError> {
+) -> impl std::future::Future<Output = Result<Response<RespBody>, GatewayError>> + Send + 'a {
     ctx.gateway
         .pipeline
         .serve(&ctx.clients, route, req, content_type)
-        .await
 }
 
 /// Largest body of an administration request.

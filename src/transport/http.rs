@@ -8,6 +8,7 @@
 //! ([`TlsFailure`]).
 
 use std::borrow::Cow;
+use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -188,9 +189,15 @@ impl Transport for UpstreamClient {
         origin(worker).map(|_| ())
     }
 
-    async fn send(&self, worker: &Worker, mut attempt: Attempt<'_>) -> Result<Answer, SendError> {
+    /// Not an `async fn`: one would hold the attempt twice beside the relay's own future
+    /// and be copied whole into every caller's state, on every request.
+    fn send(
+        &self,
+        worker: &Worker,
+        mut attempt: Attempt<'_>,
+    ) -> impl Future<Output = Result<Answer, SendError>> + Send {
         super::credentials::present(worker, &mut attempt.headers);
-        self.relay(worker, attempt).await
+        self.relay(worker, attempt)
     }
 }
 
