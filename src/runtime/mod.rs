@@ -403,9 +403,9 @@ fn run_thread<S: ThreadSetup>(
     }
 }
 
-/// Runs the thread's companion, its park sweep and its accept loop as tasks of the thread's local set and
-/// waits for the accept loop. The future a `LocalSet` is driven with is polled again
-/// whenever any task of the thread is woken; were it the accept loop, every wake of every
+/// Runs the thread's companion, its park sweep and its accept loop as tasks of the thread's
+/// local set and waits for the accept loop. The future a `LocalSet` is driven with is polled
+/// again whenever any task of the thread is woken; were it the accept loop, every wake of every
 /// connection would poll the listener and the shutdown signal again (about 1.3k
 /// instructions a request). A join handle is one state check (about 0.3k).
 async fn run_tasks(

@@ -130,6 +130,8 @@ pub struct ConnState {
     phase: AtomicU8,
     /// [`serve`] asks to take an idle HTTP/1.1 connection back from hyper ([`Parkable`]).
     park: AtomicBool,
+    /// On its thread's [`park_sweep`] list.
+    listed: AtomicBool,
     /// The thread's [`park_sweep`] found the connection idle long enough to park, and let
     /// go of it.
     park_due: AtomicBool,

@@ -64,11 +64,9 @@ enum Park {
     /// Not an HTTP/1.1 connection (yet), or its keep-alive timeout is no longer than
     /// [`PARK_AFTER`]: it never parks.
     Off,
-    /// Not on the sweep's list.
-    Unlisted,
-    /// On the list until the sweep says the park is due.
-    Listed,
-    /// Parked in this idle stage, off the list until the next one.
+    /// Listed with the sweep whenever it goes idle between requests.
+    On,
+    /// Parked in this idle stage; listed again in the next one.
     Parked,
 }
 
@@ -110,7 +108,7 @@ impl Timeouts {
     /// [`Expiry::Park`] first.
     pub fn enable_parking(&mut self) {
         if self.park == Park::Off && PARK_AFTER < self.keep_alive {
-            self.park = Park::Unlisted;
+            self.park = Park::On;
         }
     }
 
@@ -145,17 +143,17 @@ impl Timeouts {
         };
         self.seen = seen;
         if self.park == Park::Parked && !same_epoch {
-            self.park = Park::Unlisted;
+            self.park = Park::On;
         }
         // Listed only between requests: the rest of an unwanted request body may still be
-        // arriving after its response. Once listed, a connection stays on the list through
-        // its later requests until the sweep lets go of it, so a request costs no listing.
-        if self.park == Park::Unlisted
+        // arriving after its response. A connection still on the list from an earlier idle
+        // stage is not listed twice.
+        if self.park == Park::On
             && matches!(self.stage, Stage::Idle(_))
             && phase == Phase::NoHead
+            && !state.listed.load(Ordering::Relaxed)
         {
             park_sweep::enlist(state, task);
-            self.park = Park::Listed;
         }
     }
 
@@ -179,17 +177,16 @@ impl Timeouts {
         cx: &mut Context<'_>,
     ) -> Poll<Expiry> {
         self.observe(state, cx.waker());
-        if state.take_park_due() {
-            // The sweep let go of the connection; it parks if it is still idle between
-            // requests (a request may have begun since the sweep looked).
-            let idle = matches!(self.stage, Stage::Idle(_)) && self.seen.1 == Phase::NoHead;
-            if idle && self.park == Park::Listed {
-                self.park = Park::Parked;
-                return Poll::Ready(Expiry::Park);
-            }
-            if self.park == Park::Listed {
-                self.park = Park::Unlisted;
-            }
+        // The sweep let go of the connection; it parks if it is still idle between requests
+        // (a request may have begun since the sweep looked; it lists itself again when it
+        // next goes idle).
+        if state.take_park_due()
+            && self.park == Park::On
+            && matches!(self.stage, Stage::Idle(_))
+            && self.seen.1 == Phase::NoHead
+        {
+            self.park = Park::Parked;
+            return Poll::Ready(Expiry::Park);
         }
         // A sleep polled once holds this task's waker until it fires, however often it
         // is moved: polling it again on every wake would only register the same waker.
@@ -266,29 +263,25 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_http1_connection_lists_itself_once_and_parks_only_between_requests() {
+    async fn an_http1_connection_lists_itself_when_idle_and_parks_only_between_requests() {
         let (h, k) = (Duration::from_secs(2), Duration::from_secs(7));
         let mut t = Timeouts::new(Instant::now(), h, k);
         t.enable_parking();
         let state = Arc::new(ConnState::default());
+        let listed = |state: &ConnState| state.listed.load(Ordering::Relaxed);
         set(&state, 1, 0, 1);
         assert!(look(&mut t, &state).is_pending());
-        assert_eq!(t.park, Park::Unlisted, "busy: not listed");
+        assert!(!listed(&state), "busy: not listed");
         // The response is out while the rest of the request body still arrives: not listed.
         set(&state, 2, 3, 0);
         assert!(look(&mut t, &state).is_pending());
-        assert_eq!(t.park, Park::Unlisted);
+        assert!(!listed(&state));
         // The body ended: between requests.
         set(&state, 2, 0, 0);
         assert!(look(&mut t, &state).is_pending());
-        assert_eq!(t.park, Park::Listed);
-        // Later requests keep the one listing.
-        set(&state, 3, 0, 1);
-        assert!(look(&mut t, &state).is_pending());
-        set(&state, 4, 0, 0);
-        assert!(look(&mut t, &state).is_pending());
-        assert_eq!(t.park, Park::Listed);
-        // The sweep says the park is due: asked once.
+        assert!(listed(&state));
+        // The sweep says the park is due (and lets go): asked once.
+        state.listed.store(false, Ordering::Relaxed);
         state.park_due.store(true, Ordering::Relaxed);
         assert_eq!(look(&mut t, &state), Poll::Ready(Expiry::Park));
         assert_eq!(t.park, Park::Parked);
@@ -296,24 +289,30 @@ mod tests {
             look(&mut t, &state).is_pending(),
             "parked: not listed again"
         );
-        assert_eq!(t.park, Park::Parked);
+        assert!(!listed(&state));
         // The next idle stage lists again.
-        set(&state, 5, 0, 1);
+        set(&state, 3, 0, 1);
         assert!(look(&mut t, &state).is_pending());
-        set(&state, 6, 0, 0);
+        set(&state, 4, 0, 0);
         assert!(look(&mut t, &state).is_pending());
-        assert_eq!(t.park, Park::Listed);
-        // A head began after the sweep looked: no park, listed again when idle.
-        set(&state, 6, 1, 0);
+        assert!(listed(&state));
+        // A head began after the sweep looked: no park; listed again when idle.
+        state.listed.store(false, Ordering::Relaxed);
+        set(&state, 4, 1, 0);
         state.park_due.store(true, Ordering::Relaxed);
         assert!(look(&mut t, &state).is_pending());
-        assert_eq!(t.park, Park::Unlisted);
+        assert_eq!(t.park, Park::On);
+        set(&state, 6, 0, 0);
+        assert!(look(&mut t, &state).is_pending());
+        assert!(listed(&state));
         // A keep-alive timeout no longer than the park delay never parks.
         let mut t = Timeouts::new(Instant::now(), h, PARK_AFTER);
         t.enable_parking();
+        state.listed.store(false, Ordering::Relaxed);
         set(&state, 7, 0, 0);
         assert!(look(&mut t, &state).is_pending());
         assert_eq!(t.park, Park::Off);
+        assert!(!listed(&state));
     }
 
     /// The sleep is polled once and then left alone until it fires: the header-read
