@@ -240,7 +240,7 @@ impl Way for Pairs<'_> {
                 let attempt = Attempt {
                     route: out.route,
                     head: out.head,
-                    headers: out.headers.clone(),
+                    headers: Cow::Borrowed(&*out.headers),
                     body: LimitedBody::whole(self.body.clone()),
                     deadline: out.deadline,
                     arrived: out.arrived,

@@ -6,6 +6,7 @@
 //! client. The loop knows nothing of how a transport talks to its worker, nor of how many
 //! workers an attempt takes. The answer that wins goes to phase 4 ([`Pipeline::respond`]).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -429,11 +430,11 @@ impl Way for Single<'_> {
         let body = out.payload.for_worker(worker, body, out.json)?;
         let replayable = out.payload.replayable();
         // An attempt that cannot be followed by another (a streamed body) takes the header
-        // map; others copy it.
+        // map; others borrow it (a transport that adds to it copies it then).
         let headers = if replayable {
-            out.headers.clone()
+            Cow::Borrowed(&*out.headers)
         } else {
-            std::mem::take(out.headers)
+            Cow::Owned(std::mem::take(out.headers))
         };
         seen.worker = Some(worker.clone());
         let load = worker.track();

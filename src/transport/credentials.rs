@@ -8,19 +8,24 @@
 //! when the worker has a key of its own. A provider worker without a key passes the
 //! client's own `Authorization` through.
 
+use std::borrow::Cow;
+
 use http::header::AUTHORIZATION;
 use http::HeaderMap;
 
 use crate::fleet::Worker;
 
 /// Puts `worker`'s credentials into the headers it will receive.
-pub fn present(worker: &Worker, headers: &mut HeaderMap) {
+///
+/// The map is copied (when borrowed) only when something is added to it: a worker with
+/// no key of its own, or a client that sent its own `Authorization`, costs no copy.
+pub fn present(worker: &Worker, headers: &mut Cow<'_, HeaderMap>) {
     match &worker.provider {
-        Some(provider) => provider.apply(headers),
+        Some(provider) => provider.apply(headers.to_mut()),
         None => {
             if !headers.contains_key(AUTHORIZATION) {
                 if let Some(bearer) = &worker.bearer {
-                    headers.insert(AUTHORIZATION, bearer.clone());
+                    headers.to_mut().insert(AUTHORIZATION, bearer.clone());
                 }
             }
         }
@@ -51,24 +56,28 @@ mod tests {
         )
     }
 
-    fn client_headers() -> HeaderMap {
+    fn client_headers() -> Cow<'static, HeaderMap> {
         let mut h = HeaderMap::new();
         h.insert(
             AUTHORIZATION,
             HeaderValue::from_static("Bearer gateway-key"),
         );
-        h
+        Cow::Owned(h)
     }
 
     #[test]
     fn engines_keep_the_clients_authorization() {
         let w = worker("http://127.0.0.1:9", RuntimeType::Sglang, Some("wk"), None);
-        let mut h = client_headers();
+        let client = client_headers().into_owned();
+        let mut h = Cow::Borrowed(&client);
         present(&w, &mut h);
         assert_eq!(h[AUTHORIZATION], "Bearer gateway-key");
-        let mut empty = HeaderMap::new();
+        assert!(matches!(h, Cow::Borrowed(_)), "nothing added: not copied");
+        let none = HeaderMap::new();
+        let mut empty = Cow::Borrowed(&none);
         present(&w, &mut empty);
         assert_eq!(empty[AUTHORIZATION], "Bearer wk");
+        assert!(none.is_empty(), "the request's own map is left as it was");
     }
 
     #[test]
@@ -101,8 +110,9 @@ mod tests {
             Some("k"),
             Some("anthropic"),
         );
-        let mut h = HeaderMap::new();
-        h.insert("anthropic-version", HeaderValue::from_static("2099-01-01"));
+        let mut h: Cow<HeaderMap> = Cow::Owned(HeaderMap::new());
+        h.to_mut()
+            .insert("anthropic-version", HeaderValue::from_static("2099-01-01"));
         present(&labelled, &mut h);
         assert_eq!(h["x-api-key"], "k");
         assert_eq!(

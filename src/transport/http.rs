@@ -337,7 +337,7 @@ fn request(
     } else {
         Version::HTTP_11
     };
-    *upstream.headers_mut() = attempt.headers;
+    *upstream.headers_mut() = attempt.headers.into_owned();
     Ok(upstream)
 }
 

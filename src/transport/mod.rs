@@ -15,6 +15,7 @@ pub mod http;
 pub mod pd;
 pub mod provider;
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -32,8 +33,9 @@ pub struct Attempt<'a> {
     pub route: Route,
     /// The client's method and URI (path and query are kept).
     pub head: &'a ::http::request::Parts,
-    /// The headers the worker receives (already filtered).
-    pub headers: HeaderMap,
+    /// The headers the worker receives (already filtered). Borrowed from the request when
+    /// another attempt may follow, so an attempt that adds nothing to them copies nothing.
+    pub headers: Cow<'a, HeaderMap>,
     pub body: LimitedBody,
     /// The attempt, relay included, must be over by then.
     pub deadline: Instant,

@@ -18,6 +18,8 @@
 
 pub mod message;
 
+use std::borrow::Cow;
+
 use bytes::{Bytes, BytesMut};
 use http::header::{HeaderName, HeaderValue, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{HeaderMap, Uri};
@@ -85,7 +87,7 @@ pub async fn send(
     worker: &Worker,
     mut attempt: Attempt<'_>,
 ) -> Result<Answer, SendError> {
-    attempt.headers = to_provider(&attempt.headers, &attempt.head.headers);
+    attempt.headers = Cow::Owned(to_provider(&attempt.headers, &attempt.head.headers));
     let answer = http.relay(worker, attempt).await?;
     if !answer.status().is_success() || is_sse(&answer) {
         return Ok(answer);

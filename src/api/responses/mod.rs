@@ -161,7 +161,7 @@ impl Runner {
         let upstream = provider::Upstream::new(
             self.http.clone(),
             worker,
-            std::mem::take(&mut attempt.headers),
+            std::mem::take(&mut attempt.headers).into_owned(),
         )?;
         let body = whole_body(attempt.body).await?;
         self.serve(

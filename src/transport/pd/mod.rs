@@ -10,6 +10,7 @@
 
 pub mod body;
 
+use std::borrow::Cow;
 use std::time::Instant;
 
 use ::http::HeaderMap;
@@ -253,7 +254,7 @@ async fn leg(
             Attempt {
                 route: attempt.route,
                 head: attempt.head,
-                headers,
+                headers: Cow::Owned(headers),
                 body: LimitedBody::whole(body),
                 deadline,
                 arrived: attempt.arrived,
