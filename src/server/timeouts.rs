@@ -23,7 +23,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
@@ -119,7 +119,7 @@ impl Timeouts {
 
     /// Takes in what changed since the last look; lists a connection that just went idle
     /// between requests with the sweep (`task` is woken when its park is due).
-    fn observe(&mut self, state: &Arc<ConnState>, task: &std::task::Waker) {
+    fn observe(&mut self, state: &Arc<ConnState>, task: &Waker) {
         if matches!(self.stage, Stage::Closing(_)) {
             return;
         }
@@ -212,8 +212,6 @@ impl Timeouts {
 
 #[cfg(test)]
 mod tests {
-    use std::task::Waker;
-
     use super::*;
 
     fn set(state: &ConnState, epoch: u64, phase: u8, active: usize) {

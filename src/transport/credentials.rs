@@ -17,8 +17,9 @@ use crate::fleet::Worker;
 
 /// Puts `worker`'s credentials into the headers it will receive.
 ///
-/// The map is copied (when borrowed) only when something is added to it: a worker with
-/// no key of its own, or a client that sent its own `Authorization`, costs no copy.
+/// The map is copied (when borrowed) only when something may be added to it: an engine
+/// worker with no key of its own, or a client that sent its own `Authorization`, costs no
+/// copy; a provider worker always gets its own map.
 pub fn present(worker: &Worker, headers: &mut Cow<'_, HeaderMap>) {
     match &worker.provider {
         Some(provider) => provider.apply(headers.to_mut()),
