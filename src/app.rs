@@ -102,52 +102,60 @@ impl ThreadSetup for Gateway {
     }
 }
 
-/// Serves one request: the route is matched once, here, and the answer is recorded in
-/// the HTTP-layer metrics under the route's template (requests matching no route are not
-/// recorded, as spec 3 says).
-pub async fn handle(ctx: &ThreadCtx, req: Request<Incoming>) -> Response<RespBody> {
+/// Serves one request: the route is matched once, here; then the head rules, the route
+/// (or its 404/405), the route group's authentication and the route's owner: health
+/// answers here, inference goes to the pipeline, the rest to [`answer_here`]. Never fails:
+/// every error becomes a response. The answer is recorded in the HTTP-layer metrics under
+/// the route's template (requests matching no route are not recorded, as spec 3 says).
+///
+/// One function, not a chain of them: each `async fn` between hyper and the pipeline
+/// moved the request once more and added a frame to every poll of it.
+///
+/// Only inference runs inline. The request's future is as large as its largest branch,
+/// and hyper's service boxes it per request: the administration handlers (fan-outs to
+/// every worker, the store, the Conversations API) would make every inference request
+/// build and move kilobytes it never uses, so they are boxed behind their own call.
+pub async fn handle(ctx: &ThreadCtx, mut req: Request<Incoming>) -> Response<RespBody> {
     let routed = routed(
         match_route(req.method(), req.uri().path()),
         req.uri().path(),
     );
-    let Ok(route) = routed else {
-        return respond(ctx, req, routed).await;
-    };
-    let started = Instant::now();
-    let in_flight = ctx.gateway.metrics.http_started(req.method(), route);
-    let resp = respond(ctx, req, routed).await;
-    in_flight.finished(
-        resp.status().as_u16(),
-        ErrorCode::of(&resp),
-        started.elapsed().as_secs_f64(),
-    );
-    resp
-}
-
-/// Answers one request: the head rules, the route (or its 404/405), the route group's
-/// authentication, then the route's owner. Never fails: every error becomes a response.
-async fn respond(
-    ctx: &ThreadCtx,
-    mut req: Request<Incoming>,
-    routed: Result<Route, NoRoute>,
-) -> Response<RespBody> {
-    if let Err(err) = head_rules::check(req.version(), req.headers()) {
-        return error_response(&err);
-    }
-    let route = match routed {
-        Ok(route) => route,
-        Err(NoRoute::NotFound) => return error::respond::not_found(),
-        Err(NoRoute::MethodNotAllowed) => {
+    let head = head_rules::check(req.version(), req.headers());
+    let route = match (routed, &head) {
+        (Ok(route), _) => route,
+        (Err(_), Err(err)) => return error_response(err),
+        (Err(NoRoute::NotFound), Ok(())) => return error::respond::not_found(),
+        (Err(NoRoute::MethodNotAllowed), Ok(())) => {
             let allow = allowed_methods(req.uri().path()).unwrap_or_default();
             return error::respond::method_not_allowed(&allow);
         }
     };
-    if let Err(denied) = authenticate(&ctx.gateway.auth, route, &mut req).await {
-        return denied.into_response();
-    }
-    dispatch(ctx, route, req)
-        .await
-        .unwrap_or_else(|err| error_response(&err))
+    let arrived = std::time::Instant::now();
+    let in_flight = ctx.gateway.metrics.http_started(req.method(), route);
+    let resp = match head {
+        Err(err) => error_response(&err),
+        Ok(()) => match authenticate(&ctx.gateway.auth, route, &mut req).await {
+            Err(denied) => denied.into_response(),
+            Ok(()) => {
+                let answered = match route {
+                    Route::Health | Route::Liveness => Ok(reply::empty(StatusCode::OK)),
+                    Route::Readiness => Ok(readiness(&ctx.gateway.registry)),
+                    Route::AudioTranscriptions => {
+                        forward(ctx, route, req, ContentType::FromClient, arrived).await
+                    }
+                    r if is_forwarded(r) => forward(ctx, r, req, ContentType::Json, arrived).await,
+                    r => Box::pin(answer_here(ctx, r, req)).await,
+                };
+                answered.unwrap_or_else(|err| error_response(&err))
+            }
+        },
+    };
+    in_flight.finished(
+        resp.status().as_u16(),
+        ErrorCode::of(&resp),
+        arrived.elapsed().as_secs_f64(),
+    );
+    resp
 }
 
 /// Why a request has no route to serve it.
@@ -191,27 +199,6 @@ async fn authenticate(
             auth.control_plane(req.method(), req.uri().path(), req.headers())
                 .await
         }
-    }
-}
-
-/// Gives the route to its owner: health answers here, inference to the pipeline, the
-/// rest to [`answer_here`].
-///
-/// Only inference runs inline. The request's future is as large as its largest branch,
-/// and hyper's service boxes it per request: the administration handlers (fan-outs to
-/// every worker, the store, the Conversations API) would make every inference request
-/// build and move kilobytes it never uses, so they are boxed behind their own call.
-async fn dispatch(
-    ctx: &ThreadCtx,
-    route: Route,
-    req: Request<Incoming>,
-) -> Result<Response<RespBody>, GatewayError> {
-    match route {
-        Route::Health | Route::Liveness => Ok(reply::empty(StatusCode::OK)),
-        Route::Readiness => Ok(readiness(&ctx.gateway.registry)),
-        Route::AudioTranscriptions => forward(ctx, route, req, ContentType::FromClient).await,
-        r if is_forwarded(r) => forward(ctx, r, req, ContentType::Json).await,
-        r => Box::pin(answer_here(ctx, r, req)).await,
     }
 }
 
@@ -291,10 +278,11 @@ fn forward<'a>(
     route: Route,
     req: Request<Incoming>,
     content_type: ContentType,
+    arrived: std::time::Instant,
 ) -> impl std::future::Future<Output = Result<Response<RespBody>, GatewayError>> + Send + 'a {
     ctx.gateway
         .pipeline
-        .serve(&ctx.clients, route, req, content_type)
+        .serve(&ctx.clients, route, req, content_type, arrived)
 }
 
 /// Largest body of an administration request.

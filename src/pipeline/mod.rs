@@ -220,31 +220,47 @@ struct Seen {
 impl Pipeline {
     /// Serves one inference request, matched as `route`, on a thread's upstream clients
     /// and answers it. The route is carried down as it was matched: no phase reads the
-    /// path again. The phases, in order.
+    /// path again. `arrived`: when the gateway took the request (its time in the router
+    /// metrics, its deadlines and its time to first token count from there). The phases, in
+    /// order.
     pub async fn serve(
         &self,
         clients: &ThreadClients,
         route: Route,
         req: Request<Incoming>,
         content_type: ContentType,
+        arrived: Instant,
     ) -> Result<Response<RespBody>, GatewayError> {
-        let started = Instant::now();
         let endpoint = route.endpoint().as_str();
         let mut seen = Seen::default();
-        let result = async {
-            let dispatch = self.dispatch(route);
-            if dispatch.provider {
-                crate::transport::provider::serves(route)?;
-            }
-            let mut prepared = self.prepare(req, route, dispatch, content_type).await?;
-            let ticket = self.admit(prepared.media()).await?;
-            self.send(clients, endpoint, &mut prepared, ticket, &mut seen)
+        // The phases in sequence, each error ending the request; written out rather than
+        // as an inner `async` block with `?`, which would be one more future to build and
+        // poll through on every request.
+        let dispatch = self.dispatch(route);
+        let served = if dispatch.provider {
+            crate::transport::provider::serves(route)
+        } else {
+            Ok(())
+        };
+        let result = match served {
+            Err(err) => Err(err),
+            Ok(()) => match self
+                .prepare(req, route, dispatch, content_type, arrived)
                 .await
-        }
-        .await;
+            {
+                Err(err) => Err(err),
+                Ok(mut prepared) => match self.admit(prepared.media()).await {
+                    Err(err) => Err(err),
+                    Ok(ticket) => {
+                        self.send(clients, endpoint, &mut prepared, ticket, &mut seen)
+                            .await
+                    }
+                },
+            },
+        };
         // One lookup of the answer's media type serves both the metrics and the relay.
         let sse = result.as_ref().is_ok_and(is_sse);
-        self.record(endpoint, &seen, &result, sse, started);
+        self.record(endpoint, &seen, &result, sse, arrived);
         result.map(|resp| {
             if sse {
                 self.guard_relay(endpoint, &seen, resp)

@@ -168,6 +168,7 @@ impl Pipeline {
         route: Route,
         dispatch: Dispatch,
         content_type: ContentType,
+        arrived: Instant,
     ) -> Result<Prepared, GatewayError> {
         let messages_route = MessagesRoute::of(route);
         let counting = messages_route == Some(MessagesRoute::CountTokens);
@@ -176,7 +177,6 @@ impl Pipeline {
         if declared.is_some_and(|len| len > limit) {
             return Err(GatewayError::PayloadTooLarge { limit });
         }
-        let arrived = Instant::now();
         let deadline = arrived + self.settings.request_timeout;
 
         let json = content_type == ContentType::Json;
@@ -224,7 +224,7 @@ impl Pipeline {
         let timing = BodyTiming {
             idle: self.settings.request_body_idle_timeout,
             whole_by: tokio::time::Instant::from_std(
-                deadline.min(Instant::now() + self.settings.request_body_timeout),
+                deadline.min(arrived + self.settings.request_body_timeout),
             ),
         };
         let body = LimitedBody::new(body, limit, Some(timing));
