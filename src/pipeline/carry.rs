@@ -9,6 +9,10 @@ use crate::fleet::{ConnectionMode, Worker};
 use crate::http::error::GatewayError;
 use crate::http::route::Route;
 use crate::transport::http::UpstreamClient;
+use std::future::Future;
+use std::pin::Pin;
+
+use crate::transport::either::Either;
 use crate::transport::{Answer, Attempt, SendError, Transport};
 
 /// Where an attempt goes, chosen by the worker's connection mode: a transport that relays
@@ -40,23 +44,39 @@ impl Carriers<'_> {
     /// as its largest branch: inline, every relayed request built, moved and boxed it (the
     /// largest `memcpy` of a small request's profile; the request's future was 30 KiB,
     /// 7 KiB with the front-ends, the pair loop and the administration routes boxed).
-    /// Boxed, a front-end costs its own request one allocation instead.
-    pub async fn send(&self, worker: &Worker, attempt: Attempt<'_>) -> Result<Answer, SendError> {
+    /// Boxed, a front-end costs its own request one allocation instead. Not an `async fn`:
+    /// the relay's own future is returned, so choosing the carrier adds no future to the
+    /// request's.
+    pub fn send<'s>(
+        &'s self,
+        worker: &'s Worker,
+        attempt: Attempt<'s>,
+    ) -> Either<
+        impl Future<Output = Sent> + Send + 's,
+        Pin<Box<dyn Future<Output = Sent> + Send + 's>>,
+    > {
         match worker.connection_mode() {
-            ConnectionMode::Http if self.provider => {
-                Box::pin(tools::serve(self.http, self.tools, worker, attempt)).await
-            }
+            ConnectionMode::Http if self.provider => Either::right(Box::pin(tools::serve(
+                self.http, self.tools, worker, attempt,
+            ))),
             ConnectionMode::Http if Runner::takes(worker, &attempt) => {
-                Box::pin(self.responses.on_provider(worker, attempt)).await
+                Either::right(Box::pin(self.responses.on_provider(worker, attempt)))
             }
-            ConnectionMode::Http => self.http.send(worker, attempt).await,
+            ConnectionMode::Http => Either::left(self.http.send(worker, attempt)),
             ConnectionMode::Grpc | ConnectionMode::Zmq => {
                 if attempt.route == Route::ResponsesCreate {
-                    Box::pin(self.responses.on_engine(self.engines, worker, attempt)).await
+                    Either::right(Box::pin(self.responses.on_engine(
+                        self.engines,
+                        worker,
+                        attempt,
+                    )))
                 } else {
-                    Box::pin(self.engines.send(worker, attempt)).await
+                    Either::right(Box::pin(self.engines.send(worker, attempt)))
                 }
             }
         }
     }
 }
+
+/// What an attempt's carrier answers.
+type Sent = Result<Answer, SendError>;

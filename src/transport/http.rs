@@ -18,6 +18,7 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::{Client, ResponseFuture};
 
+use super::either::{Captures, Either};
 use super::{Answer, Attempt, SendError, Transport, Waits};
 use crate::fleet::{PoolTuning, Worker};
 use crate::http::body::{RespBody, UpstreamBody};
@@ -204,16 +205,33 @@ impl Transport for UpstreamClient {
 impl UpstreamClient {
     /// Carries `attempt` to `worker` with exactly the headers it holds (no credentials
     /// added: the caller has settled them) and relays the answer.
-    pub(super) async fn relay(
+    ///
+    /// Not an `async fn`: it picks the wire and returns that wire's future, so the request
+    /// carries no future of its own here.
+    pub(super) fn relay<'c, 'w, 'a>(
+        &'c self,
+        worker: &'w Worker,
+        attempt: Attempt<'a>,
+    ) -> impl Future<Output = Result<Answer, SendError>> + Send + Captures<(&'c (), &'w (), &'a ())>
+    {
+        let origin = match origin(worker) {
+            Ok(origin) => origin,
+            Err(err) => return Either::left(std::future::ready(Err(SendError::Exchange(err)))),
+        };
+        Either::right(match Wire::of(worker, origin.0) {
+            Wire::Http1 => Either::left(self.send_h1(worker, origin.1, attempt)),
+            Wire::Pooled(wire) => Either::right(self.send_pooled(worker, origin, wire, attempt)),
+        })
+    }
+
+    /// An attempt through one of hyper's pools (h2c, https).
+    async fn send_pooled(
         &self,
         worker: &Worker,
+        origin: (&Scheme, &Authority),
+        wire: PoolWire,
         attempt: Attempt<'_>,
     ) -> Result<Answer, SendError> {
-        let origin = origin(worker).map_err(SendError::Exchange)?;
-        let wire = match Wire::of(worker, origin.0) {
-            Wire::Http1 => return self.send_h1(worker, origin.1, attempt).await,
-            Wire::Pooled(wire) => wire,
-        };
         let deadline = attempt.deadline;
         let request = request(attempt, origin, worker)?;
         let pool = self.pool_for(worker, wire);

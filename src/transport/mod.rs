@@ -10,6 +10,7 @@
 //! [`Answer`] and [`SendError`]; nothing here knows of them.
 
 pub mod credentials;
+pub mod either;
 pub mod headers;
 pub mod http;
 pub mod pd;
