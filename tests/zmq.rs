@@ -390,8 +390,11 @@ async fn dp_size_two_spreads_requests_across_ranks() {
     )
     .await;
     wait_status(&gw, &id, "not_ready").await;
-    let r0 = Rank::start(&handshake, 0, &["--token-ms", "20"]);
-    let r1 = Rank::start(&handshake, 1, &["--token-ms", "20"]);
+    // Each answer takes half a second, so the six requests overlap even on a loaded
+    // machine: at 100 ms each, one could end before the next arrived, and a lone request
+    // always goes to the idle rank 0 (the full suite under io_uring failed so once).
+    let r0 = Rank::start(&handshake, 0, &["--token-ms", "100"]);
+    let r1 = Rank::start(&handshake, 1, &["--token-ms", "100"]);
     r0.logged("ready rank=0").await;
     r1.logged("ready rank=1").await;
     wait_status(&gw, &id, "ready").await;
