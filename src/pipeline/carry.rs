@@ -2,17 +2,17 @@
 //! worker's connection mode and the request's dispatch. The one place the data path
 //! chooses between relaying and answering itself.
 
+use std::future::Future;
+use std::pin::Pin;
+
 use crate::api::engines::Engines;
 use crate::api::messages::tools::{self, LoopClient};
 use crate::api::responses::Runner;
 use crate::fleet::{ConnectionMode, Worker};
 use crate::http::error::GatewayError;
 use crate::http::route::Route;
-use crate::transport::http::UpstreamClient;
-use std::future::Future;
-use std::pin::Pin;
-
 use crate::transport::either::Either;
+use crate::transport::http::UpstreamClient;
 use crate::transport::{Answer, Attempt, SendError, Transport};
 
 /// Where an attempt goes, chosen by the worker's connection mode: a transport that relays
@@ -52,8 +52,8 @@ impl Carriers<'_> {
         worker: &'s Worker,
         attempt: Attempt<'s>,
     ) -> Either<
-        impl Future<Output = Sent> + Send + 's,
-        Pin<Box<dyn Future<Output = Sent> + Send + 's>>,
+        impl Future<Output = Carried> + Send + 's,
+        Pin<Box<dyn Future<Output = Carried> + Send + 's>>,
     > {
         match worker.connection_mode() {
             ConnectionMode::Http if self.provider => Either::right(Box::pin(tools::serve(
@@ -79,4 +79,4 @@ impl Carriers<'_> {
 }
 
 /// What an attempt's carrier answers.
-type Sent = Result<Answer, SendError>;
+type Carried = Result<Answer, SendError>;

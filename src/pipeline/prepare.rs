@@ -161,7 +161,8 @@ impl Routing {
 
 impl Pipeline {
     /// Phase 1: decides the body path, reads what it says by the body's deadline and
-    /// within the gateway-wide budget, and sets the head aside for the worker.
+    /// within the gateway-wide budget, and sets the head aside for the worker. The
+    /// request's deadlines count from `arrived`.
     pub(super) async fn prepare(
         &self,
         req: Request<Incoming>,
