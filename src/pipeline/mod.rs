@@ -233,30 +233,29 @@ impl Pipeline {
     ) -> Result<Response<RespBody>, GatewayError> {
         let endpoint = route.endpoint().as_str();
         let mut seen = Seen::default();
-        // The phases in sequence, each error ending the request; written out rather than
-        // as an inner `async` block with `?`, which would be one more future to build and
+        // The phases in sequence, each error ending the request: a labelled block rather
+        // than an inner `async` block with `?`, which would be one more future to build and
         // poll through on every request.
-        let dispatch = self.dispatch(route);
-        let served = if dispatch.provider {
-            crate::transport::provider::serves(route)
-        } else {
-            Ok(())
-        };
-        let result = match served {
-            Err(err) => Err(err),
-            Ok(()) => match self
+        let result = 'phases: {
+            let dispatch = self.dispatch(route);
+            if dispatch.provider {
+                if let Err(err) = crate::transport::provider::serves(route) {
+                    break 'phases Err(err);
+                }
+            }
+            let prepared = self
                 .prepare(req, route, dispatch, content_type, arrived)
+                .await;
+            let mut prepared = match prepared {
+                Ok(prepared) => prepared,
+                Err(err) => break 'phases Err(err),
+            };
+            let ticket = match self.admit(prepared.media()).await {
+                Ok(ticket) => ticket,
+                Err(err) => break 'phases Err(err),
+            };
+            self.send(clients, endpoint, &mut prepared, ticket, &mut seen)
                 .await
-            {
-                Err(err) => Err(err),
-                Ok(mut prepared) => match self.admit(prepared.media()).await {
-                    Err(err) => Err(err),
-                    Ok(ticket) => {
-                        self.send(clients, endpoint, &mut prepared, ticket, &mut seen)
-                            .await
-                    }
-                },
-            },
         };
         // One lookup of the answer's media type serves both the metrics and the relay.
         let sse = result.as_ref().is_ok_and(is_sse);
