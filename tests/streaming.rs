@@ -109,7 +109,7 @@ async fn events_are_not_buffered(h2: bool) {
         let events = String::from_utf8_lossy(data)
             .matches("\"content\":\"tok")
             .count();
-        arrivals.extend(std::iter::repeat(*at).take(events));
+        arrivals.extend(std::iter::repeat_n(*at, events));
     }
     assert_eq!(
         arrivals.len(),

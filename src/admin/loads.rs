@@ -56,7 +56,7 @@ pub fn loads(admin: &Admin, query: Option<&str>) -> Response<RespBody> {
         .all()
         .iter()
         .filter(|w| w.is_ready())
-        .filter(|w| model.as_deref().map_or(true, |m| serves(admin, w, m)))
+        .filter(|w| model.as_deref().is_none_or(|m| serves(admin, w, m)))
         .filter_map(|w| Some((w.as_ref(), w.engine_load()?)))
         .collect();
     let loads: Vec<Entry<'_>> = reports

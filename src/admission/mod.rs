@@ -187,9 +187,10 @@ impl Admission {
             return Ok(Ticket::default());
         }
         let now = Instant::now();
-        let started = self.rate.as_ref().map_or(true, |r| {
-            r.reserve(now.into_std(), Duration::ZERO).is_some()
-        });
+        let started = self
+            .rate
+            .as_ref()
+            .is_none_or(|r| r.reserve(now.into_std(), Duration::ZERO).is_some());
         let slot = match &self.slots {
             Some(slots) if started => match slots.clone().try_acquire_owned() {
                 Ok(slot) => Some(slot),

@@ -273,7 +273,7 @@ impl VerifyKey {
         let algorithms: Vec<Algorithm> = family
             .iter()
             .copied()
-            .filter(|alg| declared.map_or(true, |d| d == *alg))
+            .filter(|alg| declared.is_none_or(|d| d == *alg))
             .collect();
         if algorithms.is_empty() {
             return None;

@@ -1457,7 +1457,7 @@ pub fn http_url(v: &str) -> Result<String, Invalid> {
     const EXPECTED: &str = "expected an absolute http:// or https:// URL";
     let uri: http::Uri = v.parse().map_err(|_| Invalid::new(v, EXPECTED))?;
     let scheme_ok = matches!(uri.scheme_str(), Some("http") | Some("https"));
-    if !scheme_ok || uri.host().map_or(true, str::is_empty) {
+    if !scheme_ok || uri.host().is_none_or(str::is_empty) {
         return Err(Invalid::new(v, EXPECTED));
     }
     Ok(v.to_owned())

@@ -530,9 +530,9 @@ mod tests {
         let (base, seen) = serve(move |_, path, headers: &HeaderMap| {
             if let Some(key) = key {
                 let expected = format!("Bearer {key}");
-                if !headers
+                if headers
                     .get(AUTHORIZATION)
-                    .is_some_and(|v| v.as_bytes() == expected.as_bytes())
+                    .is_none_or(|v| v.as_bytes() != expected.as_bytes())
                 {
                     return (401, br#"{"error":"unauthorized"}"#.to_vec());
                 }

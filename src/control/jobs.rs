@@ -190,7 +190,7 @@ impl Jobs {
         let now = Instant::now();
         board
             .entries
-            .retain(|_, e| e.expires.map_or(true, |at| at > now));
+            .retain(|_, e| e.expires.is_none_or(|at| at > now));
         board.entries.get(id).map(|e| e.status.clone())
     }
 

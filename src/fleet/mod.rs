@@ -552,7 +552,7 @@ impl Worker {
     /// flush, profiling): any worker but a data-parallel rank other than 0, so an engine
     /// of N ranks is not called N times.
     pub fn fronts_engine(&self) -> bool {
-        self.dp.map_or(true, |rank| rank.rank() == 0)
+        self.dp.is_none_or(|rank| rank.rank() == 0)
     }
 
     /// The engine's own URL: where requests and probes go. For a rank target it is the

@@ -299,7 +299,7 @@ impl Ask {
                 let messages = body
                     .messages
                     .ok_or_else(|| Invalid("messages is required".into()))?;
-                if !messages.as_array().is_some_and(|m| !m.is_empty()) {
+                if messages.as_array().is_none_or(|m| m.is_empty()) {
                     return Err(Invalid("messages must be a non-empty array".into()));
                 }
                 check_roles(&messages)?;

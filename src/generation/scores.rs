@@ -85,7 +85,7 @@ impl Scoring {
     pub fn shown(&mut self, bytes: usize, out: &mut Vec<Scored>) {
         self.shown += bytes;
         while let Some(front) = self.waiting.front() {
-            if !front.end.is_some_and(|end| end <= self.shown) {
+            if front.end.is_none_or(|end| end > self.shown) {
                 break;
             }
             if let Some(waiting) = self.waiting.pop_front() {

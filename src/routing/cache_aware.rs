@@ -200,7 +200,7 @@ impl CacheAware {
                     return;
                 };
                 let load = worker.load();
-                if holder.map_or(true, |(_, min)| load < min) {
+                if holder.is_none_or(|(_, min)| load < min) {
                     holder = Some((at, load));
                 }
             });

@@ -22,7 +22,7 @@ pub(crate) fn least_loaded_in(
     for step in 0..len {
         let index = range.start + (start + step) % len;
         let load = candidates[index].load();
-        if best.map_or(true, |(_, min)| load < min) {
+        if best.is_none_or(|(_, min)| load < min) {
             best = Some((index, load));
         }
     }

@@ -468,7 +468,7 @@ fn make_rsa_material() -> Result<RsaMaterial, String> {
 }
 
 fn hex_bytes(hex: &str) -> Result<Vec<u8>, String> {
-    if hex.len() % 2 != 0 {
+    if !hex.len().is_multiple_of(2) {
         return Err(format!("odd-length hex {hex:?}"));
     }
     (0..hex.len())

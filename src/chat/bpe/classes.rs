@@ -78,7 +78,7 @@ fn build() -> Classes {
     }
     let mut astral: Vec<(u32, u16)> = Vec::new();
     for (c, bits) in all.iter().enumerate().skip(BMP) {
-        if astral.last().map_or(true, |(_, last)| last != bits) {
+        if astral.last().is_none_or(|(_, last)| last != bits) {
             astral.push((c as u32, *bits));
         }
     }

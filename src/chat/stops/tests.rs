@@ -29,7 +29,7 @@ fn earliest(stops: &[String], text: &str) -> Option<(usize, usize, usize)> {
         }
         if let Some(start) = text.find(stop.as_str()) {
             let candidate = (start, stop.len(), index);
-            if best.map_or(true, |b| candidate < b) {
+            if best.is_none_or(|b| candidate < b) {
                 best = Some(candidate);
             }
         }

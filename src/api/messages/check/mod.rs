@@ -138,7 +138,7 @@ fn rules(request: &Request<'_>, model: &str) -> Result<(), GatewayError> {
     }
     let tools = request.tools.as_deref().unwrap_or_default();
     for tool in tools.iter().filter(|t| t.is_custom()) {
-        if tool.name.as_deref().map_or(true, str::is_empty) {
+        if tool.name.as_deref().is_none_or(str::is_empty) {
             return broken("a custom tool needs a name");
         }
         let schema_is_object = tool

@@ -227,7 +227,7 @@ pub struct Tool<'a> {
 impl Tool<'_> {
     /// A custom tool: no type, or type `custom`.
     pub fn is_custom(&self) -> bool {
-        self.kind.as_deref().map_or(true, |k| k == "custom")
+        self.kind.as_deref().is_none_or(|k| k == "custom")
     }
 
     pub fn is_mcp_toolset(&self) -> bool {
