@@ -40,7 +40,7 @@ CHECK_CYCLES = True
 
 # Lowest first. A module may import only from modules of lower layers.
 LAYERS = [
-    ["bounded", "fxhash", "logging", "rng", "secret", "sse"],  # leaves
+    ["bounded", "boxed", "fxhash", "logging", "rng", "secret", "sse"],  # leaves
     ["http"],  # the wire: routes, errors, bodies, guards
     ["chat", "engine", "parsers", "mcp", "history"],  # language work for token-id engines; the token-engine seam and its gRPC engines; output parsers; the MCP client; the history store
     ["generation"],  # engine-agnostic generation: the ask, prompt ids, decoding, parsing, deltas

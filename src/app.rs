@@ -144,7 +144,7 @@ pub async fn handle(ctx: &ThreadCtx, mut req: Request<Incoming>) -> Response<Res
                         forward(ctx, route, req, ContentType::FromClient, arrived).await
                     }
                     r if is_forwarded(r) => forward(ctx, r, req, ContentType::Json, arrived).await,
-                    r => Box::pin(answer_here(ctx, r, req)).await,
+                    r => crate::boxed::pinned(|| answer_here(ctx, r, req)).await,
                 };
                 answered.unwrap_or_else(|err| error_response(&err))
             }

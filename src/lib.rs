@@ -18,6 +18,7 @@ pub mod api;
 pub mod app;
 pub mod auth;
 pub mod bounded;
+pub mod boxed;
 pub mod chat;
 pub mod config;
 pub mod control;

@@ -8,6 +8,7 @@ use std::pin::Pin;
 use crate::api::engines::Engines;
 use crate::api::messages::tools::{self, LoopClient};
 use crate::api::responses::Runner;
+use crate::boxed::pinned;
 use crate::fleet::{ConnectionMode, Worker};
 use crate::http::error::GatewayError;
 use crate::http::route::Route;
@@ -44,9 +45,9 @@ impl Carriers<'_> {
     /// as its largest branch: inline, every relayed request built, moved and boxed it (the
     /// largest `memcpy` of a small request's profile; the request's future was 30 KiB,
     /// 7 KiB with the front-ends, the pair loop and the administration routes boxed).
-    /// Boxed, a front-end costs its own request one allocation instead. Not an `async fn`:
-    /// the relay's own future is returned, so choosing the carrier adds no future to the
-    /// request's.
+    /// Boxed (built in its box, [`crate::boxed`]), a front-end costs its own request one
+    /// allocation instead. Not an `async fn`: the relay's own future is returned, so
+    /// choosing the carrier adds no future to the request's.
     pub fn send<'s>(
         &'s self,
         worker: &'s Worker,
@@ -56,22 +57,20 @@ impl Carriers<'_> {
         Pin<Box<dyn Future<Output = Carried> + Send + 's>>,
     > {
         match worker.connection_mode() {
-            ConnectionMode::Http if self.provider => Either::right(Box::pin(tools::serve(
-                self.http, self.tools, worker, attempt,
-            ))),
+            ConnectionMode::Http if self.provider => Either::right(pinned(|| {
+                tools::serve(self.http, self.tools, worker, attempt)
+            })),
             ConnectionMode::Http if Runner::takes(worker, &attempt) => {
-                Either::right(Box::pin(self.responses.on_provider(worker, attempt)))
+                Either::right(pinned(|| self.responses.on_provider(worker, attempt)))
             }
             ConnectionMode::Http => Either::left(self.http.send(worker, attempt)),
             ConnectionMode::Grpc | ConnectionMode::Zmq => {
                 if attempt.route == Route::ResponsesCreate {
-                    Either::right(Box::pin(self.responses.on_engine(
-                        self.engines,
-                        worker,
-                        attempt,
-                    )))
+                    Either::right(pinned(|| {
+                        self.responses.on_engine(self.engines, worker, attempt)
+                    }))
                 } else {
-                    Either::right(Box::pin(self.engines.send(worker, attempt)))
+                    Either::right(pinned(|| self.engines.send(worker, attempt)))
                 }
             }
         }

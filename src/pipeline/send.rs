@@ -168,8 +168,10 @@ impl Pipeline {
             // Boxed for the reason `Carriers::send` boxes its front-ends: a pair's loop is
             // large, and a single worker's request should not carry its size.
             let mut pairs = self.pairs(clients, *dispatch, &out)?;
-            return Box::pin(self.attempts(&mut pairs, &facts, endpoint, &mut out, ticket, seen))
-                .await;
+            return crate::boxed::pinned(|| {
+                self.attempts(&mut pairs, &facts, endpoint, &mut out, ticket, seen)
+            })
+            .await;
         }
         // Candidates are narrowed to the model's workers only with several models behind
         // the gateway; otherwise the model only informs the policy.

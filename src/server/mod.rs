@@ -242,14 +242,15 @@ pub async fn serve<I, H>(
     // The handler's future (several KiB: the whole pipeline) is boxed per request. hyper
     // keeps a slot sized for the service's future for the connection's whole life, so an
     // unboxed one would cost every open connection those KiB, streaming or not, where the
-    // box costs one allocation per request and is gone once the response head is out.
+    // box costs one allocation per request and is gone once the response head is out. It
+    // is written straight into its box ([`crate::boxed`]), not copied there.
     let svc = {
         let state = state.clone();
         service_fn(move |req| {
             let handler = handler.clone();
             let activity = ConnState::enter(&state);
             async move {
-                let resp = Box::pin(handler.handle(req)).await;
+                let resp = crate::boxed::pinned(|| handler.handle(req)).await;
                 Ok::<_, Infallible>(resp.map(|b| b.with_activity(activity)))
             }
         })
