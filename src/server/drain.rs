@@ -50,6 +50,7 @@ impl Drain {
         DrainWait {
             inner: self.inner.clone(),
             slot: None,
+            registered: None,
         }
     }
 }
@@ -58,6 +59,11 @@ impl Drain {
 pub struct DrainWait {
     inner: Rc<Inner>,
     slot: Option<usize>,
+    /// The waker last put in the slot. A connection is polled with the same waker every
+    /// time, so a look at the signal compares against this copy in the connection's own
+    /// state and leaves the thread's shared list alone (it was a borrow and a lookup in
+    /// the list on every wake of every connection).
+    registered: Option<Waker>,
 }
 
 impl DrainWait {
@@ -70,15 +76,14 @@ impl DrainWait {
         if self.inner.fired.get() {
             return Poll::Ready(());
         }
-        let mut waiters = self.inner.waiters.borrow_mut();
         let waker = cx.waker();
+        if self.registered.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            return Poll::Pending;
+        }
+        self.registered = Some(waker.clone());
+        let mut waiters = self.inner.waiters.borrow_mut();
         match self.slot {
-            Some(slot) => {
-                let held = &mut waiters.slots[slot];
-                if !held.as_ref().is_some_and(|w| w.will_wake(waker)) {
-                    *held = Some(waker.clone());
-                }
-            }
+            Some(slot) => waiters.slots[slot] = Some(waker.clone()),
             None => {
                 let slot = match waiters.free.pop() {
                     Some(slot) => {
@@ -144,5 +149,21 @@ mod tests {
         assert!(c.is_fired());
         let mut late = drain.waiter();
         assert!(late.poll_fired(&mut cx).is_ready());
+    }
+
+    #[test]
+    fn a_new_waker_replaces_the_registered_one() {
+        let drain = Drain::default();
+        let (first, first_waker) = WakeCount::waker();
+        let (second, second_waker) = WakeCount::waker();
+        let mut wait = drain.waiter();
+        assert!(wait
+            .poll_fired(&mut Context::from_waker(&first_waker))
+            .is_pending());
+        assert!(wait
+            .poll_fired(&mut Context::from_waker(&second_waker))
+            .is_pending());
+        drain.fire();
+        assert_eq!((first.get(), second.get()), (0, 1));
     }
 }
