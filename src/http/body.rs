@@ -116,7 +116,7 @@ pin_project! {
         #[pin]
         inner: B,
         // The one timer of the relay, set for the earlier of the deadline and the stall
-        // limit; frames only move `last_frame`, and the timer is re-armed when it fires
+        // limit; frames only clear `quiet_since`, and the timer is re-armed when it fires
         // early, so the hot path touches no timer.
         #[pin]
         timer: Sleep,
@@ -129,16 +129,32 @@ struct Limits {
     deadline: tokio::time::Instant,
     /// `--stream-stall-timeout-secs`; `None` when off.
     stall: Option<Duration>,
-    /// When the worker last sent a frame (or its head, before the first frame).
-    last_frame: tokio::time::Instant,
+    /// When the relay began waiting for the worker: stamped the first time it waits after
+    /// the head or a frame, and cleared by the next frame. So a body that is all there
+    /// when its head is read costs no clock read, and a stream one per wait rather than
+    /// one per frame as well as one at the start.
+    quiet_since: Option<tokio::time::Instant>,
 }
 
 impl Limits {
     /// When the timer should next fire.
     fn next_check(&self) -> tokio::time::Instant {
-        match self.stall {
-            Some(stall) => self.deadline.min(self.last_frame + stall),
-            None => self.deadline,
+        match (self.stall, self.quiet_since) {
+            (Some(stall), Some(since)) => self.deadline.min(since + stall),
+            _ => self.deadline,
+        }
+    }
+
+    /// The relay is about to wait for its worker: the first wait since the last frame
+    /// starts the silence the stall limit measures, and brings the timer forward to it.
+    fn waiting(&mut self, mut timer: Pin<&mut Sleep>) {
+        if self.stall.is_none() || self.quiet_since.is_some() {
+            return;
+        }
+        self.quiet_since = Some(tokio::time::Instant::now());
+        let due = self.next_check();
+        if due < timer.deadline() {
+            timer.as_mut().reset(due);
         }
     }
 
@@ -148,8 +164,8 @@ impl Limits {
         if now >= self.deadline {
             return Some(Box::new(DeadlineExceeded));
         }
-        match self.stall {
-            Some(stall) if now >= self.last_frame + stall => {
+        match (self.stall, self.quiet_since) {
+            (Some(stall), Some(since)) if now >= since + stall => {
                 Some(Box::new(Stalled { after: stall }))
             }
             _ => None,
@@ -264,7 +280,7 @@ impl<B: Body> RespBody<B> {
         let limits = Limits {
             deadline: tokio::time::Instant::from_std(deadline),
             stall,
-            last_frame: tokio::time::Instant::now(),
+            quiet_since: None,
         };
         RespBody::of(Kind::Relay {
             relay: Box::pin(Relay {
@@ -329,23 +345,25 @@ where
                 } = relay.as_mut().project();
                 match inner.poll_frame(cx) {
                     Poll::Ready(Some(Ok(frame))) => {
-                        if limits.stall.is_some() {
-                            limits.last_frame = tokio::time::Instant::now();
-                        }
+                        limits.quiet_since = None;
                         Poll::Ready(Some(Ok(frame)))
                     }
                     Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
                     Poll::Ready(None) => Poll::Ready(None),
-                    Poll::Pending => loop {
-                        if timer.as_mut().poll(cx).is_pending() {
-                            break Poll::Pending;
+                    Poll::Pending => {
+                        limits.waiting(timer.as_mut());
+                        loop {
+                            if timer.as_mut().poll(cx).is_pending() {
+                                break Poll::Pending;
+                            }
+                            if let Some(err) = limits.check(tokio::time::Instant::now()) {
+                                break Poll::Ready(Some(Err(err)));
+                            }
+                            // Fired for a stall check, but frames came since: wait for the
+                            // next.
+                            timer.as_mut().reset(limits.next_check());
                         }
-                        if let Some(err) = limits.check(tokio::time::Instant::now()) {
-                            break Poll::Ready(Some(Err(err)));
-                        }
-                        // Fired for a stall check, but frames came since: wait for the next.
-                        timer.as_mut().reset(limits.next_check());
-                    },
+                    }
                 }
             }
             KindProj::Generated { rx } => generated::poll(rx, cx),

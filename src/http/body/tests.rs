@@ -406,6 +406,26 @@ async fn frames_keep_a_relay_from_stalling_without_a_timer_per_frame() {
 }
 
 #[tokio::test]
+async fn silence_after_a_run_of_frames_fails_one_stall_limit_after_the_last() {
+    let (feed, up) = upstream();
+    let stall = Duration::from_millis(80);
+    let mut body = Box::pin(RespBody::relay(up, far(), Some(stall)));
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        feed.send(Ok(Frame::data(Bytes::from_static(b"t"))))
+            .expect("feed");
+        assert_eq!(next_data(&mut body).await, "t");
+    }
+    // The silence is timed from the relay's first wait after the last frame, and the
+    // timer is brought forward to it: not left at the deadline, nor a limit late.
+    let quiet_from = Instant::now();
+    let err = next_error(&mut body).await;
+    assert!(err.is::<Stalled>(), "{err}");
+    let quiet = quiet_from.elapsed();
+    assert!(quiet >= stall && quiet < stall * 3, "{quiet:?}");
+}
+
+#[tokio::test]
 async fn without_a_stall_limit_only_the_deadline_ends_a_silent_relay() {
     let (_feed, up) = upstream();
     let deadline = Instant::now() + Duration::from_millis(120);
