@@ -50,8 +50,11 @@ pub enum ContentType {
 
 /// Builds the header map for the worker from the client's, consuming it but for its
 /// `x-api-key` (the first value, marked sensitive) and `X-GW-MCP`, left in `client` for
-/// the provider backend, which alone reads them. `worker_bearer` is sent only when the client sent no `Authorization` of
-/// its own.
+/// the provider backend, which alone reads them. `worker_bearer` is sent only when the
+/// client sent no `Authorization` of its own.
+///
+/// The worker's map is the client's, emptied and refilled: its allocation is reused, and
+/// `client` is left a new map that allocates only if a provider header goes back into it.
 pub fn to_worker(
     client: &mut HeaderMap,
     content_type: ContentType,
@@ -62,7 +65,7 @@ pub fn to_worker(
     // lookup of each by name would hash it twice more on every request.
     let mut provider_key = None;
     let mut mcp = None;
-    let mut out = HeaderMap::with_capacity(8);
+    let mut kept = Kept::default();
     let mut client_content_type = None;
     let mut last_name: Option<HeaderName> = None;
     for (name, value) in client.drain() {
@@ -76,13 +79,16 @@ pub fn to_worker(
         if *name == CONTENT_TYPE {
             client_content_type.get_or_insert(value);
         } else if forwarded_to_worker(name) {
-            out.append(name.clone(), value);
+            kept.push(name.clone(), value);
         } else if *name == X_API_KEY {
             provider_key.get_or_insert(value);
         } else if *name == X_GW_MCP {
             mcp.get_or_insert(value);
         }
     }
+    // `drain` keeps the map's memory: the worker's map takes it over.
+    let mut out = std::mem::take(client);
+    kept.append_to(&mut out);
     match (content_type, client_content_type) {
         (ContentType::FromClient, Some(v)) => {
             out.insert(CONTENT_TYPE, v);
@@ -105,6 +111,36 @@ pub fn to_worker(
         client.insert(X_GW_MCP, mcp);
     }
     out
+}
+
+/// The forwarded fields, held while the client's map is drained, in order: the first few
+/// inline, any beyond them (a client repeating allowlisted fields) in a list.
+#[derive(Default)]
+struct Kept {
+    inline: [Option<(HeaderName, HeaderValue)>; KEPT_INLINE],
+    len: usize,
+    more: Vec<(HeaderName, HeaderValue)>,
+}
+
+/// Forwarded fields held without an allocation: more than the allowlist's usual few.
+const KEPT_INLINE: usize = 4;
+
+impl Kept {
+    fn push(&mut self, name: HeaderName, value: HeaderValue) {
+        match self.inline.get_mut(self.len) {
+            Some(slot) => {
+                *slot = Some((name, value));
+                self.len += 1;
+            }
+            None => self.more.push((name, value)),
+        }
+    }
+
+    fn append_to(self, map: &mut HeaderMap) {
+        for (name, value) in self.inline.into_iter().flatten().chain(self.more) {
+            map.append(name, value);
+        }
+    }
 }
 
 /// Removes the `Connection` fields and every header they name (RFC 9110 §7.6.1): those
@@ -244,6 +280,28 @@ mod tests {
         let out = to_worker(&mut client, ContentType::FromClient, None);
         assert_eq!(out.get_all("x-request-id-a").iter().count(), 2);
         assert_eq!(out[CONTENT_TYPE], "multipart/form-data; boundary=xyz");
+    }
+
+    #[test]
+    fn more_forwarded_fields_than_held_inline_all_pass_in_order() {
+        let values: Vec<String> = (0..KEPT_INLINE + 3).map(|i| i.to_string()).collect();
+        let mut pairs: Vec<(&str, &str)> = values
+            .iter()
+            .map(|v| ("x-request-id", v.as_str()))
+            .collect();
+        pairs.push(("user-agent", "dropped"));
+        pairs.push(("traceparent", "t"));
+        let mut client = map(&pairs);
+        let out = to_worker(&mut client, ContentType::Json, None);
+        let got: Vec<&str> = out
+            .get_all("x-request-id")
+            .iter()
+            .map(|v| v.to_str().unwrap_or_default())
+            .collect();
+        assert_eq!(got, values);
+        assert_eq!(out["traceparent"], "t");
+        assert!(!out.contains_key("user-agent"));
+        assert!(client.is_empty(), "nothing for the provider stays behind");
     }
 
     #[test]
