@@ -33,7 +33,7 @@ fn metrics() -> Metrics {
 /// The recording calls of one request.
 fn one_request(m: &Metrics, worker: &Worker) {
     let started = Instant::now();
-    let in_flight = m.http_started(&Method::POST, Route::ChatCompletions);
+    let in_flight = m.http_started(&Method::POST, Route::ChatCompletions, started);
     let path = BodyPath::Buffered(BufferReason::Retryable);
     m.body_path(path.index(), path.path(), path.reason());
     let how = Selection {

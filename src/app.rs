@@ -131,7 +131,10 @@ pub async fn handle(ctx: &ThreadCtx, mut req: Request<Incoming>) -> Response<Res
         }
     };
     let arrived = std::time::Instant::now();
-    let in_flight = ctx.gateway.metrics.http_started(req.method(), route);
+    let in_flight = ctx
+        .gateway
+        .metrics
+        .http_started(req.method(), route, arrived);
     let resp = match head {
         Err(err) => error_response(&err),
         Ok(()) => match authenticate(&ctx.gateway.auth, route, &mut req).await {

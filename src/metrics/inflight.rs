@@ -53,9 +53,10 @@ impl InflightAges {
         at.saturating_duration_since(self.epoch).as_secs() / SLOT_SECS
     }
 
-    /// Counts a request started now; returns its ring index for [`InflightAges::leave`].
-    pub fn enter(&self) -> usize {
-        let index = (self.slot_of(Instant::now()) as usize) & (SLOTS - 1);
+    /// Counts a request started `at` (the caller's clock read, not another); returns its
+    /// ring index for [`InflightAges::leave`].
+    pub fn enter(&self, at: Instant) -> usize {
+        let index = (self.slot_of(at) as usize) & (SLOTS - 1);
         self.slots[index].fetch_add(1, Ordering::Relaxed);
         index
     }
@@ -136,8 +137,8 @@ mod tests {
     #[test]
     fn requests_land_in_their_age_bucket_and_leave() {
         let ages = InflightAges::default();
-        let a = ages.enter();
-        let b = ages.enter();
+        let a = ages.enter(Instant::now());
+        let b = ages.enter(Instant::now());
         ages.sample(Instant::now());
         assert_eq!(sampled(&ages)[0], 2);
         ages.sample(Instant::now() + Duration::from_secs(45));

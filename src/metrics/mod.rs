@@ -431,9 +431,14 @@ impl Metrics {
 
     // HTTP layer.
 
-    /// A request matched `route`: counted, and in flight until the returned guard
-    /// finishes or drops.
-    pub fn http_started(&self, method: &http::Method, route: Route) -> InFlight<'_> {
+    /// A request matched `route` and arrived `at`: counted, and in flight until the
+    /// returned guard finishes or drops.
+    pub fn http_started(
+        &self,
+        method: &http::Method,
+        route: Route,
+        at: std::time::Instant,
+    ) -> InFlight<'_> {
         let handles = self.http_handles(method, route);
         handles.requests.inc();
         self.http_active.inc();
@@ -441,7 +446,7 @@ impl Metrics {
             metrics: self,
             handles,
             path: route.template(),
-            age_slot: self.inflight_ages.enter(),
+            age_slot: self.inflight_ages.enter(at),
         }
     }
 
