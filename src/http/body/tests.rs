@@ -388,6 +388,16 @@ async fn relay_silent_past_the_stall_limit_fails_as_stalled() {
     watch.assert_settled(&["a"], &format!("failed: {}", Stalled { after: stall }));
 }
 
+/// Feeds `count` one-byte frames 30 ms apart, each read from `body` as it comes.
+async fn frames_every_30_ms(feed: &Feed, body: &mut Pin<Box<RespBody<Upstream>>>, count: usize) {
+    for _ in 0..count {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        feed.send(Ok(Frame::data(Bytes::from_static(b"t"))))
+            .expect("feed");
+        assert_eq!(next_data(body).await, "t");
+    }
+}
+
 #[tokio::test]
 async fn frames_keep_a_relay_from_stalling_without_a_timer_per_frame() {
     let (feed, up) = upstream();
@@ -395,12 +405,7 @@ async fn frames_keep_a_relay_from_stalling_without_a_timer_per_frame() {
     let mut body = Box::pin(RespBody::relay(up, far(), Some(stall)));
     // Frames every 30 ms for well past the stall limit: the timer fires early, is re-armed
     // from the last frame, and never fails the relay.
-    for _ in 0..8 {
-        tokio::time::sleep(Duration::from_millis(30)).await;
-        feed.send(Ok(Frame::data(Bytes::from_static(b"t"))))
-            .expect("feed");
-        assert_eq!(next_data(&mut body).await, "t");
-    }
+    frames_every_30_ms(&feed, &mut body, 8).await;
     drop(feed);
     assert!(body.frame().await.is_none());
 }
@@ -410,12 +415,7 @@ async fn silence_after_a_run_of_frames_fails_one_stall_limit_after_the_last() {
     let (feed, up) = upstream();
     let stall = Duration::from_millis(80);
     let mut body = Box::pin(RespBody::relay(up, far(), Some(stall)));
-    for _ in 0..6 {
-        tokio::time::sleep(Duration::from_millis(30)).await;
-        feed.send(Ok(Frame::data(Bytes::from_static(b"t"))))
-            .expect("feed");
-        assert_eq!(next_data(&mut body).await, "t");
-    }
+    frames_every_30_ms(&feed, &mut body, 6).await;
     // The silence is timed from the relay's first wait after the last frame, and the
     // timer is brought forward to it: not left at the deadline, nor a limit late.
     let quiet_from = Instant::now();
