@@ -130,9 +130,9 @@ struct Limits {
     /// `--stream-stall-timeout-secs`; `None` when off.
     stall: Option<Duration>,
     /// When the relay began waiting for the worker: stamped the first time it waits after
-    /// the head or a frame, and cleared by the next frame. So a body that is all there
-    /// when its head is read costs no clock read, and a stream one per wait rather than
-    /// one per frame as well as one at the start.
+    /// the head or a frame, and cleared by the next frame. So a stream reads the clock
+    /// once per wait, not once per frame and once more at its start, and frames that
+    /// arrive together cost one read.
     quiet_since: Option<tokio::time::Instant>,
 }
 
