@@ -388,6 +388,12 @@ async fn relay_silent_past_the_stall_limit_fails_as_stalled() {
     watch.assert_settled(&["a"], &format!("failed: {}", Stalled { after: stall }));
 }
 
+/// A relay of a fresh worker body with a far deadline and the stall limit `stall`.
+fn relay_with_stall_limit(stall: Duration) -> (Feed, Pin<Box<RespBody<Upstream>>>) {
+    let (feed, up) = upstream();
+    (feed, Box::pin(RespBody::relay(up, far(), Some(stall))))
+}
+
 /// Feeds `count` one-byte frames 30 ms apart, each read from `body` as it comes.
 async fn frames_every_30_ms(feed: &Feed, body: &mut Pin<Box<RespBody<Upstream>>>, count: usize) {
     for _ in 0..count {
@@ -400,9 +406,8 @@ async fn frames_every_30_ms(feed: &Feed, body: &mut Pin<Box<RespBody<Upstream>>>
 
 #[tokio::test]
 async fn frames_keep_a_relay_from_stalling_without_a_timer_per_frame() {
-    let (feed, up) = upstream();
     let stall = Duration::from_millis(80);
-    let mut body = Box::pin(RespBody::relay(up, far(), Some(stall)));
+    let (feed, mut body) = relay_with_stall_limit(stall);
     // Frames every 30 ms for well past the stall limit: the timer fires early, is re-armed
     // from the last frame, and never fails the relay.
     frames_every_30_ms(&feed, &mut body, 8).await;
@@ -412,9 +417,8 @@ async fn frames_keep_a_relay_from_stalling_without_a_timer_per_frame() {
 
 #[tokio::test]
 async fn silence_after_a_run_of_frames_fails_one_stall_limit_after_the_last() {
-    let (feed, up) = upstream();
     let stall = Duration::from_millis(80);
-    let mut body = Box::pin(RespBody::relay(up, far(), Some(stall)));
+    let (feed, mut body) = relay_with_stall_limit(stall);
     frames_every_30_ms(&feed, &mut body, 6).await;
     // The silence is timed from the relay's first wait after the last frame, and the
     // timer is brought forward to it: not left at the deadline, nor a limit late.
