@@ -474,6 +474,9 @@ async fn the_soft_open_file_limit_is_raised_to_the_hard_one() {
         return;
     };
     let gw = gateway_with_soft_nofile(&[], 256);
+    // Startup lines go to stderr, read by a thread that may trail the listening line.
+    gw.log_count("open-file limit raised", 1, Duration::from_secs(5))
+        .await;
     let log = gw.log_text();
     assert!(log.contains("open-file limit raised"), "{log}");
     let expected = format!("max_connections={}", (hard - 128) / 2);

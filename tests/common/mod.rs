@@ -49,6 +49,21 @@ impl Proc {
         self.log.lock().map(|l| l.clone()).unwrap_or_default()
     }
 
+    /// How often `needle` is in the log once it has been there `count` times, or once
+    /// `timeout` passes. A thread reads the log from the child's pipe, so a line the child
+    /// flushed before it answered can reach the log a moment after the answer reaches
+    /// the test: counting at once races that thread.
+    pub async fn log_count(&self, needle: &str, count: usize, timeout: Duration) -> usize {
+        let end = Instant::now() + timeout;
+        loop {
+            let seen = self.log_text().matches(needle).count();
+            if seen >= count || Instant::now() >= end {
+                return seen;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// Sends SIGTERM and waits up to `timeout` for the exit status.
     pub fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         let _ = Command::new("kill")
