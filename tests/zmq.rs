@@ -160,6 +160,18 @@ async fn wait_failed(gw: &Proc, id: &str) -> String {
         worker(gw, id).await,
         gw.log_text()
     );
+    // The job's failure is logged as it is recorded; the log thread may read the line a
+    // moment after the 404 reaches the test.
+    let failed = |log: &str| {
+        log.lines()
+            .any(|line| line.contains("worker job failed") && line.contains(id))
+    };
+    let logged = eventually(Duration::from_secs(10), || {
+        let log = gw.log_text();
+        async move { failed(&log) }
+    })
+    .await;
+    assert!(logged, "no failure logged for {id}: {}", gw.log_text());
     gw.log_text()
 }
 
