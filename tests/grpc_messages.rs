@@ -503,11 +503,15 @@ async fn mlx_refuses_images_stop_sequences_and_forced_tools() {
         let reply = post_json(&url(&gw), &case).await;
         support::assert_gateway_error(&reply, 400, "invalid_request");
     }
-    // The engine logs a request as it takes it, before it answers: once the second
-    // accepted request's line is in, a refused one that had reached the engine would be too.
+    // The engine logs a request as it takes it, before it answers, so a refused one that
+    // had reached the engine would be in the log ahead of this second accepted request's
+    // line: once two lines are in, a third would follow within moments.
     create(&gw, &body("hello")).await;
-    let generations = engine
+    engine
         .log_count("generate request_id", 2, Duration::from_secs(5))
+        .await;
+    let generations = engine
+        .log_count("generate request_id", 3, Duration::from_secs(1))
         .await;
     assert_eq!(generations, 2, "{}", engine.log_text());
 }
