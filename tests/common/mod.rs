@@ -64,6 +64,21 @@ impl Proc {
         }
     }
 
+    /// How often `needle` is in the log once `expected` lines are in (up to `timeout`) and
+    /// a further second has brought no other: for asserting that exactly `expected` were
+    /// logged when any extra line would come ahead of the awaited ones, so a partly read
+    /// log cannot pass for a complete one.
+    pub async fn settled_log_count(
+        &self,
+        needle: &str,
+        expected: usize,
+        timeout: Duration,
+    ) -> usize {
+        self.log_count(needle, expected, timeout).await;
+        self.log_count(needle, expected + 1, Duration::from_secs(1))
+            .await
+    }
+
     /// Sends SIGTERM and waits up to `timeout` for the exit status.
     pub fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         let _ = Command::new("kill")
