@@ -8,8 +8,10 @@
 //! ([`TlsFailure`]).
 
 use std::borrow::Cow;
-use std::future::Future;
+use std::future::{poll_fn, Future};
+use std::pin::pin;
 use std::sync::Mutex;
+use std::task::Poll;
 use std::time::Duration;
 
 use http::uri::{self, Authority, Scheme, Uri};
@@ -297,12 +299,20 @@ impl UpstreamClient {
                 idle_timeout: tuning.idle_timeout,
             },
         };
-        let sent =
-            tokio::time::timeout_at(deadline.into(), h1::exchange(exchange, attempt.body)).await;
+        // The exchange and its deadline are pinned where they stand and polled side by
+        // side: wrapped in tokio's `Timeout`, the exchange's future (about 1 KiB) was
+        // copied into the wrapper and the wrapper into this state, on every request.
+        let mut exchanged = pin!(h1::exchange(exchange, attempt.body));
+        let mut expiry = pin!(tokio::time::sleep_until(deadline.into()));
+        let sent = poll_fn(|cx| match exchanged.as_mut().poll(cx) {
+            Poll::Ready(done) => Poll::Ready(Some(done)),
+            Poll::Pending => expiry.as_mut().poll(cx).map(|()| None),
+        })
+        .await;
         let (head, mut body) = match sent {
-            Err(_) => return Err(SendError::Timeout),
-            Ok(Err(err)) => return Err(h1_failure(worker, err)),
-            Ok(Ok(answer)) => answer,
+            None => return Err(SendError::Timeout),
+            Some(Err(err)) => return Err(h1_failure(worker, err)),
+            Some(Ok(answer)) => answer,
         };
         if !relayable(head.status) {
             tracing::debug!(worker = %worker.url, status = head.status.as_u16(), "worker answered a status that cannot be relayed");
