@@ -115,50 +115,61 @@ impl ThreadSetup for Gateway {
 /// and hyper's service boxes it per request: the administration handlers (fan-outs to
 /// every worker, the store, the Conversations API) would make every inference request
 /// build and move kilobytes it never uses, so they are boxed behind their own call.
-pub async fn handle(ctx: &ThreadCtx, mut req: Request<Incoming>) -> Response<RespBody> {
-    let routed = routed(
-        match_route(req.method(), req.uri().path()),
-        req.uri().path(),
-    );
-    let head = head_rules::check(req.version(), req.headers());
-    let route = match (routed, &head) {
-        (Ok(route), _) => route,
-        (Err(_), Err(err)) => return error_response(err),
-        (Err(NoRoute::NotFound), Ok(())) => return error::respond::not_found(),
-        (Err(NoRoute::MethodNotAllowed), Ok(())) => {
-            let allow = allowed_methods(req.uri().path()).unwrap_or_default();
-            return error::respond::method_not_allowed(&allow);
-        }
-    };
-    let arrived = std::time::Instant::now();
-    let in_flight = ctx
-        .gateway
-        .metrics
-        .http_started(req.method(), route, arrived);
-    let resp = match head {
-        Err(err) => error_response(&err),
-        Ok(()) => match authenticate(&ctx.gateway.auth, route, &mut req).await {
-            Err(denied) => denied.into_response(),
-            Ok(()) => {
-                let answered = match route {
-                    Route::Health | Route::Liveness => Ok(reply::empty(StatusCode::OK)),
-                    Route::Readiness => Ok(readiness(&ctx.gateway.registry)),
-                    Route::AudioTranscriptions => {
-                        forward(ctx, route, req, ContentType::FromClient, arrived).await
-                    }
-                    r if is_forwarded(r) => forward(ctx, r, req, ContentType::Json, arrived).await,
-                    r => crate::boxed::pinned(|| answer_here(ctx, r, req)).await,
-                };
-                answered.unwrap_or_else(|err| error_response(&err))
+///
+/// Not an `async fn`: one keeps the request twice in its state (as passed, and as the local
+/// it is moved into when first polled, a copy on every request); the block uses it in place.
+#[allow(clippy::manual_async_fn)] // see above: the arguments are used in place
+pub fn handle<'a>(
+    ctx: &'a ThreadCtx,
+    mut req: Request<Incoming>,
+) -> impl std::future::Future<Output = Response<RespBody>> + Send + 'a {
+    async move {
+        let routed = routed(
+            match_route(req.method(), req.uri().path()),
+            req.uri().path(),
+        );
+        let head = head_rules::check(req.version(), req.headers());
+        let route = match (routed, &head) {
+            (Ok(route), _) => route,
+            (Err(_), Err(err)) => return error_response(err),
+            (Err(NoRoute::NotFound), Ok(())) => return error::respond::not_found(),
+            (Err(NoRoute::MethodNotAllowed), Ok(())) => {
+                let allow = allowed_methods(req.uri().path()).unwrap_or_default();
+                return error::respond::method_not_allowed(&allow);
             }
-        },
-    };
-    in_flight.finished(
-        resp.status().as_u16(),
-        ErrorCode::of(&resp),
-        arrived.elapsed().as_secs_f64(),
-    );
-    resp
+        };
+        let arrived = std::time::Instant::now();
+        let in_flight = ctx
+            .gateway
+            .metrics
+            .http_started(req.method(), route, arrived);
+        let resp = match head {
+            Err(err) => error_response(&err),
+            Ok(()) => match authenticate(&ctx.gateway.auth, route, &mut req).await {
+                Err(denied) => denied.into_response(),
+                Ok(()) => {
+                    let answered = match route {
+                        Route::Health | Route::Liveness => Ok(reply::empty(StatusCode::OK)),
+                        Route::Readiness => Ok(readiness(&ctx.gateway.registry)),
+                        Route::AudioTranscriptions => {
+                            forward(ctx, route, req, ContentType::FromClient, arrived).await
+                        }
+                        r if is_forwarded(r) => {
+                            forward(ctx, r, req, ContentType::Json, arrived).await
+                        }
+                        r => crate::boxed::pinned(|| answer_here(ctx, r, req)).await,
+                    };
+                    answered.unwrap_or_else(|err| error_response(&err))
+                }
+            },
+        };
+        in_flight.finished(
+            resp.status().as_u16(),
+            ErrorCode::of(&resp),
+            arrived.elapsed().as_secs_f64(),
+        );
+        resp
+    }
 }
 
 /// Why a request has no route to serve it.

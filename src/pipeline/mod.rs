@@ -223,55 +223,62 @@ impl Pipeline {
     /// path again. `arrived`: when the gateway took the request (its time in the router
     /// metrics, its deadlines and its time to first token count from there). The phases, in
     /// order.
-    pub async fn serve(
-        &self,
-        clients: &ThreadClients,
+    ///
+    /// Not an `async fn`, which would keep the request twice in its state and copy it from
+    /// the argument to a local on every request: the block uses it where it was captured.
+    #[allow(clippy::manual_async_fn)] // see above: the arguments are used in place
+    pub fn serve<'a>(
+        &'a self,
+        clients: &'a ThreadClients,
         route: Route,
         req: Request<Incoming>,
         content_type: ContentType,
         arrived: Instant,
-    ) -> Result<Response<RespBody>, GatewayError> {
-        let endpoint = route.endpoint().as_str();
-        let mut seen = Seen::default();
-        // The phases in sequence, each error ending the request: a labelled block rather
-        // than an inner `async` block with `?`, which would be one more future to build and
-        // poll through on every request.
-        let result = 'phases: {
-            let dispatch = self.dispatch(route);
-            if dispatch.provider {
-                if let Err(err) = crate::transport::provider::serves(route) {
-                    break 'phases Err(err);
+    ) -> impl std::future::Future<Output = Result<Response<RespBody>, GatewayError>> + Send + 'a
+    {
+        async move {
+            let endpoint = route.endpoint().as_str();
+            let mut seen = Seen::default();
+            // The phases in sequence, each error ending the request: a labelled block rather
+            // than an inner `async` block with `?`, which would be one more future to build and
+            // poll through on every request.
+            let result = 'phases: {
+                let dispatch = self.dispatch(route);
+                if dispatch.provider {
+                    if let Err(err) = crate::transport::provider::serves(route) {
+                        break 'phases Err(err);
+                    }
                 }
-            }
-            // Used where it landed: moving the prepared request (672 bytes) out of its
-            // `Result` was a copy on every request.
-            let mut prepared = self
-                .prepare(req, route, dispatch, content_type, arrived)
-                .await;
-            let prepared = match &mut prepared {
-                Ok(prepared) => prepared,
-                // The error is taken out; the `Result` is dropped with what stands in for it.
-                Err(err) => {
-                    break 'phases Err(std::mem::replace(err, GatewayError::UpstreamBroken))
+                // Used where it landed: moving the prepared request (672 bytes) out of its
+                // `Result` was a copy on every request.
+                let mut prepared = self
+                    .prepare(req, route, dispatch, content_type, arrived)
+                    .await;
+                let prepared = match &mut prepared {
+                    Ok(prepared) => prepared,
+                    // The error is taken out; the `Result` is dropped with what stands in for it.
+                    Err(err) => {
+                        break 'phases Err(std::mem::replace(err, GatewayError::UpstreamBroken))
+                    }
+                };
+                let ticket = match self.admit(prepared.media()).await {
+                    Ok(ticket) => ticket,
+                    Err(err) => break 'phases Err(err),
+                };
+                self.send(clients, endpoint, prepared, ticket, &mut seen)
+                    .await
+            };
+            // One lookup of the answer's media type serves both the metrics and the relay.
+            let sse = result.as_ref().is_ok_and(is_sse);
+            self.record(endpoint, &seen, &result, sse, arrived);
+            result.map(|resp| {
+                if sse {
+                    self.guard_relay(endpoint, &seen, resp)
+                } else {
+                    resp
                 }
-            };
-            let ticket = match self.admit(prepared.media()).await {
-                Ok(ticket) => ticket,
-                Err(err) => break 'phases Err(err),
-            };
-            self.send(clients, endpoint, prepared, ticket, &mut seen)
-                .await
-        };
-        // One lookup of the answer's media type serves both the metrics and the relay.
-        let sse = result.as_ref().is_ok_and(is_sse);
-        self.record(endpoint, &seen, &result, sse, arrived);
-        result.map(|resp| {
-            if sse {
-                self.guard_relay(endpoint, &seen, resp)
-            } else {
-                resp
-            }
-        })
+            })
+        }
     }
 
     /// Phase 2: an admission token (perhaps after a wait in the queue) and, for a JSON

@@ -17,7 +17,7 @@ use uuid::Uuid;
 use super::dispatch::Dispatch;
 use super::prepare::Payload;
 use super::select::{self, NoPick};
-use super::send::{Outgoing, Sent, Way};
+use super::send::{Failed, Outgoing, Sent, Way};
 use super::{Pipeline, Seen, ThreadClients};
 use crate::api::engines::GrpcPair;
 use crate::engine::Protocol;
@@ -278,16 +278,17 @@ impl Way for Pairs<'_> {
                 if paired.kv_missing {
                     pipeline.metrics.pd_kv_transfer_failure();
                 }
-                match pipeline.answered(decode, paired.answer, decode_load, true) {
-                    Ok((answer, load)) => {
-                        return Ok(Sent::Answer {
-                            answer,
-                            load,
-                            holding: rooms.map(Guard::new),
-                        })
-                    }
-                    Err(failed) => (failed, decode),
+                if !pipeline.answered(decode, &paired.answer, true) {
+                    return Ok(Sent::Answer {
+                        answer: paired.answer,
+                        load: decode_load,
+                        holding: rooms.map(Guard::new),
+                    });
                 }
+                (
+                    Failed::Status(Box::new((paired.answer, decode_load))),
+                    decode,
+                )
             }
             Err(PairFailure::Body(err)) => {
                 if err == BodyError::NotObject {
@@ -298,16 +299,14 @@ impl Way for Pairs<'_> {
                 });
             }
             Err(PairFailure::Prefill(PrefillFailure::Status(answer))) => {
-                match pipeline.answered(prefill, *answer, prefill_load, true) {
-                    Ok((answer, load)) => {
-                        return Ok(Sent::Answer {
-                            answer,
-                            load,
-                            holding: None,
-                        })
-                    }
-                    Err(failed) => (failed, prefill),
+                if !pipeline.answered(prefill, &answer, true) {
+                    return Ok(Sent::Answer {
+                        answer: *answer,
+                        load: prefill_load,
+                        holding: None,
+                    });
                 }
+                (Failed::Status(Box::new((*answer, prefill_load))), prefill)
             }
             Err(PairFailure::Prefill(PrefillFailure::Send(err))) => {
                 (pipeline.no_answer(prefill, err)?, prefill)

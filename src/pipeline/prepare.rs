@@ -162,115 +162,121 @@ impl Routing {
 impl Pipeline {
     /// Phase 1: decides the body path, reads what it says by the body's deadline and
     /// within the gateway-wide budget, and sets the head aside for the worker. The
-    /// request's deadlines count from `arrived`.
-    pub(super) async fn prepare(
-        &self,
+    /// request's deadlines count from `arrived`. Not an `async fn` (see
+    /// [`Pipeline::serve`]): the request is used where the block captured it.
+    #[allow(clippy::manual_async_fn)] // see above: the arguments are used in place
+    pub(super) fn prepare<'a>(
+        &'a self,
         req: Request<Incoming>,
         route: Route,
         dispatch: Dispatch,
         content_type: ContentType,
         arrived: Instant,
-    ) -> Result<Prepared, GatewayError> {
-        let messages_route = MessagesRoute::of(route);
-        let counting = messages_route == Some(MessagesRoute::CountTokens);
-        let limit = self.settings.max_payload_size;
-        let declared = declared_length(&req);
-        if declared.is_some_and(|len| len > limit) {
-            return Err(GatewayError::PayloadTooLarge { limit });
-        }
-        let deadline = arrived + self.settings.request_timeout;
-
-        let json = content_type == ContentType::Json;
-        let messages_route = messages_route.filter(|_| json);
-        // Spec 2: a Responses body is checked before routing on every backend, so it is
-        // always held.
-        let checks_responses = json && route == Route::ResponsesCreate;
-        if counting {
-            count_tokens_served(dispatch, req.headers())?;
-        }
-        let renames_model = messages_route.is_some() && !self.registry.aliases().is_empty();
-        let needs = match &self.pd {
-            Some(pd) if dispatch.pairs => pd.needs(),
-            _ => self.selecting(dispatch.prefill_only).needs(),
-        };
-        // Header values are shared buffers: taken before the header map is handed on.
-        let (routing_key, target_worker) = if needs == Needs::Header {
-            (
-                self.routing_key_header(req.headers()),
-                req.headers().get(TARGET_WORKER).cloned(),
-            )
-        } else {
-            (None, None)
-        };
-        let inputs = body_path::Inputs {
-            // count_tokens goes to a worker of the body's model (404 when none serves it);
-            // under prefill/decode to any prefill worker.
-            needs_model: (self.modes.enable_igw && json) || (counting && !dispatch.prefill_only),
-            needs_text: needs == Needs::PromptText && json,
-            needs_rid: needs == Needs::Header
-                && json
-                && routing_key.is_none()
-                && target_worker.is_none(),
-            mutates_body: (self.modes.dp_aware || renames_model) && json,
-            needs_media: json && self.admission.media.is_some(),
-            grpc: json && dispatch.token_engines,
-            pd: dispatch.pairs,
-            validates: checks_responses,
-            retries: self.retry.enabled(),
-            declared_len: declared,
-            max_buffered: self.settings.max_buffered_request_bytes,
-        };
-        let path = body_path::decide(inputs);
-        let (mut head, body) = req.into_parts();
-        let timing = BodyTiming {
-            idle: self.settings.request_body_idle_timeout,
-            whole_by: tokio::time::Instant::from_std(
-                deadline.min(arrived + self.settings.request_body_timeout),
-            ),
-        };
-        let body = LimitedBody::new(body, limit, Some(timing));
-        let (mut payload, path, charge) = self.read_body(body, path, &inputs, timing).await?;
-        // Spec 2: a Messages body the gateway holds is checked before routing (a streamed
-        // one is the worker's to judge) and goes on with an aliased model renamed.
-        if let (Some(route), Payload::Held(bytes)) = (messages_route, &mut payload) {
-            let checked = messages::check(route, std::mem::take(bytes), self.registry.aliases())?;
-            *bytes = checked.body;
-        }
-        if let (true, Payload::Held(bytes)) = (checks_responses, &mut payload) {
-            let renamed = responses::check(bytes)?.renamed(bytes, self.registry.aliases());
-            if let Some(renamed) = renamed {
-                *bytes = renamed;
+    ) -> impl std::future::Future<Output = Result<Prepared, GatewayError>> + Send + 'a {
+        async move {
+            let messages_route = MessagesRoute::of(route);
+            let counting = messages_route == Some(MessagesRoute::CountTokens);
+            let limit = self.settings.max_payload_size;
+            let declared = declared_length(&req);
+            if declared.is_some_and(|len| len > limit) {
+                return Err(GatewayError::PayloadTooLarge { limit });
             }
+            let deadline = arrived + self.settings.request_timeout;
+
+            let json = content_type == ContentType::Json;
+            let messages_route = messages_route.filter(|_| json);
+            // Spec 2: a Responses body is checked before routing on every backend, so it is
+            // always held.
+            let checks_responses = json && route == Route::ResponsesCreate;
+            if counting {
+                count_tokens_served(dispatch, req.headers())?;
+            }
+            let renames_model = messages_route.is_some() && !self.registry.aliases().is_empty();
+            let needs = match &self.pd {
+                Some(pd) if dispatch.pairs => pd.needs(),
+                _ => self.selecting(dispatch.prefill_only).needs(),
+            };
+            // Header values are shared buffers: taken before the header map is handed on.
+            let (routing_key, target_worker) = if needs == Needs::Header {
+                (
+                    self.routing_key_header(req.headers()),
+                    req.headers().get(TARGET_WORKER).cloned(),
+                )
+            } else {
+                (None, None)
+            };
+            let inputs = body_path::Inputs {
+                // count_tokens goes to a worker of the body's model (404 when none serves it);
+                // under prefill/decode to any prefill worker.
+                needs_model: (self.modes.enable_igw && json)
+                    || (counting && !dispatch.prefill_only),
+                needs_text: needs == Needs::PromptText && json,
+                needs_rid: needs == Needs::Header
+                    && json
+                    && routing_key.is_none()
+                    && target_worker.is_none(),
+                mutates_body: (self.modes.dp_aware || renames_model) && json,
+                needs_media: json && self.admission.media.is_some(),
+                grpc: json && dispatch.token_engines,
+                pd: dispatch.pairs,
+                validates: checks_responses,
+                retries: self.retry.enabled(),
+                declared_len: declared,
+                max_buffered: self.settings.max_buffered_request_bytes,
+            };
+            let path = body_path::decide(inputs);
+            let (mut head, body) = req.into_parts();
+            let timing = BodyTiming {
+                idle: self.settings.request_body_idle_timeout,
+                whole_by: tokio::time::Instant::from_std(
+                    deadline.min(arrived + self.settings.request_body_timeout),
+                ),
+            };
+            let body = LimitedBody::new(body, limit, Some(timing));
+            let (mut payload, path, charge) = self.read_body(body, path, &inputs, timing).await?;
+            // Spec 2: a Messages body the gateway holds is checked before routing (a streamed
+            // one is the worker's to judge) and goes on with an aliased model renamed.
+            if let (Some(route), Payload::Held(bytes)) = (messages_route, &mut payload) {
+                let checked =
+                    messages::check(route, std::mem::take(bytes), self.registry.aliases())?;
+                *bytes = checked.body;
+            }
+            if let (true, Payload::Held(bytes)) = (checks_responses, &mut payload) {
+                let renamed = responses::check(bytes)?.renamed(bytes, self.registry.aliases());
+                if let Some(renamed) = renamed {
+                    *bytes = renamed;
+                }
+            }
+            self.metrics
+                .body_path(path.index(), path.path(), path.reason());
+            let headers = headers::to_worker(&mut head.headers, content_type, None);
+            let wants = Wants {
+                model: inputs.needs_model || inputs.needs_text,
+                stream: false,
+                rid: inputs.needs_rid,
+                text: inputs.needs_text,
+            };
+            let routing = Routing {
+                routing_key,
+                target_worker,
+                wants,
+                held: payload.held_for(wants),
+                by_model: inputs.needs_model,
+                declared,
+            };
+            Ok(Prepared {
+                route,
+                dispatch,
+                head,
+                headers,
+                payload,
+                _charge: charge,
+                json,
+                deadline,
+                arrived,
+                routing,
+            })
         }
-        self.metrics
-            .body_path(path.index(), path.path(), path.reason());
-        let headers = headers::to_worker(&mut head.headers, content_type, None);
-        let wants = Wants {
-            model: inputs.needs_model || inputs.needs_text,
-            stream: false,
-            rid: inputs.needs_rid,
-            text: inputs.needs_text,
-        };
-        let routing = Routing {
-            routing_key,
-            target_worker,
-            wants,
-            held: payload.held_for(wants),
-            by_model: inputs.needs_model,
-            declared,
-        };
-        Ok(Prepared {
-            route,
-            dispatch,
-            head,
-            headers,
-            payload,
-            _charge: charge,
-            json,
-            deadline,
-            arrived,
-            routing,
-        })
     }
 
     /// Reads what `path` says of the body before dispatch, by the body's whole-body

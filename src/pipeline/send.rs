@@ -286,15 +286,11 @@ impl Pipeline {
         }
     }
 
-    /// A worker's answer: counted and fed to its breaker; the client's unless its status
-    /// is one to retry and the body can be sent again.
-    pub(super) fn answered(
-        &self,
-        worker: &Worker,
-        answer: Answer,
-        load: LoadGuard,
-        replayable: bool,
-    ) -> Result<(Answer, LoadGuard), Failed> {
+    /// A worker's answer: counted and fed to its breaker. `true` when its status is one to
+    /// retry and the body can be sent again (the caller keeps it as the failure's last
+    /// word); otherwise it is the client's. It is looked at where it lies: the answer is
+    /// hundreds of bytes, and taking it by value and handing it back moved it twice.
+    pub(super) fn answered(&self, worker: &Worker, answer: &Answer, replayable: bool) -> bool {
         let status = answer.status();
         self.metrics.upstream_response(status.as_u16(), "");
         if status.is_server_error() {
@@ -307,11 +303,7 @@ impl Pipeline {
         }
         let outcome = worker.breaker.config().classify(status);
         self.record_outcome(worker, outcome);
-        if RetryConfig::retries_status(status) && replayable {
-            Err(Failed::Status(Box::new((answer, load))))
-        } else {
-            Ok((answer, load))
-        }
+        RetryConfig::retries_status(status) && replayable
     }
 
     /// An attempt on `worker` without an answer: a timeout ends the request, as does a
@@ -460,16 +452,16 @@ impl Way for Single<'_> {
             .await;
         let failed = match sent {
             Err(err) => pipeline.no_answer(worker, err)?,
-            Ok(answer) => match pipeline.answered(worker, answer, load, replayable) {
-                Ok((answer, load)) => {
+            Ok(answer) => {
+                if !pipeline.answered(worker, &answer, replayable) {
                     return Ok(Sent::Answer {
                         answer,
                         load,
                         holding: None,
-                    })
+                    });
                 }
-                Err(failed) => failed,
-            },
+                Failed::Status(Box::new((answer, load)))
+            }
         };
         Ok(Sent::Failed {
             failed,

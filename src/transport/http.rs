@@ -272,61 +272,67 @@ impl UpstreamClient {
     /// An attempt on a cleartext HTTP/1.1 worker, over the gateway's own client: the
     /// response body is read from the worker's connection by the task serving the client,
     /// or answered as one buffer when it came whole with the head.
-    async fn send_h1(
-        &self,
-        worker: &Worker,
-        authority: &Authority,
-        attempt: Attempt<'_>,
-    ) -> Result<Answer, SendError> {
-        let deadline = attempt.deadline;
-        let tuning = match worker.pool {
-            Some(tuning) => Tuning::defaults(self.idle_timeout).with(tuning),
-            None => Tuning::defaults(self.idle_timeout),
-        };
-        let headers = attempt.headers;
-        let exchange = h1::Exchange {
-            origin: authority,
-            method: &attempt.head.method,
-            target: attempt
-                .head
-                .uri
-                .path_and_query()
-                .map_or("/", |target| target.as_str()),
-            headers: &headers,
-            connect_timeout: tuning.connect_timeout,
-            keep: h1::Keep {
-                max_idle: tuning.max_idle_per_host,
-                idle_timeout: tuning.idle_timeout,
-            },
-        };
-        // The exchange and its deadline are pinned where they stand and polled side by
-        // side: wrapped in tokio's `Timeout`, the exchange's future (about 1 KiB) was
-        // copied into the wrapper and the wrapper into this state, on every request.
-        let mut exchanged = pin!(h1::exchange(exchange, attempt.body));
-        let mut expiry = pin!(tokio::time::sleep_until(deadline.into()));
-        let sent = poll_fn(|cx| match exchanged.as_mut().poll(cx) {
-            Poll::Ready(done) => Poll::Ready(Some(done)),
-            Poll::Pending => expiry.as_mut().poll(cx).map(|()| None),
-        })
-        .await;
-        let (head, mut body) = match sent {
-            None => return Err(SendError::Timeout),
-            Some(Err(err)) => return Err(h1_failure(worker, err)),
-            Some(Ok(answer)) => answer,
-        };
-        if !relayable(head.status) {
-            tracing::debug!(worker = %worker.url, status = head.status.as_u16(), "worker answered a status that cannot be relayed");
-            return Err(SendError::Exchange(GatewayError::UpstreamBroken));
+    ///
+    /// Not an `async fn`: one would keep the attempt (296 bytes) twice in its state and copy
+    /// it from the argument to the local on every request; the block uses it in place.
+    #[allow(clippy::manual_async_fn)] // see above: the arguments are used in place
+    fn send_h1<'c, 'w, 'a>(
+        &'c self,
+        worker: &'w Worker,
+        authority: &'w Authority,
+        attempt: Attempt<'a>,
+    ) -> impl Future<Output = Result<Answer, SendError>> + Send + Captures<(&'c (), &'w (), &'a ())>
+    {
+        async move {
+            let deadline = attempt.deadline;
+            let tuning = match worker.pool {
+                Some(tuning) => Tuning::defaults(self.idle_timeout).with(tuning),
+                None => Tuning::defaults(self.idle_timeout),
+            };
+            let exchange = h1::Exchange {
+                origin: authority,
+                method: &attempt.head.method,
+                target: attempt
+                    .head
+                    .uri
+                    .path_and_query()
+                    .map_or("/", |target| target.as_str()),
+                headers: &attempt.headers,
+                connect_timeout: tuning.connect_timeout,
+                keep: h1::Keep {
+                    max_idle: tuning.max_idle_per_host,
+                    idle_timeout: tuning.idle_timeout,
+                },
+            };
+            // The exchange and its deadline are pinned where they stand and polled side by
+            // side: wrapped in tokio's `Timeout`, the exchange's future (about 1 KiB) was
+            // copied into the wrapper and the wrapper into this state, on every request.
+            let mut exchanged = pin!(h1::exchange(exchange, attempt.body));
+            let mut expiry = pin!(tokio::time::sleep_until(deadline.into()));
+            let sent = poll_fn(|cx| match exchanged.as_mut().poll(cx) {
+                Poll::Ready(done) => Poll::Ready(Some(done)),
+                Poll::Pending => expiry.as_mut().poll(cx).map(|()| None),
+            })
+            .await;
+            let (head, mut body) = match sent {
+                None => return Err(SendError::Timeout),
+                Some(Err(err)) => return Err(h1_failure(worker, err)),
+                Some(Ok(answer)) => answer,
+            };
+            if !relayable(head.status) {
+                tracing::debug!(worker = %worker.url, status = head.status.as_u16(), "worker answered a status that cannot be relayed");
+                return Err(SendError::Exchange(GatewayError::UpstreamBroken));
+            }
+            let body = match body.take_whole() {
+                Some(whole) => RespBody::full(whole),
+                None => RespBody::relay(UpstreamBody::H1(body), deadline, self.stall),
+            };
+            let mut answer = Answer::new(body);
+            *answer.status_mut() = head.status;
+            *answer.headers_mut() = head.headers;
+            headers::strip_hop_by_hop(answer.headers_mut());
+            Ok(answer)
         }
-        let body = match body.take_whole() {
-            Some(whole) => RespBody::full(whole),
-            None => RespBody::relay(UpstreamBody::H1(body), deadline, self.stall),
-        };
-        let mut answer = Answer::new(body);
-        *answer.status_mut() = head.status;
-        *answer.headers_mut() = head.headers;
-        headers::strip_hop_by_hop(answer.headers_mut());
-        Ok(answer)
     }
 }
 

@@ -12,9 +12,9 @@
 //! which is how the worker learns that the client went away.
 
 use std::fmt;
-use std::future::poll_fn;
+use std::future::{poll_fn, Future};
 use std::io;
-use std::pin::{pin, Pin};
+use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
@@ -95,51 +95,62 @@ pub struct Exchange<'a> {
 
 /// Sends the request and reads the worker's response head; the body follows as
 /// [`H1Body`]. The caller bounds the whole call with its deadline.
-pub async fn exchange<B>(ex: Exchange<'_>, body: B) -> Result<(ResponseHead, H1Body), H1Error>
+///
+/// Not an `async fn`: one keeps its arguments twice in its state (as they were passed and
+/// as the locals they are moved into), and copies them from one to the other when first
+/// polled. The block below uses what it captured in place, the body included (pinned where
+/// it lies, hence `Unpin`).
+#[allow(clippy::manual_async_fn)] // see above: the arguments are used in place
+pub fn exchange<'e, B>(
+    ex: Exchange<'e>,
+    mut body: B,
+) -> impl Future<Output = Result<(ResponseHead, H1Body), H1Error>> + 'e
 where
-    B: Body<Data = Bytes>,
+    B: Body<Data = Bytes> + Unpin + 'e,
     B::Error: Into<BoxError>,
 {
-    let mut conn = match pool::checkout(ex.origin) {
-        Some(conn) => conn,
-        None => connect(ex.origin, ex.connect_timeout).await?,
-    };
-    send_request(&mut conn.stream, &ex, pin!(body)).await?;
-    let head = loop {
-        // The buffer is empty right after the request went out, as a rule: the parser
-        // (which sets up its field table on every call) only runs once bytes are there.
-        if !conn.buf.is_empty() {
-            if let Some(head) =
-                head::parse_response(&mut conn.buf, ex.method).map_err(H1Error::Head)?
-            {
-                break head;
+    async move {
+        let mut conn = match pool::checkout(ex.origin) {
+            Some(conn) => conn,
+            None => connect(ex.origin, ex.connect_timeout).await?,
+        };
+        send_request(&mut conn.stream, &ex, Pin::new(&mut body)).await?;
+        let head = loop {
+            // The buffer is empty right after the request went out, as a rule: the parser
+            // (which sets up its field table on every call) only runs once bytes are there.
+            if !conn.buf.is_empty() {
+                if let Some(head) =
+                    head::parse_response(&mut conn.buf, ex.method).map_err(H1Error::Head)?
+                {
+                    break head;
+                }
             }
+            if poll_fn(|cx| poll_fill(&mut conn, cx))
+                .await
+                .map_err(H1Error::Io)?
+                == 0
+            {
+                return Err(H1Error::Closed);
+            }
+        };
+        let framing = match head.framing {
+            RespFraming::Empty | RespFraming::Length(0) => Framing::Done,
+            RespFraming::Length(n) => Framing::Length(n),
+            RespFraming::Chunked => Framing::Chunked(Chunked::new()),
+            RespFraming::UntilClose => Framing::UntilClose,
+        };
+        let mut body = H1Body {
+            conn: Some(conn),
+            framing,
+            origin: ex.origin.clone(),
+            keep: ex.keep,
+            reusable: head.reusable,
+        };
+        if matches!(body.framing, Framing::Done) {
+            body.finish();
         }
-        if poll_fn(|cx| poll_fill(&mut conn, cx))
-            .await
-            .map_err(H1Error::Io)?
-            == 0
-        {
-            return Err(H1Error::Closed);
-        }
-    };
-    let framing = match head.framing {
-        RespFraming::Empty | RespFraming::Length(0) => Framing::Done,
-        RespFraming::Length(n) => Framing::Length(n),
-        RespFraming::Chunked => Framing::Chunked(Chunked::new()),
-        RespFraming::UntilClose => Framing::UntilClose,
-    };
-    let mut body = H1Body {
-        conn: Some(conn),
-        framing,
-        origin: ex.origin.clone(),
-        keep: ex.keep,
-        reusable: head.reusable,
-    };
-    if matches!(body.framing, Framing::Done) {
-        body.finish();
+        Ok((head, body))
     }
-    Ok((head, body))
 }
 
 async fn connect(origin: &Authority, timeout: Duration) -> Result<Conn, H1Error> {
