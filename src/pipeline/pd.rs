@@ -17,7 +17,7 @@ use uuid::Uuid;
 use super::dispatch::Dispatch;
 use super::prepare::Payload;
 use super::select::{self, NoPick};
-use super::send::{Failed, Outgoing, Sent, Way};
+use super::send::{Failed, Outgoing, Sent, Verdict, Way};
 use super::{Pipeline, Seen, ThreadClients};
 use crate::api::engines::GrpcPair;
 use crate::engine::Protocol;
@@ -278,17 +278,19 @@ impl Way for Pairs<'_> {
                 if paired.kv_missing {
                     pipeline.metrics.pd_kv_transfer_failure();
                 }
-                if !pipeline.answered(decode, &paired.answer, true) {
-                    return Ok(Sent::Answer {
-                        answer: paired.answer,
-                        load: decode_load,
-                        holding: rooms.map(Guard::new),
-                    });
+                match pipeline.answered(decode, &paired.answer, true) {
+                    Verdict::Relay => {
+                        return Ok(Sent::Answer {
+                            answer: paired.answer,
+                            load: decode_load,
+                            holding: rooms.map(Guard::new),
+                        })
+                    }
+                    Verdict::Retry => (
+                        Failed::Status(Box::new((paired.answer, decode_load))),
+                        decode,
+                    ),
                 }
-                (
-                    Failed::Status(Box::new((paired.answer, decode_load))),
-                    decode,
-                )
             }
             Err(PairFailure::Body(err)) => {
                 if err == BodyError::NotObject {
@@ -299,14 +301,16 @@ impl Way for Pairs<'_> {
                 });
             }
             Err(PairFailure::Prefill(PrefillFailure::Status(answer))) => {
-                if !pipeline.answered(prefill, &answer, true) {
-                    return Ok(Sent::Answer {
-                        answer: *answer,
-                        load: prefill_load,
-                        holding: None,
-                    });
+                match pipeline.answered(prefill, &answer, true) {
+                    Verdict::Relay => {
+                        return Ok(Sent::Answer {
+                            answer: *answer,
+                            load: prefill_load,
+                            holding: None,
+                        })
+                    }
+                    Verdict::Retry => (Failed::Status(Box::new((*answer, prefill_load))), prefill),
                 }
-                (Failed::Status(Box::new((*answer, prefill_load))), prefill)
             }
             Err(PairFailure::Prefill(PrefillFailure::Send(err))) => {
                 (pipeline.no_answer(prefill, err)?, prefill)

@@ -50,6 +50,15 @@ pub(super) struct Outgoing<'r> {
     pub arrived: Instant,
 }
 
+/// What becomes of a worker's answer ([`Pipeline::answered`]).
+pub(super) enum Verdict {
+    /// It goes to the client.
+    Relay,
+    /// Its status is one to retry and the body can be sent again: kept as the failure's
+    /// last word while another worker is tried.
+    Retry,
+}
+
 /// How one attempt came out. The answer is the common case and stays unboxed: boxing it
 /// would cost an allocation per request to spare a move on the rare failure path.
 #[allow(clippy::large_enum_variant)]
@@ -286,11 +295,11 @@ impl Pipeline {
         }
     }
 
-    /// A worker's answer: counted and fed to its breaker. `true` when its status is one to
-    /// retry and the body can be sent again (the caller keeps it as the failure's last
-    /// word); otherwise it is the client's. It is looked at where it lies: the answer is
-    /// hundreds of bytes, and taking it by value and handing it back moved it twice.
-    pub(super) fn answered(&self, worker: &Worker, answer: &Answer, replayable: bool) -> bool {
+    /// A worker's answer: counted and fed to its breaker, and judged: the client's, unless
+    /// its status is one to retry and the body can be sent again. It is looked at where it
+    /// lies: the answer is hundreds of bytes, and taking it by value and handing it back
+    /// moved it twice.
+    pub(super) fn answered(&self, worker: &Worker, answer: &Answer, replayable: bool) -> Verdict {
         let status = answer.status();
         self.metrics.upstream_response(status.as_u16(), "");
         if status.is_server_error() {
@@ -303,7 +312,11 @@ impl Pipeline {
         }
         let outcome = worker.breaker.config().classify(status);
         self.record_outcome(worker, outcome);
-        RetryConfig::retries_status(status) && replayable
+        if RetryConfig::retries_status(status) && replayable {
+            Verdict::Retry
+        } else {
+            Verdict::Relay
+        }
     }
 
     /// An attempt on `worker` without an answer: a timeout ends the request, as does a
@@ -452,16 +465,16 @@ impl Way for Single<'_> {
             .await;
         let failed = match sent {
             Err(err) => pipeline.no_answer(worker, err)?,
-            Ok(answer) => {
-                if !pipeline.answered(worker, &answer, replayable) {
+            Ok(answer) => match pipeline.answered(worker, &answer, replayable) {
+                Verdict::Relay => {
                     return Ok(Sent::Answer {
                         answer,
                         load,
                         holding: None,
-                    });
+                    })
                 }
-                Failed::Status(Box::new((answer, load)))
-            }
+                Verdict::Retry => Failed::Status(Box::new((answer, load))),
+            },
         };
         Ok(Sent::Failed {
             failed,
