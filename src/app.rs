@@ -85,6 +85,9 @@ impl ThreadSetup for Gateway {
     type Handler = ThreadCtx;
 
     fn handler(self: Arc<Self>) -> ThreadCtx {
+        // Called once on each data-plane thread, before it serves: the thread writes its
+        // own shard of the request metrics from now on.
+        crate::metrics::shard::claim();
         ThreadCtx::new(self)
     }
 

@@ -155,6 +155,8 @@ pub fn run(config: Config) -> Result<(), String> {
     let (jobs, job_queue) = Jobs::new();
     let jobs = Arc::new(jobs);
     let admission = Arc::new(Admission::new(&config.admission));
+    // Before any series is made: each gets a shard per data-plane thread.
+    crate::metrics::shard::set_writers(threads);
     let metrics = Arc::new(Metrics::new(
         &config.metrics.duration_buckets,
         Sources {

@@ -1,13 +1,14 @@
-//! A histogram recorded with atomic adds only.
+//! A histogram recorded without locks, sharded per data-plane thread.
 //!
 //! prometheus-client's own histogram takes a write lock on every observation; two of them
 //! sit on every proxied request's path (HTTP and router duration), shared by all data-plane
-//! threads. This one keeps one atomic counter per bucket and the sum as atomic `f64` bits;
-//! the count is derived from the buckets at scrape time, so `_count` always equals the
-//! `+Inf` bucket.
+//! threads. This one keeps one counter per bucket and the sum as `f64` bits, in one shard
+//! per data-plane thread ([`super::shard`]: plain stores, no locked instruction); the count
+//! is derived from the buckets at scrape time, so `_count` always equals the `+Inf` bucket.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+use super::shard::HistogramShards;
 
 use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::{MetricType, TypedMetric};
@@ -19,49 +20,27 @@ pub struct Histogram(Arc<Inner>);
 struct Inner {
     /// Upper bounds, ascending, without the final `+Inf`.
     bounds: Box<[f64]>,
-    /// One counter per bound plus the `+Inf` bucket (not cumulative).
-    counts: Box<[AtomicU64]>,
-    sum_bits: AtomicU64,
+    /// One count per bound plus the `+Inf` bucket (not cumulative), and the sum.
+    shards: HistogramShards,
 }
 
 impl Histogram {
     pub fn new(bounds: impl IntoIterator<Item = f64>) -> Histogram {
         let bounds: Box<[f64]> = bounds.into_iter().collect();
-        let counts = (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect();
-        Histogram(Arc::new(Inner {
-            bounds,
-            counts,
-            sum_bits: AtomicU64::new(0f64.to_bits()),
-        }))
+        let shards = HistogramShards::new(bounds.len() + 1);
+        Histogram(Arc::new(Inner { bounds, shards }))
     }
 
     pub fn observe(&self, v: f64) {
         let inner = &*self.0;
         let bucket = inner.bounds.partition_point(|bound| *bound < v);
-        if let Some(count) = inner.counts.get(bucket) {
-            count.fetch_add(1, Ordering::Relaxed);
-        }
-        let mut current = inner.sum_bits.load(Ordering::Relaxed);
-        loop {
-            let next = (f64::from_bits(current) + v).to_bits();
-            match inner.sum_bits.compare_exchange_weak(
-                current,
-                next,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => break,
-                Err(seen) => current = seen,
-            }
-        }
+        inner.shards.observe(bucket, v);
     }
 
     /// Observations so far.
     pub fn count(&self) -> u64 {
-        self.0
-            .counts
-            .iter()
-            .map(|c| c.load(Ordering::Relaxed))
+        (0..=self.0.bounds.len())
+            .map(|b| self.0.shards.count(b))
             .sum()
     }
 }
@@ -78,10 +57,10 @@ impl EncodeMetric for Histogram {
             .iter()
             .copied()
             .chain(std::iter::once(f64::MAX))
-            .zip(inner.counts.iter().map(|c| c.load(Ordering::Relaxed)))
+            .zip((0..).map(|b| inner.shards.count(b)))
             .collect();
         let count = buckets.iter().map(|(_, n)| n).sum();
-        let sum = f64::from_bits(inner.sum_bits.load(Ordering::Relaxed));
+        let sum = inner.shards.sum();
         encoder.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)
     }
 
@@ -130,9 +109,6 @@ mod tests {
             t.join().unwrap();
         }
         assert_eq!(h.count(), 40_000);
-        assert_eq!(
-            f64::from_bits(h.0.sum_bits.load(Ordering::Relaxed)),
-            40_000.0
-        );
+        assert_eq!(h.0.shards.sum(), 40_000.0);
     }
 }

@@ -15,11 +15,9 @@ use std::hash::BuildHasherDefault;
 
 use std::sync::Arc;
 
-use prometheus_client::metrics::counter::Counter;
-
 use super::histogram::Histogram;
 use super::labels::Label;
-use super::StreamErrors;
+use super::{Counter, StreamErrors};
 use crate::fxhash::FxHasher;
 
 /// Entries per map beyond which nothing more is cached.

@@ -17,6 +17,7 @@ mod mcp;
 mod pd;
 pub mod policy;
 pub mod runtime;
+pub mod shard;
 pub mod summary;
 mod tokenizer_cache;
 
@@ -25,9 +26,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use histogram::Histogram;
-use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
-use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::admission::{Admission, AdmissionEvents};
@@ -36,6 +35,7 @@ use crate::http::body::CountFailure;
 use crate::http::route::Route;
 use crate::routing::{Branch, Policy, Selection};
 use labels::{Label, Labels, ModelLabels};
+pub use shard::{Counter, Gauge};
 
 /// Body-path label pairs whose counter handles are kept resolved (the pipeline has 11).
 pub const BODY_PATH_SLOTS: usize = 16;
