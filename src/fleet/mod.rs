@@ -1042,7 +1042,41 @@ pub struct Registry {
 #[derive(Debug, Default)]
 pub struct Fleet {
     current: ArcSwap<Snapshot>,
+    /// The current snapshot's [`Shape`], readable without loading it: every request asks
+    /// before it reads its body, and a snapshot load is two locked instructions.
+    shape: AtomicU8,
+    /// Held while a change is published, so the shape stored last is the last snapshot's.
+    publishing: std::sync::Mutex<()>,
     departed: std::sync::Mutex<std::collections::VecDeque<Departed>>,
+}
+
+/// What the dispatch of a request asks of the fleet before it picks a worker.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Shape {
+    /// [`Snapshot::all_grpc`].
+    pub all_grpc: bool,
+    /// [`Snapshot::grpc_encode`].
+    pub grpc_encode: bool,
+}
+
+impl Shape {
+    fn of(snapshot: &Snapshot) -> Shape {
+        Shape {
+            all_grpc: snapshot.all_grpc(),
+            grpc_encode: snapshot.grpc_encode(),
+        }
+    }
+
+    fn bits(self) -> u8 {
+        u8::from(self.all_grpc) | (u8::from(self.grpc_encode) << 1)
+    }
+
+    fn from_bits(bits: u8) -> Shape {
+        Shape {
+            all_grpc: bits & 1 != 0,
+            grpc_encode: bits & 2 != 0,
+        }
+    }
 }
 
 /// A removed worker's last figures, for its series.
@@ -1115,12 +1149,25 @@ impl Registry {
         self.fleet.clone()
     }
 
+    /// The current fleet's [`Shape`], without loading the snapshot.
+    pub fn shape(&self) -> Shape {
+        Shape::from_bits(self.fleet.shape.load(Ordering::Acquire))
+    }
+
     fn publish(&self, mut change: impl FnMut(&mut Vec<Arc<Worker>>)) {
+        // A poisoned lock guards nothing but the order of publications: go on.
+        let _order = self
+            .fleet
+            .publishing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         self.fleet.current.rcu(|snap| {
             let mut workers = snap.workers.clone();
             change(&mut workers);
             Snapshot::new(workers, &self.aliases)
         });
+        let shape = Shape::of(&self.fleet.current.load());
+        self.fleet.shape.store(shape.bits(), Ordering::Release);
     }
 
     /// Adds a worker, or replaces the registered worker with the same id in place (PATCH,
@@ -1202,6 +1249,19 @@ mod tests {
         );
         w.set_status(Status::Ready);
         Arc::new(w)
+    }
+
+    #[test]
+    fn the_shape_follows_every_published_change() {
+        let reg = Registry::new();
+        assert_eq!(reg.shape(), Shape::default());
+        let grpc = worker("grpc://127.0.0.1:7");
+        reg.upsert(grpc.clone());
+        assert_eq!(reg.shape(), Shape::of(&reg.snapshot()));
+        assert!(reg.shape().all_grpc);
+        reg.upsert(worker("http://127.0.0.1:8"));
+        assert!(!reg.shape().all_grpc);
+        assert_eq!(reg.shape(), Shape::of(&reg.snapshot()));
     }
 
     #[test]

@@ -27,12 +27,12 @@ impl Pipeline {
     pub(super) fn dispatch(&self, route: Route) -> Dispatch {
         let disaggregated = self.pd.is_some();
         let counting = route == Route::MessagesCountTokens;
-        let snapshot = self.registry.snapshot();
+        let shape = self.registry.shape();
         Dispatch {
             pairs: disaggregated && !counting,
             prefill_only: disaggregated && counting,
-            token_engines: snapshot.all_grpc(),
-            encode: snapshot.grpc_encode(),
+            token_engines: shape.all_grpc,
+            encode: shape.grpc_encode,
             provider: self.modes.backend.is_provider(),
         }
     }

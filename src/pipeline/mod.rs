@@ -36,7 +36,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use http::{Request, Response};
 use hyper::body::Incoming;
 
@@ -283,12 +282,12 @@ impl Pipeline {
 
     /// Phase 2: an admission token (perhaps after a wait in the queue) and, for a JSON
     /// body read whole (`media`), its media charge.
-    async fn admit(&self, media: Option<Bytes>) -> Result<Ticket, GatewayError> {
+    async fn admit(&self, media: Option<&[u8]>) -> Result<Ticket, GatewayError> {
         let metrics = self.metrics.as_ref();
         let mut ticket = self.admission.admit(metrics).await?;
         if let Some(body) = media {
             self.admission
-                .charge_media(&mut ticket, &body, metrics)
+                .charge_media(&mut ticket, body, metrics)
                 .await?;
         }
         Ok(ticket)
