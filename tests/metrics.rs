@@ -139,6 +139,53 @@ async fn requests_workers_and_runtime_are_exported() {
     );
 }
 
+/// Concurrent requests on fresh connections land on both data-plane threads, each writing
+/// its own shard of every series: a scrape must sum them to the exact totals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_on_every_thread_add_up_exactly() {
+    const N: usize = 48;
+    let m = mock(&["--model", "shard-model"]);
+    let gw = gateway(&["--worker-urls", &m.url()]);
+    let url = format!("{}/v1/chat/completions", gw.url());
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..N {
+        let (url, body) = (url.clone(), support::chat(false, Value::Null));
+        set.spawn(async move { post_json(&url, &body).await.status });
+    }
+    while let Some(status) = set.join_next().await {
+        assert_eq!(status.expect("request task"), 200);
+    }
+    let text = scrape(&gw).await;
+    let n = N as f64;
+    assert_sample(
+        &text,
+        r#"gw_http_requests_total{method="POST",path="/v1/chat/completions"}"#,
+        n,
+    );
+    assert_sample(
+        &text,
+        r#"gw_http_responses_total{path="/v1/chat/completions",status_code="200",error_code=""}"#,
+        n,
+    );
+    assert_sample(
+        &text,
+        r#"gw_http_request_duration_seconds_count{method="POST",path="/v1/chat/completions"}"#,
+        n,
+    );
+    assert_sample(
+        &text,
+        r#"gw_http_request_duration_seconds_bucket{le="+Inf",method="POST",path="/v1/chat/completions"}"#,
+        n,
+    );
+    assert_sample(
+        &text,
+        r#"gw_router_requests_total{router_type="http",backend_type="regular",connection_mode="http",model="shard-model",endpoint="chat",streaming="false"}"#,
+        n,
+    );
+    // Up on one shard, down on the same or another: the sum is back to zero.
+    assert_sample(&text, "gw_http_connections_active", 0.0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_retries_breakers_and_removed_workers() {
     let m = mock(&[]);
