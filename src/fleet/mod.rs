@@ -1045,7 +1045,7 @@ pub struct Fleet {
     /// The current snapshot's [`Shape`], readable without loading it: every request asks
     /// before it reads its body, and a snapshot load is two locked instructions.
     shape: AtomicU8,
-    /// Held while a change is published, so the shape stored last is the last snapshot's.
+    /// Held while a change is published: publications take turns.
     publishing: std::sync::Mutex<()>,
     departed: std::sync::Mutex<std::collections::VecDeque<Departed>>,
 }
@@ -1154,19 +1154,21 @@ impl Registry {
         Shape::from_bits(self.fleet.shape.load(Ordering::Acquire))
     }
 
-    fn publish(&self, mut change: impl FnMut(&mut Vec<Arc<Worker>>)) {
+    /// Publishes the fleet `change` makes of the current one. Publications take turns (the
+    /// lock), so each reads the last one's snapshot and no compare-and-swap retry is needed,
+    /// and the shape stored last is the last snapshot's.
+    fn publish(&self, change: impl FnOnce(&mut Vec<Arc<Worker>>)) {
         // A poisoned lock guards nothing but the order of publications: go on.
-        let _order = self
+        let _turn = self
             .fleet
             .publishing
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        self.fleet.current.rcu(|snap| {
-            let mut workers = snap.workers.clone();
-            change(&mut workers);
-            Snapshot::new(workers, &self.aliases)
-        });
-        let shape = Shape::of(&self.fleet.current.load());
+        let mut workers = self.fleet.current.load().workers.clone();
+        change(&mut workers);
+        let next = Snapshot::new(workers, &self.aliases);
+        let shape = Shape::of(&next);
+        self.fleet.current.store(Arc::new(next));
         self.fleet.shape.store(shape.bits(), Ordering::Release);
     }
 
