@@ -368,7 +368,7 @@ async fn parsers_come_from_the_model_card_and_unknown_names_fail_registration() 
 #[test]
 fn unknown_parser_flags_are_refused_at_startup() {
     for flag in ["--tool-call-parser", "--reasoning-parser"] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        let out = std::process::Command::new(common::gateway_binary())
             .args([flag, "no-such-parser"])
             .output()
             .unwrap();

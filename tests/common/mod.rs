@@ -2,7 +2,8 @@
 //! `mock-worker` processes on 127.0.0.1, and talk to them over real sockets.
 //!
 //! `TOLLGATE_TEST_IO_ENGINE` (auto, uring, epoll) picks the gateway's IO engine, so CI runs
-//! the same suite on both engines.
+//! the same suite on both engines; `TOLLGATE_TEST_BINARY` runs it against another build of
+//! the gateway (e.g. `perf/pgo`'s).
 
 #![allow(dead_code)]
 
@@ -21,7 +22,12 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-pub const GATEWAY: &str = env!("CARGO_BIN_EXE_tollgate");
+/// The gateway binary under test: the one cargo built with the tests, or the binary
+/// `TOLLGATE_TEST_BINARY` names (a `perf/pgo` build, to test what ships).
+pub fn gateway_binary() -> String {
+    std::env::var("TOLLGATE_TEST_BINARY")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_tollgate").to_owned())
+}
 pub const MOCK: &str = env!("CARGO_BIN_EXE_mock-worker");
 pub const GRPC_ENGINE: &str = env!("CARGO_BIN_EXE_grpc-engine");
 pub const RELAY_FLOOR: &str = env!("CARGO_BIN_EXE_relay-floor");
@@ -184,7 +190,7 @@ pub fn io_engine() -> String {
 /// output; fails if it is still running after 10 s (it would be serving instead of
 /// refusing its configuration).
 pub fn run_to_exit(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
-    let mut cmd = Command::new(GATEWAY);
+    let mut cmd = Command::new(gateway_binary());
     cmd.args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -272,10 +278,10 @@ fn try_gateway(args: &[&str], env: &[(&str, &str)], nofile: Option<Nofile>) -> O
                 r#"ulimit -n "$0" && exec "$@""#
             };
             let mut sh = Command::new("sh");
-            sh.args(["-c", script]).arg(limit.to_string()).arg(GATEWAY);
+            sh.args(["-c", script]).arg(limit.to_string()).arg(gateway_binary());
             sh
         }
-        None => Command::new(GATEWAY),
+        None => Command::new(gateway_binary()),
     };
     cmd.args(["--host", "127.0.0.1", "--port", "0"])
         .args([
