@@ -278,7 +278,9 @@ fn try_gateway(args: &[&str], env: &[(&str, &str)], nofile: Option<Nofile>) -> O
                 r#"ulimit -n "$0" && exec "$@""#
             };
             let mut sh = Command::new("sh");
-            sh.args(["-c", script]).arg(limit.to_string()).arg(gateway_binary());
+            sh.args(["-c", script])
+                .arg(limit.to_string())
+                .arg(gateway_binary());
             sh
         }
         None => Command::new(gateway_binary()),
