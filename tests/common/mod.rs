@@ -26,7 +26,9 @@ use hyper_util::rt::TokioExecutor;
 /// `TOLLGATE_TEST_BINARY` names (a `perf/pgo` build, to test what ships).
 pub fn gateway_binary() -> String {
     std::env::var("TOLLGATE_TEST_BINARY")
-        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_tollgate").to_owned())
+        .ok()
+        .filter(|path| !path.is_empty())
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_tollgate").to_owned())
 }
 pub const MOCK: &str = env!("CARGO_BIN_EXE_mock-worker");
 pub const GRPC_ENGINE: &str = env!("CARGO_BIN_EXE_grpc-engine");
