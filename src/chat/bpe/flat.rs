@@ -115,7 +115,7 @@ pub fn pack(bytes: &[u8]) -> Option<(u64, u64)> {
             (u64::from(head) | u64::from(tail) << (8 * (len - 4)), 0)
         }
         // Bytes 8 and on are the last eight shifted down past the ones `lo` already has
-        // (none when there are exactly 8: the shift by 64 is no shift at all, so 0).
+        // (none when there are exactly 8: the shift would be 64 bits, so `hi` is 0).
         8..=15 => {
             let head = u64::from_le_bytes(*bytes.first_chunk::<8>()?);
             let tail = u64::from_le_bytes(*bytes.last_chunk::<8>()?);
