@@ -119,8 +119,7 @@ pub fn pack(bytes: &[u8]) -> Option<(u64, u64)> {
         8..=15 => {
             let head = u64::from_le_bytes(*bytes.first_chunk::<8>()?);
             let tail = u64::from_le_bytes(*bytes.last_chunk::<8>()?);
-            let shift = u32::try_from(8 * (16 - len)).ok()?;
-            (head, tail.checked_shr(shift).unwrap_or(0))
+            (head, tail.checked_shr(8 * (16 - len) as u32).unwrap_or(0))
         }
         _ => return None,
     };
