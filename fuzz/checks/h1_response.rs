@@ -1,5 +1,7 @@
 //! A worker's HTTP/1.1 response through the gateway's own client parsers: the head parser
-//! never panics and gives the same head however the bytes arrive; the chunked framing
+//! never panics, gives the same head however the bytes arrive, and reads a final head as
+//! httparse itself does (its own plain path takes the common shape without httparse, so
+//! the two are compared field by field); the chunked framing
 //! check gives the same payload, end and verdict for every split of the body, and never
 //! hands out more payload than the body carried. The first byte seeds the read sizes and
 //! picks the request method (HEAD changes the framing); the rest is the response.
@@ -29,6 +31,34 @@ fn incremental(reads: &[&[u8]], method: &Method) -> Parsed {
     last
 }
 
+/// The gateway's head against httparse's reading of the same bytes: httparse reads a
+/// complete head at the front too, and unless that one is interim (1xx, which the gateway
+/// skips), the same length and the same fields.
+fn agrees_with_httparse(stream: &[u8], head: &ResponseHead, rest: &[u8]) {
+    let mut fields = [httparse::EMPTY_HEADER; 128];
+    let mut parsed = httparse::Response::new(&mut fields);
+    let Ok(httparse::Status::Complete(len)) = parsed.parse(stream) else {
+        panic!("a head httparse does not read whole");
+    };
+    if parsed.code.is_some_and(|code| code < 200) {
+        return;
+    }
+    assert_eq!(rest, &stream[len..], "head length");
+    let mut theirs: Vec<(Vec<u8>, Vec<u8>)> = parsed
+        .headers
+        .iter()
+        .map(|h| (h.name.to_ascii_lowercase().into_bytes(), h.value.to_vec()))
+        .collect();
+    let mut ours: Vec<(Vec<u8>, Vec<u8>)> = head
+        .headers
+        .iter()
+        .map(|(name, value)| (name.as_str().as_bytes().to_vec(), value.as_bytes().to_vec()))
+        .collect();
+    theirs.sort();
+    ours.sort();
+    assert_eq!(ours, theirs, "fields");
+}
+
 /// One input through the checks above (the fuzz target's body).
 pub fn check(data: &[u8]) {
     let Some((&seed, stream)) = data.split_first() else {
@@ -41,7 +71,11 @@ pub fn check(data: &[u8]) {
     };
 
     let mut whole_buf = BytesMut::from(stream);
-    let whole = summary(parse_response(&mut whole_buf, &method));
+    let parsed = parse_response(&mut whole_buf, &method);
+    if let Ok(Some(head)) = &parsed {
+        agrees_with_httparse(stream, head, &whole_buf);
+    }
+    let whole = summary(parsed);
     let reads = super::reads::random_reads(seed, stream);
     let split = incremental(&reads, &method);
     // A head complete in the whole input may still be incomplete after a prefix the reads

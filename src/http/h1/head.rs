@@ -153,55 +153,212 @@ pub fn parse_response(
     }
 }
 
+/// Where a field lies in a head: its name's offset and length, its value's offset and
+/// length (the value without the whitespace around it). A head is at most
+/// [`MAX_HEAD_BYTES`], so offsets fit `u32`, which halves the array every parse sets up.
+type Span = [u32; 4];
+
+/// The head as read so far: the version, the status code, the head's length and how many
+/// of the spans hold its fields.
+struct Read {
+    http11: bool,
+    code: u16,
+    len: usize,
+    count: usize,
+}
+
 /// [`parse_response`] with room for `N` fields; more is [`HeadError::TooLarge`].
 fn parse_with<const N: usize>(
     buf: &mut BytesMut,
     method: &Method,
 ) -> Result<Option<ResponseHead>, HeadError> {
     loop {
-        let mut fields = [httparse::EMPTY_HEADER; N];
-        let mut parsed = httparse::Response::new(&mut fields);
-        let len = match parsed.parse(buf) {
-            Ok(httparse::Status::Complete(len)) => len,
-            Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD_BYTES => {
-                return Err(HeadError::TooLarge)
-            }
-            Ok(httparse::Status::Partial) => return Ok(None),
-            Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
-            Err(_) => return Err(HeadError::Malformed),
+        let mut spans = [[0u32; 4]; N];
+        let read = match read_plain(buf, &mut spans) {
+            Some(read) => read,
+            None => match read_general(buf, &mut spans)? {
+                Some(read) => read,
+                None => return Ok(None),
+            },
         };
-        if len > MAX_HEAD_BYTES {
+        if read.len > MAX_HEAD_BYTES {
             return Err(HeadError::TooLarge);
         }
-        let code = parsed.code.ok_or(HeadError::Malformed)?;
-        let status = StatusCode::from_u16(code).map_err(|_| HeadError::Malformed)?;
+        let status = StatusCode::from_u16(read.code).map_err(|_| HeadError::Malformed)?;
         if status == StatusCode::SWITCHING_PROTOCOLS {
             return Err(HeadError::Upgrade);
         }
         if status.is_informational() {
-            let _ = buf.split_to(len);
+            let _ = buf.split_to(read.len);
             continue;
         }
-        let http11 = parsed.version == Some(1);
-        // Offsets into the head, so the values can share its bytes once it is frozen.
-        let mut spans = [(0usize, 0usize, 0usize, 0usize); N];
-        let count = parsed.headers.len();
-        let base = buf.as_ptr() as usize;
-        for (span, field) in spans.iter_mut().zip(parsed.headers.iter()) {
-            let name = field.name.as_ptr() as usize - base;
-            let value = field.value.as_ptr() as usize - base;
-            *span = (name, field.name.len(), value, field.value.len());
-        }
-        let head = buf.split_to(len).freeze();
-        return finish(status, http11, &head, &spans[..count], method);
+        let head = buf.split_to(read.len).freeze();
+        return finish(status, read.http11, &head, &spans[..read.count], method);
     }
+}
+
+/// Reads the head with `httparse` (hyper's own parser), which takes every form RFC 9112
+/// allows a recipient to accept. `Ok(None)`: incomplete.
+fn read_general<const N: usize>(
+    buf: &[u8],
+    spans: &mut [Span; N],
+) -> Result<Option<Read>, HeadError> {
+    let mut fields = [httparse::EMPTY_HEADER; N];
+    let mut parsed = httparse::Response::new(&mut fields);
+    let len = match parsed.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD_BYTES => {
+            return Err(HeadError::TooLarge)
+        }
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
+        Err(_) => return Err(HeadError::Malformed),
+    };
+    if len > MAX_HEAD_BYTES {
+        return Err(HeadError::TooLarge);
+    }
+    let code = parsed.code.ok_or(HeadError::Malformed)?;
+    let base = buf.as_ptr() as usize;
+    let offset = |part: &[u8]| (part.as_ptr() as usize - base) as u32;
+    let count = parsed.headers.len();
+    for (span, field) in spans.iter_mut().zip(parsed.headers.iter()) {
+        *span = [
+            offset(field.name.as_bytes()),
+            field.name.len() as u32,
+            offset(field.value),
+            field.value.len() as u32,
+        ];
+    }
+    Ok(Some(Read {
+        http11: parsed.version == Some(1),
+        code,
+        len,
+        count,
+    }))
+}
+
+/// Bytes of a field name (RFC 9110 `token`), as httparse takes them.
+static NAME_BYTE: [bool; 256] = {
+    let mut map = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        map[b] = c.is_ascii_alphanumeric()
+            || matches!(
+                c,
+                b'!' | b'#'
+                    | b'$'
+                    | b'%'
+                    | b'&'
+                    | b'\''
+                    | b'*'
+                    | b'+'
+                    | b'-'
+                    | b'.'
+                    | b'^'
+                    | b'_'
+                    | b'`'
+                    | b'|'
+                    | b'~'
+            );
+        b += 1;
+    }
+    map
+};
+
+/// Bytes of a field value or a reason phrase on the plain path: tab and visible ASCII with
+/// space. (httparse also takes obs-text, bytes from 0x80: such heads go the general way.)
+static TEXT_BYTE: [bool; 256] = {
+    let mut map = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        map[b] = matches!(b, 0x09 | 0x20..=0x7e);
+        b += 1;
+    }
+    map
+};
+
+/// Reads a head of the shape nearly every worker sends, in one pass without httparse's
+/// set-up: `HTTP/1.0` or `HTTP/1.1`, a three-digit code, an optional reason, `name: value`
+/// fields with token names and tab or visible-ASCII values, every line ended by CRLF, at
+/// most `N` fields. Anything else — a head not all here yet, a bare LF, obs-text, a byte
+/// that is not allowed, more fields — gives `None`, and [`read_general`] decides: this
+/// path takes only heads httparse takes, and reads them as it does (the same version,
+/// code, length, names and values, a value without the whitespace around it), which the
+/// tests and the `h1_response` fuzz target check against it.
+fn read_plain<const N: usize>(buf: &[u8], spans: &mut [Span; N]) -> Option<Read> {
+    let http11 = match buf.get(..9)? {
+        b"HTTP/1.1 " => true,
+        b"HTTP/1.0 " => false,
+        _ => return None,
+    };
+    let mut code = 0u16;
+    for &digit in buf.get(9..12)? {
+        if !digit.is_ascii_digit() {
+            return None;
+        }
+        code = code * 10 + u16::from(digit - b'0');
+    }
+    let mut at = 12;
+    if *buf.get(at)? == b' ' {
+        at += 1;
+        while TEXT_BYTE[usize::from(*buf.get(at)?)] {
+            at += 1;
+        }
+    }
+    at = after_crlf(buf, at)?;
+    let mut count = 0;
+    loop {
+        if *buf.get(at)? == b'\r' {
+            let len = after_crlf(buf, at)?;
+            return Some(Read {
+                http11,
+                code,
+                len,
+                count,
+            });
+        }
+        let name_at = at;
+        while NAME_BYTE[usize::from(*buf.get(at)?)] {
+            at += 1;
+        }
+        if at == name_at || buf[at] != b':' {
+            return None;
+        }
+        let name_len = at - name_at;
+        at += 1;
+        while matches!(*buf.get(at)?, b' ' | b'\t') {
+            at += 1;
+        }
+        let value_at = at;
+        while TEXT_BYTE[usize::from(*buf.get(at)?)] {
+            at += 1;
+        }
+        let mut value_end = at;
+        while value_end > value_at && matches!(buf[value_end - 1], b' ' | b'\t') {
+            value_end -= 1;
+        }
+        at = after_crlf(buf, at)?;
+        *spans.get_mut(count)? = [
+            u32::try_from(name_at).ok()?,
+            u32::try_from(name_len).ok()?,
+            u32::try_from(value_at).ok()?,
+            u32::try_from(value_end - value_at).ok()?,
+        ];
+        count += 1;
+    }
+}
+
+/// The position after the CRLF at `at`, if one is there.
+fn after_crlf(buf: &[u8], at: usize) -> Option<usize> {
+    (buf.get(at..at + 2)? == b"\r\n").then_some(at + 2)
 }
 
 fn finish(
     status: StatusCode,
     http11: bool,
     head: &Bytes,
-    spans: &[(usize, usize, usize, usize)],
+    spans: &[Span],
     method: &Method,
 ) -> Result<Option<ResponseHead>, HeadError> {
     let mut headers = HeaderMap::with_capacity(spans.len());
@@ -209,10 +366,14 @@ fn finish(
     let mut chunked = false;
     let mut transfer_coded = false;
     let mut close = !http11;
-    for &(name_at, name_len, value_at, value_len) in spans {
-        let name = HeaderName::from_bytes(&head[name_at..name_at + name_len])
-            .map_err(|_| HeadError::Malformed)?;
-        let raw = head.slice(value_at..value_at + value_len);
+    for &[name_at, name_len, value_at, value_len] in spans {
+        let (name_at, value_at) = (name_at as usize, value_at as usize);
+        let name_bytes = &head[name_at..name_at + name_len as usize];
+        let name = match known_name(name_bytes) {
+            Some(name) => name,
+            None => HeaderName::from_bytes(name_bytes).map_err(|_| HeadError::Malformed)?,
+        };
+        let raw = head.slice(value_at..value_at + value_len as usize);
         if name == header::CONTENT_LENGTH {
             let n = parse_length(&raw).ok_or(HeadError::BadLength)?;
             if length.is_some_and(|seen| seen != n) {
@@ -260,6 +421,22 @@ fn finish(
         framing,
         reusable,
     }))
+}
+
+/// The field names workers send on nearly every response, recognised when written in
+/// lowercase as they usually are: `HeaderName::from_bytes` lowercases each name into a
+/// scratch buffer before it looks it up. Any other spelling goes that way.
+fn known_name(name: &[u8]) -> Option<HeaderName> {
+    Some(match name {
+        b"content-type" => header::CONTENT_TYPE,
+        b"content-length" => header::CONTENT_LENGTH,
+        b"date" => header::DATE,
+        b"server" => header::SERVER,
+        b"transfer-encoding" => header::TRANSFER_ENCODING,
+        b"connection" => header::CONNECTION,
+        b"cache-control" => header::CACHE_CONTROL,
+        _ => return None,
+    })
 }
 
 fn parse_length(raw: &[u8]) -> Option<u64> {
@@ -421,6 +598,81 @@ content-type: application/json\r\ncontent-length: 42\r\n\r\n"
             parse_response(&mut buf, &Method::GET).unwrap_err(),
             HeadError::TooLarge
         );
+    }
+
+    /// A head as one path read it: what it found and the spans of its fields.
+    type Reading = (Read, Vec<Span>);
+
+    /// What each path makes of `raw`: `None` from the plain path means it left the head
+    /// to the general one.
+    fn both(raw: &[u8]) -> (Option<Reading>, Result<Option<Reading>, HeadError>) {
+        let mut plain_spans = [[0u32; 4]; COMMON_HEAD_FIELDS];
+        let plain = read_plain(raw, &mut plain_spans).map(|read| {
+            let spans = plain_spans[..read.count].to_vec();
+            (read, spans)
+        });
+        let mut general_spans = [[0u32; 4]; COMMON_HEAD_FIELDS];
+        let general = read_general(raw, &mut general_spans).map(|read| {
+            read.map(|read| {
+                let spans = general_spans[..read.count].to_vec();
+                (read, spans)
+            })
+        });
+        (plain, general)
+    }
+
+    fn same(a: &Reading, b: &Reading) -> bool {
+        (a.0.http11, a.0.code, a.0.len, a.0.count, &a.1)
+            == (b.0.http11, b.0.code, b.0.len, b.0.count, &b.1)
+    }
+
+    /// The plain path takes the heads workers send, and whatever it takes, httparse reads
+    /// the same way: heads with every kind of odd byte put in, and cut short, are read by
+    /// both and compared.
+    #[test]
+    fn the_plain_path_reads_as_httparse_does() {
+        let common: &[&[u8]] = &[
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 402\r\ndate: Mon, 30 Nov 2026 09:05:03 GMT\r\n\r\n{}",
+            b"HTTP/1.1 200 OK\r\nDate: x\r\nServer: uvicorn\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"HTTP/1.0 503\r\nx-a:\t v \t\r\nx-b:\r\nx-c:   \r\n\r\n",
+            b"HTTP/1.1 404 Not Found \r\n\r\n",
+        ];
+        for raw in common {
+            let (plain, general) = both(raw);
+            let (plain, general) = (plain.unwrap(), general.unwrap().unwrap());
+            assert!(same(&plain, &general), "{:?}", String::from_utf8_lossy(raw));
+        }
+        let odd = [
+            b'\r', b'\n', b' ', b'\t', b':', b',', 0x80, 0xff, 0x7f, 0, 0x0b, b'a', b'Z', b'-',
+            b'0', b'9', b'"', b'(', b'/', b'H',
+        ];
+        crate::rng::seed_this_thread(0x5eed_4ead);
+        let mut plain_taken = 0;
+        for round in 0..20_000 {
+            let mut raw = common[round % common.len()].to_vec();
+            for _ in 0..=crate::rng::below(3) {
+                let at = crate::rng::below(raw.len() + 1);
+                let byte = odd[crate::rng::below(odd.len())];
+                match crate::rng::below(3) {
+                    0 => raw.insert(at, byte),
+                    1 if at < raw.len() => raw[at] = byte,
+                    _ => raw.truncate(at),
+                }
+            }
+            let (plain, general) = both(&raw);
+            if let Some(plain) = plain {
+                plain_taken += 1;
+                let general = general.ok().flatten();
+                assert!(
+                    general
+                        .as_ref()
+                        .is_some_and(|general| same(&plain, general)),
+                    "{:?}",
+                    String::from_utf8_lossy(&raw)
+                );
+            }
+        }
+        assert!(plain_taken > 1_000, "{plain_taken}");
     }
 
     #[test]
