@@ -133,27 +133,35 @@ impl Timeouts {
         }
         let (epoch, phase, busy) = seen;
         let same_epoch = epoch == self.seen.0;
+        let mut idle_from = None;
         self.stage = match (busy, phase, self.stage) {
             (true, _, _) => Stage::Busy,
             (false, Phase::NoHead | Phase::InHead | Phase::InBody, _) if epoch == 0 => Stage::First,
             (false, Phase::InHead, Stage::Head(since)) if same_epoch => Stage::Head(since),
             (false, Phase::InHead, _) => Stage::Head(Instant::now()),
             (false, _, Stage::Idle(since)) if same_epoch => Stage::Idle(since),
-            (false, _, _) => Stage::Idle(Instant::now()),
+            (false, _, _) => {
+                let now = Instant::now();
+                idle_from = Some(now);
+                Stage::Idle(now)
+            }
         };
         self.seen = seen;
         if self.park == Park::Parked && !same_epoch {
             self.park = Park::On;
         }
         // Listed only between requests: the rest of an unwanted request body may still be
-        // arriving after its response. A connection still on the list from an earlier idle
-        // stage is not listed twice.
-        if self.park == Park::On
-            && matches!(self.stage, Stage::Idle(_))
-            && phase == Phase::NoHead
-            && !state.listed.load(Ordering::Relaxed)
-        {
-            park_sweep::enlist(state, task);
+        // arriving after its response. A request that just ended tells the sweep even when
+        // its connection is still listed from an earlier idle stage: the sweeps ride on
+        // requests ending (`park_sweep`), at the time just read.
+        if self.park == Park::On && matches!(self.stage, Stage::Idle(_)) && phase == Phase::NoHead {
+            match idle_from {
+                Some(now) => park_sweep::idle(state, task, now),
+                None if !state.listed.load(Ordering::Relaxed) => {
+                    park_sweep::idle(state, task, Instant::now());
+                }
+                None => {}
+            }
         }
     }
 
