@@ -299,59 +299,61 @@ fn read_plain<const N: usize>(buf: &[u8], spans: &mut [Span; N]) -> Option<Read>
         }
         code = code * 10 + u16::from(digit - b'0');
     }
-    let mut at = 12;
-    if *buf.get(at)? == b' ' {
-        at += 1;
-        while TEXT_BYTE[usize::from(*buf.get(at)?)] {
-            at += 1;
-        }
+    // Lines are cut at their CR (found a word at a time); a bare LF inside one is not
+    // text, so such a head goes the general way.
+    let (reason, mut at) = line(buf, 12)?;
+    match reason {
+        [] => {}
+        [b' ', text @ ..] if is_text(text) => {}
+        _ => return None,
     }
-    at = after_crlf(buf, at)?;
     let mut count = 0;
     loop {
-        if *buf.get(at)? == b'\r' {
-            let len = after_crlf(buf, at)?;
+        let (field, next) = line(buf, at)?;
+        if field.is_empty() {
             return Some(Read {
                 http11,
                 code,
-                len,
+                len: next,
                 count,
             });
         }
-        let name_at = at;
-        while NAME_BYTE[usize::from(*buf.get(at)?)] {
-            at += 1;
-        }
-        if at == name_at || buf[at] != b':' {
+        let colon = memchr::memchr(b':', field)?;
+        let (name, value) = (&field[..colon], &field[colon + 1..]);
+        if name.is_empty() || !name.iter().all(|&b| NAME_BYTE[usize::from(b)]) || !is_text(value) {
             return None;
         }
-        let name_len = at - name_at;
-        at += 1;
-        while matches!(*buf.get(at)?, b' ' | b'\t') {
-            at += 1;
-        }
-        let value_at = at;
-        while TEXT_BYTE[usize::from(*buf.get(at)?)] {
-            at += 1;
-        }
-        let mut value_end = at;
-        while value_end > value_at && matches!(buf[value_end - 1], b' ' | b'\t') {
-            value_end -= 1;
-        }
-        at = after_crlf(buf, at)?;
+        let lead = value
+            .iter()
+            .position(|&b| !matches!(b, b' ' | b'\t'))
+            .unwrap_or(value.len());
+        let end = value
+            .iter()
+            .rposition(|&b| !matches!(b, b' ' | b'\t'))
+            .map_or(lead, |last| last + 1);
+        let value_at = at + colon + 1 + lead;
         *spans.get_mut(count)? = [
-            u32::try_from(name_at).ok()?,
-            u32::try_from(name_len).ok()?,
+            u32::try_from(at).ok()?,
+            u32::try_from(colon).ok()?,
             u32::try_from(value_at).ok()?,
-            u32::try_from(value_end - value_at).ok()?,
+            u32::try_from(end - lead).ok()?,
         ];
         count += 1;
+        at = next;
     }
 }
 
-/// The position after the CRLF at `at`, if one is there.
-fn after_crlf(buf: &[u8], at: usize) -> Option<usize> {
-    (buf.get(at..at + 2)? == b"\r\n").then_some(at + 2)
+/// The line starting at `at`, up to its CR, and where the next one starts (after the
+/// CRLF); `None` when the line has no CRLF end yet.
+fn line(buf: &[u8], at: usize) -> Option<(&[u8], usize)> {
+    let rest = buf.get(at..)?;
+    let cr = memchr::memchr(b'\r', rest)?;
+    (rest.get(cr + 1) == Some(&b'\n')).then(|| (&rest[..cr], at + cr + 2))
+}
+
+/// Whether `bytes` are all tab or visible ASCII with space.
+fn is_text(bytes: &[u8]) -> bool {
+    bytes.iter().all(|&b| TEXT_BYTE[usize::from(b)])
 }
 
 fn finish(
