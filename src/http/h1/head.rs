@@ -278,6 +278,14 @@ static TEXT_BYTE: [bool; 256] = {
     map
 };
 
+/// The whitespace around a field value: space and tab.
+static BLANK_BYTE: [bool; 256] = {
+    let mut map = [false; 256];
+    map[b' ' as usize] = true;
+    map[b'\t' as usize] = true;
+    map
+};
+
 /// Reads a head of the shape nearly every worker sends, in one pass without httparse's
 /// set-up: `HTTP/1.0` or `HTTP/1.1`, a three-digit code, an optional reason, `name: value`
 /// fields with token names and tab or visible-ASCII values, every line ended by CRLF, at
@@ -299,61 +307,58 @@ fn read_plain<const N: usize>(buf: &[u8], spans: &mut [Span; N]) -> Option<Read>
         }
         code = code * 10 + u16::from(digit - b'0');
     }
-    // Lines are cut at their CR (found a word at a time); a bare LF inside one is not
-    // text, so such a head goes the general way.
-    let (reason, mut at) = line(buf, 12)?;
-    match reason {
-        [] => {}
-        [b' ', text @ ..] if is_text(text) => {}
-        _ => return None,
+    let mut at = 12;
+    if *buf.get(at)? == b' ' {
+        at = skip(buf, at + 1, &TEXT_BYTE);
     }
+    at = after_crlf(buf, at)?;
     let mut count = 0;
     loop {
-        let (field, next) = line(buf, at)?;
-        if field.is_empty() {
+        if *buf.get(at)? == b'\r' {
             return Some(Read {
                 http11,
                 code,
-                len: next,
+                len: after_crlf(buf, at)?,
                 count,
             });
         }
-        let colon = memchr::memchr(b':', field)?;
-        let (name, value) = (&field[..colon], &field[colon + 1..]);
-        if name.is_empty() || !name.iter().all(|&b| NAME_BYTE[usize::from(b)]) || !is_text(value) {
+        let name_at = at;
+        at = skip(buf, at, &NAME_BYTE);
+        if at == name_at || *buf.get(at)? != b':' {
             return None;
         }
-        let lead = value
-            .iter()
-            .position(|&b| !matches!(b, b' ' | b'\t'))
-            .unwrap_or(value.len());
-        let end = value
-            .iter()
-            .rposition(|&b| !matches!(b, b' ' | b'\t'))
-            .map_or(lead, |last| last + 1);
-        let value_at = at + colon + 1 + lead;
+        let name_len = at - name_at;
+        let value_at = skip(buf, at + 1, &BLANK_BYTE);
+        at = skip(buf, value_at, &TEXT_BYTE);
+        let mut value_end = at;
+        while value_end > value_at && BLANK_BYTE[usize::from(buf[value_end - 1])] {
+            value_end -= 1;
+        }
+        at = after_crlf(buf, at)?;
         *spans.get_mut(count)? = [
-            u32::try_from(at).ok()?,
-            u32::try_from(colon).ok()?,
+            u32::try_from(name_at).ok()?,
+            u32::try_from(name_len).ok()?,
             u32::try_from(value_at).ok()?,
-            u32::try_from(end - lead).ok()?,
+            u32::try_from(value_end - value_at).ok()?,
         ];
         count += 1;
-        at = next;
     }
 }
 
-/// The line starting at `at`, up to its CR, and where the next one starts (after the
-/// CRLF); `None` when the line has no CRLF end yet.
-fn line(buf: &[u8], at: usize) -> Option<(&[u8], usize)> {
-    let rest = buf.get(at..)?;
-    let cr = memchr::memchr(b'\r', rest)?;
-    (rest.get(cr + 1) == Some(&b'\n')).then(|| (&rest[..cr], at + cr + 2))
+/// Where the run of `table`'s bytes starting at `from` ends (the buffer's end at most), in
+/// one pass over a slice.
+fn skip(buf: &[u8], from: usize, table: &[bool; 256]) -> usize {
+    buf.get(from..).map_or(buf.len(), |rest| {
+        from + rest
+            .iter()
+            .position(|&b| !table[usize::from(b)])
+            .unwrap_or(rest.len())
+    })
 }
 
-/// Whether `bytes` are all tab or visible ASCII with space.
-fn is_text(bytes: &[u8]) -> bool {
-    bytes.iter().all(|&b| TEXT_BYTE[usize::from(b)])
+/// The position after the CRLF at `at`, if one is there.
+fn after_crlf(buf: &[u8], at: usize) -> Option<usize> {
+    (buf.get(at..at + 2)? == b"\r\n").then_some(at + 2)
 }
 
 fn finish(
