@@ -14,10 +14,11 @@
 //! idle one is parked after between one and two ticks.
 //!
 //! Sweeps follow the traffic: a connection whose request ends sweeps the list when the last
-//! sweep is a tick old (it reads the clock then anyway, for its keep-alive timeout). A timer that woke the thread every tick under load cost more than
-//! all the sweeping (about 1 µs a small request with 64 busy connections, on a 2-core VM:
-//! each wake-up of a busy thread, and each timed `epoll_wait` it makes the thread's waits
-//! into, costs far more there than the few instructions it runs). The thread's sweep task
+//! sweep is a tick old (it reads the clock then anyway, for its keep-alive timeout). A
+//! timer that woke the thread every tick under load cost more than all the sweeping (about
+//! 1 µs a small request with 64 busy connections, on a 2-core VM: each wake-up of a busy
+//! thread, and each timed `epoll_wait` it makes the thread's waits into, costs far more
+//! there than the few instructions it runs). The thread's sweep task
 //! only covers quiet spells: when no request ended while it waited, it sweeps (a tick
 //! after the first listing, in a quiet thread); while requests keep ending it leaves the
 //! sweeping to them and waits twice as long each time (up to
