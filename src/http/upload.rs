@@ -296,7 +296,9 @@ pub async fn read_prefix<C: HoldBudget>(
     mut charge: C,
     deadline: Instant,
 ) -> Result<Prefix<C>, ReadError> {
-    let mut held: VecDeque<Bytes> = VecDeque::new();
+    // Most bodies arrive as one frame: it is held on its own, and a queue is allocated
+    // only for the frames after it.
+    let mut held = Held::default();
     let mut total: u64 = 0;
     let read = async {
         loop {
@@ -312,7 +314,7 @@ pub async fn read_prefix<C: HoldBudget>(
             total = total.saturating_add(len);
             let within_cap = total <= cap;
             let charged = within_cap && charge.grow(len);
-            held.push_back(data);
+            held.push(data);
             if !charged {
                 return Ok(Some(!within_cap));
             }
@@ -322,10 +324,10 @@ pub async fn read_prefix<C: HoldBudget>(
         .await
         .map_err(|_| ReadError::TooSlow)??;
     match ended {
-        None => Ok(Prefix::Whole(concat(held, total), charge)),
+        None => Ok(Prefix::Whole(held.concat(total), charge)),
         Some(over_cap) => {
             if let Source::Stream { held: prefix, .. } = &mut body.source {
-                *prefix = held;
+                *prefix = held.into_queue();
             }
             body.charge = Some(Guard::new(charge));
             Ok(Prefix::Partial {
@@ -347,14 +349,77 @@ pub async fn read_whole(body: Incoming, limit: u64, deadline: Instant) -> Result
     }
 }
 
-/// The held frames as one buffer; a body that came in one frame is not copied.
-fn concat(mut held: VecDeque<Bytes>, total: u64) -> Bytes {
-    if held.len() <= 1 {
-        return held.pop_front().unwrap_or_default();
+/// The frames [`read_prefix`] holds, in order: the first on its own, the rest (rare) in a
+/// queue allocated when the second arrives.
+#[derive(Default)]
+struct Held {
+    first: Option<Bytes>,
+    more: VecDeque<Bytes>,
+}
+
+impl Held {
+    fn push(&mut self, data: Bytes) {
+        if self.first.is_none() {
+            self.first = Some(data);
+        } else {
+            self.more.push_back(data);
+        }
     }
-    let mut out = BytesMut::with_capacity(usize::try_from(total).unwrap_or(0));
-    for bytes in held {
-        out.extend_from_slice(&bytes);
+
+    /// The frames as one buffer; a body that came in one frame is not copied.
+    fn concat(self, total: u64) -> Bytes {
+        let Some(first) = self.first else {
+            return Bytes::new();
+        };
+        if self.more.is_empty() {
+            return first;
+        }
+        let mut out = BytesMut::with_capacity(usize::try_from(total).unwrap_or(0));
+        out.extend_from_slice(&first);
+        for bytes in self.more {
+            out.extend_from_slice(&bytes);
+        }
+        out.freeze()
     }
-    out.freeze()
+
+    /// The frames as the queue a partly read body replays first.
+    fn into_queue(self) -> VecDeque<Bytes> {
+        let mut queue = self.more;
+        if let Some(first) = self.first {
+            queue.push_front(first);
+        }
+        queue
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(frames: &[&'static [u8]]) -> Held {
+        let mut held = Held::default();
+        for frame in frames {
+            held.push(Bytes::from_static(frame));
+        }
+        held
+    }
+
+    #[test]
+    fn held_frames_keep_their_order() {
+        assert_eq!(held(&[]).concat(0), Bytes::new());
+        let one = held(&[b"whole"]);
+        assert!(one.more.is_empty(), "one frame needs no queue");
+        assert_eq!(one.concat(5), Bytes::from_static(b"whole"));
+        assert_eq!(
+            held(&[b"a", b"bc", b"d"]).concat(4),
+            Bytes::from_static(b"abcd")
+        );
+        let queue = held(&[b"a", b"bc", b"d"]).into_queue();
+        assert_eq!(
+            queue,
+            [&b"a"[..], b"bc", b"d"].map(Bytes::from_static).to_vec()
+        );
+        assert_eq!(held(&[b"a"]).into_queue().len(), 1);
+        assert!(held(&[]).into_queue().is_empty());
+    }
 }
