@@ -309,7 +309,7 @@ fn read_plain<const N: usize>(buf: &[u8], spans: &mut [Span; N]) -> Option<Read>
     }
     let mut at = 12;
     if *buf.get(at)? == b' ' {
-        at = skip(buf, at + 1, &TEXT_BYTE);
+        at = skip_text(buf, at + 1);
     }
     at = after_crlf(buf, at)?;
     let mut count = 0;
@@ -329,7 +329,7 @@ fn read_plain<const N: usize>(buf: &[u8], spans: &mut [Span; N]) -> Option<Read>
         }
         let name_len = at - name_at;
         let value_at = skip(buf, at + 1, &BLANK_BYTE);
-        at = skip(buf, value_at, &TEXT_BYTE);
+        at = skip_text(buf, value_at);
         let mut value_end = at;
         while value_end > value_at && BLANK_BYTE[usize::from(buf[value_end - 1])] {
             value_end -= 1;
@@ -354,6 +354,36 @@ fn skip(buf: &[u8], from: usize, table: &[bool; 256]) -> usize {
             .position(|&b| !table[usize::from(b)])
             .unwrap_or(rest.len())
     })
+}
+
+/// Where the run of [`TEXT_BYTE`]s starting at `from` ends (the buffer's end at most).
+/// Field values are most of a head's bytes, so they are looked at eight at a time: a word
+/// with no byte below 0x20 and none above 0x7e is all text. In a word that has one, the
+/// lowest flagged byte is the first outside that range (the borrows and carries of the
+/// word arithmetic only ever flag bytes above a flagged one); a tab there is text, and the
+/// scan goes on after it.
+fn skip_text(buf: &[u8], from: usize) -> usize {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+    let mut at = from;
+    while let Some(word) = buf.get(at..at + 8) {
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(word);
+        let x = u64::from_le_bytes(bytes);
+        let below_space = x.wrapping_sub(ONES * 0x20) & !x & HIGH;
+        let above_tilde = (x.wrapping_add(ONES) | x) & HIGH;
+        let flagged = below_space | above_tilde;
+        if flagged == 0 {
+            at += 8;
+            continue;
+        }
+        at += (flagged.trailing_zeros() / 8) as usize;
+        if buf.get(at) != Some(&b'\t') {
+            return at;
+        }
+        at += 1;
+    }
+    skip(buf, at, &TEXT_BYTE)
 }
 
 /// The position after the CRLF at `at`, if one is there.
@@ -680,6 +710,30 @@ content-type: application/json\r\ncontent-length: 42\r\n\r\n"
             }
         }
         assert!(plain_taken > 1_000, "{plain_taken}");
+    }
+
+    #[test]
+    fn text_runs_end_where_the_table_says() {
+        let bytes = [
+            b'a', b' ', b'\t', b'~', 0x7f, 0x80, 0xff, 0x1f, 0x20, b'\r', b'\n', 0, b'Z', 0x9f,
+        ];
+        crate::rng::seed_this_thread(0x7e47_5c4a);
+        for _ in 0..20_000 {
+            let len = crate::rng::below(40);
+            let buf: Vec<u8> = (0..len)
+                .map(|_| match crate::rng::below(4) {
+                    0 => bytes[crate::rng::below(bytes.len())],
+                    _ => b'a' + crate::rng::below(26) as u8,
+                })
+                .collect();
+            for from in 0..=len + 1 {
+                assert_eq!(
+                    skip_text(&buf, from),
+                    skip(&buf, from, &TEXT_BYTE).max(from.min(len)),
+                    "{buf:?} from {from}"
+                );
+            }
+        }
     }
 
     #[test]
