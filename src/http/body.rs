@@ -291,22 +291,26 @@ impl<B: Body> RespBody<B> {
         })
     }
 
+    // The riders are set in place: a body is 160 bytes, and a builder that took it by value
+    // and gave it back moved it, and the response around it, twice for each rider on every
+    // request.
+
     /// Ends the stream with `terminal`'s error event, and cleanly, should the relay fail
     /// (for relayed SSE streams: a body of another type ends with an error, as it must).
-    pub fn ending_with(mut self, terminal: Terminal) -> RespBody<B> {
+    pub fn end_with(&mut self, terminal: Terminal) -> &mut Self {
         self.riders.terminal = Some(terminal);
         self
     }
 
     /// Lets `tap` watch the frames and the end.
-    pub fn with_tap(mut self, tap: Box<dyn Tap>) -> RespBody<B> {
+    pub fn tap(&mut self, tap: Box<dyn Tap>) -> &mut Self {
         self.riders.tap = Some(tap);
         self
     }
 
     /// Holds the request's `guard` (its admission ticket, the worker's load) until this
     /// body is done.
-    pub fn holding(mut self, guard: Guard) -> RespBody<B> {
+    pub fn hold(&mut self, guard: Guard) -> &mut Self {
         match &mut self.riders.held {
             [first @ None, _] => *first = Some(guard),
             [_, second @ None] => *second = Some(guard),
@@ -320,7 +324,7 @@ impl<B: Body> RespBody<B> {
     }
 
     /// Keeps the connection counted as active until this body is done.
-    pub fn with_activity(mut self, activity: Guard) -> RespBody<B> {
+    pub fn keep_active(&mut self, activity: Guard) -> &mut Self {
         self.riders.activity = Some(activity);
         self
     }

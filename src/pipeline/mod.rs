@@ -241,7 +241,7 @@ impl Pipeline {
             // The phases in sequence, each error ending the request: a labelled block rather
             // than an inner `async` block with `?`, which would be one more future to build and
             // poll through on every request.
-            let result = 'phases: {
+            let mut result = 'phases: {
                 let dispatch = self.dispatch(route);
                 if dispatch.provider {
                     if let Err(err) = crate::transport::provider::serves(route) {
@@ -270,13 +270,10 @@ impl Pipeline {
             // One lookup of the answer's media type serves both the metrics and the relay.
             let sse = result.as_ref().is_ok_and(is_sse);
             self.record(endpoint, &seen, &result, sse, arrived);
-            result.map(|resp| {
-                if sse {
-                    self.guard_relay(endpoint, &seen, resp)
-                } else {
-                    resp
-                }
-            })
+            if let (true, Ok(resp)) = (sse, &mut result) {
+                self.guard_relay(endpoint, &seen, resp);
+            }
+            result
         }
     }
 
@@ -298,31 +295,24 @@ impl Pipeline {
     /// holds the worker's load and the admission token exactly as long as it runs, and a
     /// client that goes away releases them at once. (Taps that store responses or count
     /// usage attach here.)
-    fn respond(answer: Answer, load: LoadGuard, ticket: Ticket) -> Response<RespBody> {
-        answer.map(|body| {
-            let body = body.holding(load.into_guard());
-            // A ticket that holds something is boxed once; without admission limits there
-            // is nothing to hold, and the response costs no allocation.
-            if ticket.holds_nothing() {
-                body
-            } else {
-                body.holding(Guard::new(ticket))
-            }
-        })
+    fn respond(answer: &mut Answer, load: LoadGuard, ticket: Ticket) {
+        let body = answer.body_mut();
+        body.hold(load.into_guard());
+        // A ticket that holds something is boxed once; without admission limits there is
+        // nothing to hold, and the response costs no allocation.
+        if !ticket.holds_nothing() {
+            body.hold(Guard::new(ticket));
+        }
     }
 
     /// Phase 4, once the route's labels are known: a relayed SSE stream (`resp`) that
     /// fails (its worker stalled or died, the deadline passed) ends with an error event in
     /// the route's dialect and counts as a `streaming_error`. The counter is a handle the
     /// route's streams share, so a stream costs no allocation here.
-    fn guard_relay(
-        &self,
-        endpoint: &'static str,
-        seen: &Seen,
-        resp: Response<RespBody>,
-    ) -> Response<RespBody> {
+    fn guard_relay(&self, endpoint: &'static str, seen: &Seen, resp: &mut Response<RespBody>) {
         let failures = self.metrics.stream_errors(&route_labels(endpoint, seen));
-        resp.map(|body| body.ending_with(Terminal::new(dialect(endpoint), failures)))
+        resp.body_mut()
+            .end_with(Terminal::new(dialect(endpoint), failures));
     }
 
     /// Phase 5: the router metrics of the finished request (`sse`: its answer is a stream).

@@ -235,15 +235,15 @@ impl Pipeline {
             };
             let (failed, by) = match way.attempt(self, &picked, out, seen).await? {
                 Sent::Answer {
-                    answer,
+                    mut answer,
                     load,
                     holding,
                 } => {
-                    let resp = Pipeline::respond(answer, load, ticket);
-                    return Ok(match holding {
-                        Some(guard) => resp.map(|body| body.holding(guard)),
-                        None => resp,
-                    });
+                    Pipeline::respond(&mut answer, load, ticket);
+                    if let Some(guard) = holding {
+                        answer.body_mut().hold(guard);
+                    }
+                    return Ok(answer);
                 }
                 Sent::Skipped(failed) => {
                     last = Some(failed);
@@ -380,8 +380,9 @@ impl Pipeline {
 fn last_word(failed: Failed, ticket: Ticket) -> Result<Response<RespBody>, GatewayError> {
     match failed {
         Failed::Status(kept) => {
-            let (answer, load) = *kept;
-            Ok(Pipeline::respond(answer, load, ticket))
+            let (mut answer, load) = *kept;
+            Pipeline::respond(&mut answer, load, ticket);
+            Ok(answer)
         }
         Failed::Exchange(err) => Err(err),
     }

@@ -250,8 +250,9 @@ pub async fn serve<I, H>(
             let handler = handler.clone();
             let activity = ConnState::enter(&state);
             async move {
-                let resp = crate::boxed::pinned(|| handler.handle(req)).await;
-                Ok::<_, Infallible>(resp.map(|b| b.with_activity(activity)))
+                let mut resp = crate::boxed::pinned(|| handler.handle(req)).await;
+                resp.body_mut().keep_active(activity);
+                Ok::<_, Infallible>(resp)
             }
         })
     };

@@ -93,10 +93,11 @@ struct Watch {
 }
 
 impl Watch {
-    fn on<B: Body>(&self, body: RespBody<B>) -> RespBody<B> {
-        body.with_tap(Box::new(Recorder(self.seen.clone())))
-            .holding(Guard::new(DropCount(self.dropped.clone())))
-            .with_activity(Guard::counted(self.released.clone()))
+    fn on<B: Body>(&self, mut body: RespBody<B>) -> RespBody<B> {
+        body.tap(Box::new(Recorder(self.seen.clone())))
+            .hold(Guard::new(DropCount(self.dropped.clone())))
+            .keep_active(Guard::counted(self.released.clone()));
+        body
     }
 
     /// How many times each guard was released.
@@ -332,12 +333,11 @@ async fn producer_learns_the_client_has_gone() {
 async fn every_held_guard_is_kept_to_the_end_and_released_once() {
     let dropped = Arc::new(AtomicUsize::new(0));
     let counted = Arc::new(ReleaseCount::default());
-    let mut body = Box::pin(
-        RespBody::full(Bytes::from_static(b"x"))
-            .holding(Guard::counted(counted.clone()))
-            .holding(Guard::new(DropCount(dropped.clone())))
-            .holding(Guard::new(DropCount(dropped.clone()))),
-    );
+    let mut body = RespBody::full(Bytes::from_static(b"x"));
+    body.hold(Guard::counted(counted.clone()))
+        .hold(Guard::new(DropCount(dropped.clone())))
+        .hold(Guard::new(DropCount(dropped.clone())));
+    let mut body = Box::pin(body);
     assert_eq!(
         (
             dropped.load(Ordering::SeqCst),
@@ -452,10 +452,9 @@ async fn relayed_sse_that_breaks_off_ends_with_its_terminal_event_and_cleanly() 
     let watch = Watch::default();
     let failures = Arc::new(FailureCount::default());
     let (feed, up) = upstream();
-    let mut body = Box::pin(
-        watch.on(RespBody::relay(up, far(), None)
-            .ending_with(Terminal::new(Dialect::OpenAi, failures.clone()))),
-    );
+    let mut relayed = RespBody::relay(up, far(), None);
+    relayed.end_with(Terminal::new(Dialect::OpenAi, failures.clone()));
+    let mut body = Box::pin(watch.on(relayed));
     feed.send(Ok(Frame::data(Bytes::from_static(b"data: a\n\n"))))
         .expect("feed");
     assert_eq!(next_data(&mut body).await, "data: a\n\n");
@@ -489,10 +488,9 @@ async fn relayed_sse_that_breaks_off_ends_with_its_terminal_event_and_cleanly() 
 async fn a_stalled_responses_stream_continues_its_sequence() {
     let failures = Arc::new(FailureCount::default());
     let (feed, up) = upstream();
-    let mut body = Box::pin(
-        RespBody::relay(up, far(), Some(Duration::from_millis(40)))
-            .ending_with(Terminal::new(Dialect::Responses, failures.clone())),
-    );
+    let mut body = RespBody::relay(up, far(), Some(Duration::from_millis(40)));
+    body.end_with(Terminal::new(Dialect::Responses, failures.clone()));
+    let mut body = Box::pin(body);
     let event = Bytes::from_static(
         b"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":5}\n\n",
     );
@@ -511,10 +509,9 @@ async fn a_stalled_responses_stream_continues_its_sequence() {
 async fn a_client_gone_is_no_stream_failure() {
     let failures = Arc::new(FailureCount::default());
     let (feed, up) = upstream();
-    let mut body = Box::pin(
-        RespBody::relay(up, far(), None)
-            .ending_with(Terminal::new(Dialect::Messages, failures.clone())),
-    );
+    let mut body = RespBody::relay(up, far(), None);
+    body.end_with(Terminal::new(Dialect::Messages, failures.clone()));
+    let mut body = Box::pin(body);
     feed.send(Ok(Frame::data(Bytes::from_static(b"x"))))
         .expect("feed");
     assert_eq!(next_data(&mut body).await, "x");
