@@ -94,7 +94,11 @@ impl ThreadSetup for Gateway {
     fn companion(&self, index: usize) -> impl std::future::Future<Output = ()> + 'static {
         let canary = self.metrics.runtime.clone().canary(Some(index));
         async move {
-            tokio::join!(canary, crate::http::h1::pool::sweep_forever());
+            tokio::join!(
+                canary,
+                crate::http::h1::pool::sweep_forever(),
+                crate::http::deadline::run()
+            );
         }
     }
 

@@ -3,6 +3,7 @@
 
 pub mod body;
 pub mod client;
+pub mod deadline;
 pub mod error;
 pub mod guard;
 pub mod h1;

@@ -25,6 +25,7 @@ use super::{Answer, Attempt, SendError, Transport, Waits};
 use crate::fleet::{PoolTuning, Worker};
 use crate::http::body::{RespBody, UpstreamBody};
 use crate::http::client::{self, ClientOptions, CONNECT_TIMEOUT};
+use crate::http::deadline::Deadline;
 use crate::http::error::GatewayError;
 use crate::http::h1::{self, H1Error};
 use crate::http::tls::{TlsFailure, UpstreamTls};
@@ -307,11 +308,13 @@ impl UpstreamClient {
             // The exchange and its deadline are pinned where they stand and polled side by
             // side: wrapped in tokio's `Timeout`, the exchange's future (about 1 KiB) was
             // copied into the wrapper and the wrapper into this state, on every request.
+            // The deadline waits on the thread's list, not in the timer wheel
+            // (`crate::http::deadline`).
             let mut exchanged = pin!(h1::exchange(exchange, attempt.body));
-            let mut expiry = pin!(tokio::time::sleep_until(deadline.into()));
+            let mut expiry = Deadline::new(deadline.into());
             let sent = poll_fn(|cx| match exchanged.as_mut().poll(cx) {
                 Poll::Ready(done) => Poll::Ready(Some(done)),
-                Poll::Pending => expiry.as_mut().poll(cx).map(|()| None),
+                Poll::Pending => expiry.poll_passed(cx).map(|()| None),
             })
             .await;
             let (head, mut body) = match sent {
