@@ -287,6 +287,32 @@ mod tests {
             .await;
     }
 
+    #[tokio::test]
+    async fn an_earlier_deadline_sets_the_timer_back() {
+        let local = tokio::task::LocalSet::new();
+        local
+            .run_until(async {
+                let timer = tokio::task::spawn_local(run());
+                tokio::task::yield_now().await;
+                let start = Instant::now();
+                // A far deadline sets the timer first; a near one joining later must not
+                // wait for it.
+                let mut far = Deadline::new(start + Duration::from_secs(600));
+                assert!(poll_once(&mut far).await.is_pending());
+                let mut near = Deadline::new(start + Duration::from_millis(30));
+                poll_fn(|cx| near.poll_passed(cx)).await;
+                let waited = start.elapsed();
+                assert!(waited >= Duration::from_millis(30), "{waited:?}");
+                assert!(waited < Duration::from_secs(5), "{waited:?}");
+                assert!(
+                    poll_once(&mut far).await.is_pending(),
+                    "the far one still waits"
+                );
+                timer.abort();
+            })
+            .await;
+    }
+
     #[test]
     fn a_stale_key_finds_nothing() {
         let mut list = List::default();
