@@ -249,68 +249,71 @@ mod tests {
         assert!(started.elapsed() >= Duration::from_millis(10));
     }
 
-    #[tokio::test]
-    async fn listed_deadlines_pass_in_order_and_leave_no_trace() {
+    /// Runs `test` on a local task set beside the thread's timer task.
+    async fn beside_the_timer(test: impl Future<Output = ()>) {
         let local = tokio::task::LocalSet::new();
         local
             .run_until(async {
                 let timer = tokio::task::spawn_local(run());
                 tokio::task::yield_now().await;
-                let start = Instant::now();
-                let late = tokio::task::spawn_local(async move {
-                    let mut deadline = Deadline::new(start + Duration::from_millis(90));
-                    poll_fn(|cx| deadline.poll_passed(cx)).await;
-                    Instant::now()
-                });
-                let early = tokio::task::spawn_local(async move {
-                    let mut deadline = Deadline::new(start + Duration::from_millis(40));
-                    poll_fn(|cx| deadline.poll_passed(cx)).await;
-                    Instant::now()
-                });
-                // One that is dropped before its time frees its place.
-                let mut beaten = Deadline::new(start + Duration::from_millis(20));
-                assert!(poll_once(&mut beaten).await.is_pending());
-                assert!(matches!(beaten.watch, Watch::Listed(_)));
-                drop(beaten);
-                let early = early.await.expect("early waiter");
-                let late = late.await.expect("late waiter");
-                assert!(early >= start + Duration::from_millis(40));
-                assert!(late >= start + Duration::from_millis(90));
-                assert!(early < late, "each waiter woke at its own deadline");
-                LIST.with(|list| {
-                    let list = list.borrow();
-                    assert_eq!(list.free.len(), list.slots.len(), "every place freed");
-                    assert!(list.armed.is_none());
-                });
+                test.await;
                 timer.abort();
             })
             .await;
     }
 
     #[tokio::test]
+    async fn listed_deadlines_pass_in_order_and_leave_no_trace() {
+        beside_the_timer(async {
+            let start = Instant::now();
+            let late = tokio::task::spawn_local(async move {
+                let mut deadline = Deadline::new(start + Duration::from_millis(90));
+                poll_fn(|cx| deadline.poll_passed(cx)).await;
+                Instant::now()
+            });
+            let early = tokio::task::spawn_local(async move {
+                let mut deadline = Deadline::new(start + Duration::from_millis(40));
+                poll_fn(|cx| deadline.poll_passed(cx)).await;
+                Instant::now()
+            });
+            // One that is dropped before its time frees its place.
+            let mut beaten = Deadline::new(start + Duration::from_millis(20));
+            assert!(poll_once(&mut beaten).await.is_pending());
+            assert!(matches!(beaten.watch, Watch::Listed(_)));
+            drop(beaten);
+            let early = early.await.expect("early waiter");
+            let late = late.await.expect("late waiter");
+            assert!(early >= start + Duration::from_millis(40));
+            assert!(late >= start + Duration::from_millis(90));
+            assert!(early < late, "each waiter woke at its own deadline");
+            LIST.with(|list| {
+                let list = list.borrow();
+                assert_eq!(list.free.len(), list.slots.len(), "every place freed");
+                assert!(list.armed.is_none());
+            });
+        })
+        .await;
+    }
+
+    #[tokio::test]
     async fn an_earlier_deadline_sets_the_timer_back() {
-        let local = tokio::task::LocalSet::new();
-        local
-            .run_until(async {
-                let timer = tokio::task::spawn_local(run());
-                tokio::task::yield_now().await;
-                let start = Instant::now();
-                // A far deadline sets the timer first; a near one joining later must not
-                // wait for it.
-                let mut far = Deadline::new(start + Duration::from_secs(600));
-                assert!(poll_once(&mut far).await.is_pending());
-                let mut near = Deadline::new(start + Duration::from_millis(30));
-                poll_fn(|cx| near.poll_passed(cx)).await;
-                let waited = start.elapsed();
-                assert!(waited >= Duration::from_millis(30), "{waited:?}");
-                assert!(waited < Duration::from_secs(5), "{waited:?}");
-                assert!(
-                    poll_once(&mut far).await.is_pending(),
-                    "the far one still waits"
-                );
-                timer.abort();
-            })
-            .await;
+        beside_the_timer(async {
+            let start = Instant::now();
+            // A far deadline sets the timer first; a near one joining later must not wait
+            // for it.
+            let mut far = Deadline::new(start + Duration::from_secs(600));
+            assert!(poll_once(&mut far).await.is_pending());
+            let mut near = Deadline::new(start + Duration::from_millis(30));
+            poll_fn(|cx| near.poll_passed(cx)).await;
+            let waited = start.elapsed();
+            assert!(waited >= Duration::from_millis(30), "{waited:?}");
+            assert!(waited < Duration::from_secs(5), "{waited:?}");
+            assert!(
+                poll_once(&mut far).await.is_pending(),
+                "the far one still waits"
+            );
+        })
+        .await;
     }
 
     #[test]
