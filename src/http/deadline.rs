@@ -201,7 +201,6 @@ impl List {
 /// loop, for as long as the thread serves.
 pub async fn run() {
     let mut sleep = Box::pin(tokio::time::sleep_until(Instant::now()));
-    let mut set_for: Option<Instant> = None;
     loop {
         poll_fn(|cx| {
             let armed = LIST.with(|list| {
@@ -215,14 +214,14 @@ pub async fn run() {
             let Some(at) = armed else {
                 return Poll::Pending;
             };
-            if set_for != Some(at) {
+            // A sleep that already fired for `at` answers at once: the expiry below runs
+            // again and finds what joined since.
+            if sleep.deadline() != at {
                 sleep.as_mut().reset(at);
-                set_for = Some(at);
             }
             sleep.as_mut().poll(cx)
         })
         .await;
-        set_for = None;
         let now = Instant::now();
         LIST.with(|list| list.borrow_mut().expire(now));
     }
