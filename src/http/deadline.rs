@@ -128,23 +128,23 @@ impl List {
             generation: 0,
             passed: false,
         };
-        let index = match self.free.pop() {
+        let key = match self.free.pop() {
             Some(index) => {
-                let entry = &mut self.slots[index as usize];
+                let entry = self.slots.get_mut(index as usize)?;
                 let generation = entry.generation;
                 *entry = Slot { generation, ..slot };
-                index
+                Key { index, generation }
             }
             None => {
                 let index = u32::try_from(self.slots.len()).ok()?;
                 self.slots.push(slot);
-                index
+                Key {
+                    index,
+                    generation: 0,
+                }
             }
         };
-        Some(Key {
-            index,
-            generation: self.slots[index as usize].generation,
-        })
+        Some(key)
     }
 
     fn slot(&mut self, key: Key) -> Option<&mut Slot> {
