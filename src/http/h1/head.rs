@@ -366,10 +366,11 @@ fn skip_text(buf: &[u8], from: usize) -> usize {
     const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
     const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
     let mut at = from;
-    while let Some(word) = buf.get(at..at + 8) {
-        let mut bytes = [0u8; 8];
-        bytes.copy_from_slice(word);
-        let x = u64::from_le_bytes(bytes);
+    while let Some(word) = buf
+        .get(at..at + 8)
+        .and_then(|w| <[u8; 8]>::try_from(w).ok())
+    {
+        let x = u64::from_le_bytes(word);
         let below_space = x.wrapping_sub(ONES * 0x20) & !x & HIGH;
         let above_tilde = (x.wrapping_add(ONES) | x) & HIGH;
         let flagged = below_space | above_tilde;
