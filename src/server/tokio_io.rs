@@ -6,8 +6,8 @@
 //! the TLS stream, so the check reads the decrypted request bytes.
 //!
 //! A small answer that hyper hands over in pieces (the head and the body, or a chunk's
-//! size line, data and CRLF) goes out gathered into one buffer and one `send`, not a
-//! `writev`: the kernel's vectored path (copying in and checking the iovec array, its
+//! size line, data and CRLF) goes out gathered into one buffer and one `send` (over TLS,
+//! one write into the TLS stream), not a `writev`: the kernel's vectored path (copying in and checking the iovec array, its
 //! per-segment walk) costs more than copying a few hundred bytes here. Anything larger
 //! than [`GATHER_MAX`] goes out vectored, as it came, with no copy.
 
