@@ -8,6 +8,7 @@ pub mod error;
 pub mod guard;
 pub mod h1;
 pub mod head_rules;
+pub mod raw_send;
 pub mod reply;
 pub mod route;
 pub mod tls;

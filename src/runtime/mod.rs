@@ -25,7 +25,9 @@ use crate::server::drain::{Drain, DrainWait};
 use crate::server::limit::{self, ConnLimit};
 use crate::server::tls::Tls;
 use crate::server::{
-    self, listener, tokio_io::CheckedStream, ConnState, Handler, PhaseReport, ServerSettings,
+    self, listener,
+    tokio_io::{CheckedStream, PlainTcp},
+    ConnState, Handler, PhaseReport, ServerSettings,
 };
 
 pub use uring_io::UringIo;
@@ -228,7 +230,7 @@ async fn run_epoll<H: Handler>(
                     let (serving, builder, mut rx) = (serving.clone(), builder.clone(), draining.waiter());
                     match serving.tls.clone() {
                         None => {
-                            let io = TokioIo::new(CheckedStream::new(stream, report));
+                            let io = TokioIo::new(CheckedStream::new(PlainTcp::new(stream), report));
                             tokio::task::spawn_local(async move {
                                 serving.serve(io, state, accepted, &builder, rx).await;
                                 drop(guard);

@@ -19,6 +19,8 @@ use std::task::{ready, Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
+use crate::http::raw_send;
+
 use super::smuggling_guard::SmugglingGuard;
 use super::PhaseReport;
 
@@ -31,7 +33,58 @@ thread_local! {
     static GATHER: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(GATHER_MAX));
 }
 
-pub struct CheckedStream<S = TcpStream> {
+/// A client's plain TCP connection: tokio's stream, with each plain write one `sendto`
+/// made directly ([`raw_send`]: libc's `send` would wrap it in a thread-cancellation
+/// point's bookkeeping). Reads, vectored writes and readiness are tokio's.
+pub struct PlainTcp(TcpStream);
+
+impl PlainTcp {
+    pub fn new(stream: TcpStream) -> PlainTcp {
+        PlainTcp(stream)
+    }
+}
+
+impl AsyncRead for PlainTcp {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for PlainTcp {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        raw_send::poll_send(&self.0, cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().0).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.0.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
+    }
+}
+
+pub struct CheckedStream<S = PlainTcp> {
     inner: S,
     guard: SmugglingGuard,
     report: PhaseReport,

@@ -23,13 +23,13 @@ use http::uri::Authority;
 use http::{HeaderMap, Method};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
-use tokio::io::{AsyncWriteExt, Interest};
+use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 use super::chunked::{ChunkError, Chunked, Piece};
 use super::head::{self, HeadError, ReqFraming, RespFraming, ResponseHead};
 use super::pool::{self, Conn, Keep};
-use crate::http::BoxError;
+use crate::http::{raw_send, BoxError};
 
 /// A connection's read buffer starts at this size and is refilled by [`Conn::read_size`],
 /// between this and [`MAX_READ`]; a read never asks for less than [`MIN_READ`] bytes. Small
@@ -217,7 +217,9 @@ where
             out.put_slice(&data);
         } else {
             write(stream, &mut out).await?;
-            stream.write_all(&data).await.map_err(H1Error::Io)?;
+            raw_send::send_all(stream, &data)
+                .await
+                .map_err(H1Error::Io)?;
         }
         if framing == ReqFraming::Chunked {
             out.put_slice(b"\r\n");
@@ -236,7 +238,7 @@ where
 
 async fn write(stream: &mut TcpStream, out: &mut BytesMut) -> Result<(), H1Error> {
     if !out.is_empty() {
-        stream.write_all(out).await.map_err(H1Error::Io)?;
+        raw_send::send_all(stream, out).await.map_err(H1Error::Io)?;
         out.clear();
     }
     Ok(())
