@@ -11,8 +11,8 @@
 use std::collections::VecDeque;
 use std::error::Error as StdError;
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
+use std::future::{poll_fn, Future};
+use std::pin::{pin, Pin};
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
@@ -300,29 +300,44 @@ pub async fn read_prefix<C: HoldBudget>(
     // only for the frames after it.
     let mut held = Held::default();
     let mut total: u64 = 0;
-    let read = async {
-        loop {
-            let Some(frame) = body.frame().await else {
-                return Ok(None);
-            };
-            let frame = frame.map_err(|e| client_fault(e.as_ref()).unwrap_or(ReadError::Broken))?;
-            let Ok(data) = frame.into_data() else {
-                // Trailers: the body is over; they are not relayed.
-                continue;
-            };
-            let len = data.len() as u64;
-            total = total.saturating_add(len);
-            let within_cap = total <= cap;
-            let charged = within_cap && charge.grow(len);
-            held.push(data);
-            if !charged {
-                return Ok(Some(!within_cap));
+    let ended = {
+        let read = async {
+            loop {
+                // A body whose length is known ends with its last byte: asking hyper for the
+                // end as well would be one more turn through its body channel (a lock and a
+                // waker registration) for nothing.
+                if body.is_end_stream() {
+                    return Ok(None);
+                }
+                let Some(frame) = body.frame().await else {
+                    return Ok(None);
+                };
+                let frame =
+                    frame.map_err(|e| client_fault(e.as_ref()).unwrap_or(ReadError::Broken))?;
+                let Ok(data) = frame.into_data() else {
+                    // Trailers: the body is over; they are not relayed.
+                    continue;
+                };
+                let len = data.len() as u64;
+                total = total.saturating_add(len);
+                let within_cap = total <= cap;
+                let charged = within_cap && charge.grow(len);
+                held.push(data);
+                if !charged {
+                    return Ok(Some(!within_cap));
+                }
             }
+        };
+        // A small body is usually in hand already: read first, and set up the timer (a handle
+        // on the runtime's clock, cloned and dropped) only when the body has to be waited for.
+        let mut read = pin!(read);
+        match poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await {
+            Poll::Ready(ended) => ended?,
+            Poll::Pending => tokio::time::timeout_at(deadline, read)
+                .await
+                .map_err(|_| ReadError::TooSlow)??,
         }
     };
-    let ended = tokio::time::timeout_at(deadline, read)
-        .await
-        .map_err(|_| ReadError::TooSlow)??;
     match ended {
         None => Ok(Prefix::Whole(held.concat(total), charge)),
         Some(over_cap) => {
