@@ -146,6 +146,8 @@ pub fn handle<'a>(
             }
         };
         let arrived = std::time::Instant::now();
+        // The pipeline's end for the router metrics, which serves as this one's too.
+        let mut answered = None;
         let in_flight = ctx
             .gateway
             .metrics
@@ -159,10 +161,12 @@ pub fn handle<'a>(
                         Route::Health | Route::Liveness => Ok(reply::empty(StatusCode::OK)),
                         Route::Readiness => Ok(readiness(&ctx.gateway.registry)),
                         Route::AudioTranscriptions => {
-                            forward(ctx, route, req, ContentType::FromClient, arrived).await
+                            let ct = ContentType::FromClient;
+                            forward(ctx, route, req, ct, arrived, &mut answered).await
                         }
                         r if is_forwarded(r) => {
-                            forward(ctx, r, req, ContentType::Json, arrived).await
+                            let ct = ContentType::Json;
+                            forward(ctx, r, req, ct, arrived, &mut answered).await
                         }
                         r => crate::boxed::pinned(|| answer_here(ctx, r, req)).await,
                     };
@@ -173,7 +177,12 @@ pub fn handle<'a>(
         in_flight.finished(
             resp.status().as_u16(),
             ErrorCode::of(&resp),
-            arrived.elapsed().as_secs_f64(),
+            answered
+                .map_or_else(
+                    || arrived.elapsed(),
+                    |at| at.saturating_duration_since(arrived),
+                )
+                .as_secs_f64(),
         );
         resp
     }
@@ -300,10 +309,11 @@ fn forward<'a>(
     req: Request<Incoming>,
     content_type: ContentType,
     arrived: std::time::Instant,
+    answered: &'a mut Option<std::time::Instant>,
 ) -> impl std::future::Future<Output = Result<Response<RespBody>, GatewayError>> + Send + 'a {
     ctx.gateway
         .pipeline
-        .serve(&ctx.clients, route, req, content_type, arrived)
+        .serve(&ctx.clients, route, req, content_type, arrived, answered)
 }
 
 /// Largest body of an administration request.

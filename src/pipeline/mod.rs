@@ -220,8 +220,9 @@ impl Pipeline {
     /// Serves one inference request, matched as `route`, on a thread's upstream clients
     /// and answers it. The route is carried down as it was matched: no phase reads the
     /// path again. `arrived`: when the gateway took the request (its time in the router
-    /// metrics, its deadlines and its time to first token count from there). The phases, in
-    /// order.
+    /// metrics, its deadlines and its time to first token count from there). `answered`:
+    /// set to the time the router metrics took as the request's end, for the caller's own
+    /// (one clock read serves both). The phases, in order.
     ///
     /// Not an `async fn`, which would keep the request twice in its state and copy it from
     /// the argument to a local on every request: the block uses it where it was captured.
@@ -233,6 +234,7 @@ impl Pipeline {
         req: Request<Incoming>,
         content_type: ContentType,
         arrived: Instant,
+        answered: &'a mut Option<Instant>,
     ) -> impl std::future::Future<Output = Result<Response<RespBody>, GatewayError>> + Send + 'a
     {
         async move {
@@ -269,7 +271,7 @@ impl Pipeline {
             };
             // One lookup of the answer's media type serves both the metrics and the relay.
             let sse = result.as_ref().is_ok_and(is_sse);
-            self.record(endpoint, &seen, &result, sse, arrived);
+            *answered = Some(self.record(endpoint, &seen, &result, sse, arrived));
             if let (true, Ok(resp)) = (sse, &mut result) {
                 self.guard_relay(endpoint, &seen, resp);
             }
@@ -316,6 +318,7 @@ impl Pipeline {
     }
 
     /// Phase 5: the router metrics of the finished request (`sse`: its answer is a stream).
+    /// Returns the time it took as the request's end.
     fn record(
         &self,
         endpoint: &'static str,
@@ -323,12 +326,13 @@ impl Pipeline {
         result: &Result<Response<RespBody>, GatewayError>,
         sse: bool,
         started: Instant,
-    ) {
+    ) -> Instant {
+        let ended = Instant::now();
         let route = route_labels(endpoint, seen);
         match result {
             Ok(_) => {
-                self.metrics
-                    .routed(&route, sse, started.elapsed().as_secs_f64());
+                let seconds = ended.saturating_duration_since(started).as_secs_f64();
+                self.metrics.routed(&route, sse, seconds);
             }
             Err(err) => {
                 if let Some(kind) = err.router_error() {
@@ -336,6 +340,7 @@ impl Pipeline {
                 }
             }
         }
+        ended
     }
 }
 
