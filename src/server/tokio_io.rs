@@ -2,14 +2,16 @@
 //! tells the connection's timers where the stream stands. hyper sees it through
 //! `hyper_util::rt::TokioIo`.
 //!
-//! On the epoll engine the stream is the `TcpStream` itself. Over TLS (either engine) it is
-//! the TLS stream, so the check reads the decrypted request bytes.
+//! On the epoll engine the stream is the socket itself ([`PlainTcp`]: tokio's `TcpStream`,
+//! its sends made directly). Over TLS (either engine) it is the TLS stream, so the check
+//! reads the decrypted request bytes.
 //!
 //! A small answer that hyper hands over in pieces (the head and the body, or a chunk's
 //! size line, data and CRLF) goes out gathered into one buffer and one `send` (over TLS,
-//! one write into the TLS stream), not a `writev`: the kernel's vectored path (copying in and checking the iovec array, its
-//! per-segment walk) costs more than copying a few hundred bytes here. Anything larger
-//! than [`GATHER_MAX`] goes out vectored, as it came, with no copy.
+//! one write into the TLS stream), not a `writev`: the kernel's vectored path (copying in
+//! and checking the iovec array, its per-segment walk) costs more than copying a few
+//! hundred bytes here. Anything larger than [`GATHER_MAX`] goes out vectored, as it came,
+//! with no copy.
 
 use std::cell::RefCell;
 use std::io;
