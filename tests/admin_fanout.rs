@@ -4,8 +4,8 @@
 //! `/v1/models` answers from the registry; `/get_model_info`, `/get_server_info` and
 //! `/health_generate` are forwarded to one healthy worker with its answer unchanged.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::convert::Infallible;
 use std::time::{Duration, Instant};

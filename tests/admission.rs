@@ -3,8 +3,8 @@
 //! whole stream, a client leaving the queue, the rate limiter, the media budget, and the
 //! `gw_admission_*` / `gw_http_rate_limit_total` families.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -3,8 +3,8 @@
 //! HTTP header rules) attacked at once and one by one, while a legitimate client keeps
 //! asking. Each attack is bounded in connections and time, on 127.0.0.1 only.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

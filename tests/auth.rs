@@ -6,9 +6,9 @@
 //! A refused control-plane request answers 401 or 403 before reaching any handler; an
 //! allowed one reaches its handler, which never answers 401 or 403 itself.
 
-mod common;
-mod oidc;
-mod support;
+use crate::common;
+use crate::oidc;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::process::Output;

@@ -2,8 +2,8 @@
 //! number (issue: 40 requests with unique 2 MB `model` strings made the next scrape 2.72 GB
 //! and the gateway's RSS 2.37 GB).
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use common::{gateway, mock, post_json, scrape};
 use serde_json::Value;

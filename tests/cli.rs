@@ -1,7 +1,7 @@
 //! Command line, black box: help, flag errors (exit 2, one line naming the flag), and both
 //! IO engines starting and serving.
 
-mod common;
+use crate::common;
 
 use std::process::Output;
 use std::time::Duration;

@@ -3,8 +3,8 @@
 //! connections under a flood, the header-read timeout from accept (HTTP/1.1 and the h2c
 //! preface), the keep-alive timeout between requests, and the `--health-check-port` probes.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};

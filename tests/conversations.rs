@@ -6,7 +6,7 @@
 //! paging, `item_reference`, soft deletes, and data-plane authentication with tenants kept
 //! apart (a foreign id looks unknown).
 
-mod common;
+use crate::common;
 
 use common::{call_with_key as call, client, gateway, send, Proc, Reply};
 use serde_json::{json, Value};

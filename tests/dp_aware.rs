@@ -4,7 +4,7 @@
 //! on one rank, cache flushes reach the engine once, PUT is refused, DELETE of any rank
 //! removes the engine, and an engine without data-parallel ranks stays a single worker.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

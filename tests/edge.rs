@@ -1,8 +1,8 @@
 //! Edge limits, black box over raw sockets: oversized heads (431), ambiguous framing (400
 //! and close), slow clients, idle keep-alive, connection reuse and h2 multiplexing.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;

@@ -3,7 +3,7 @@
 //! mock workers imitating SGLang (`/v1/loads`, `sglang:` metrics) and vLLM (`vllm:`
 //! metrics only).
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::time::Duration;

@@ -1,8 +1,8 @@
 //! Gateway-generated errors, black box: each failure mode maps to its status and code, in
 //! the exact envelope, with `x-gw-error-code`.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -8,8 +8,7 @@ use std::fs;
 use std::panic;
 use std::path::{Path, PathBuf};
 
-#[path = "../fuzz/checks/mod.rs"]
-mod checks;
+use crate::checks;
 
 fn inputs(dir: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = fs::read_dir(dir)

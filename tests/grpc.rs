@@ -4,8 +4,8 @@
 //! token or its EOS id, so every expected text is `decode(ids)` of what the test's own
 //! tokenizer makes of the prompt, computed here with the same `tokenizers` crate.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -3,8 +3,8 @@
 //! `grpc-engine` speaking SGLang's service and vLLM's. Each RPC the engine receives is a
 //! line in its log, so the tests check what reached it.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::time::Duration;
 

@@ -5,8 +5,8 @@
 //! up, `j` below it scoring `-0.1 * k - j` (see `perf/grpc_engine/mock.rs`). So every
 //! choice, text and score here is computed from the test's own tokenizer.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

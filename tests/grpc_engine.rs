@@ -5,10 +5,10 @@
 //! its exported tokenizer, so they are `#[ignore]`d; run them with
 //!   eval "$(perf/real_engine/fetch.sh)"
 //!   export TOLLGATE_REAL_ENGINE_SERVER TOLLGATE_REAL_ENGINE_MODEL TOLLGATE_REAL_ENGINE_TOKENIZER
-//!   cargo test --test grpc_engine -- --ignored --test-threads 1
+//!   cargo test --test integration grpc_engine:: -- --ignored --test-threads 1
 
-mod common;
-mod grpc_client;
+use crate::common;
+use crate::grpc_client;
 
 use std::time::{Duration, Instant};
 

@@ -5,8 +5,8 @@
 //! control tokens was rendered verbatim, and a 10 MB prompt was tokenized whole (RSS +1.2 GB)
 //! before it was refused.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::time::Duration;
 

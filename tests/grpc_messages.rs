@@ -6,8 +6,8 @@
 //! spec 2 (`message_start` … `message_stop`). Refusals, MLX's restrictions and
 //! count_tokens' 501 are checked here too.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::time::Duration;
 

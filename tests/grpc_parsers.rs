@@ -5,8 +5,8 @@
 //! the gateway must turn it into OpenAI `tool_calls`, streamed and not, and split reasoning
 //! into `reasoning_content`. The parsers are chosen by flag, by model card, or refused.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::time::Duration;
 

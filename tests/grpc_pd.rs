@@ -9,8 +9,8 @@
 //! prefill ends the exchange promptly with the decode leg cancelled; the `pd_admission`
 //! stage waits for and sheds on decode rooms.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

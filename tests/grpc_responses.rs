@@ -5,8 +5,8 @@
 //! `store: false`, delete, cancel and input_items with their codes, tenants kept apart,
 //! function calls as items, `max_output_tokens`, and the event stream's grammar.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::time::Duration;
 

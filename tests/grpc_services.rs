@@ -7,8 +7,8 @@
 //! `tests/grpc_choices.rs`; the expected texts are `decode(ids)` of what the test's
 //! tokenizer makes of the prompt, as in `tests/grpc.rs`.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -4,8 +4,8 @@
 //! takes the administrative RPCs like a `grpc://` one; one it cannot verify never
 //! registers, and the log says why.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::time::Duration;
 

@@ -5,8 +5,8 @@
 //! serves chat with them; a corrupted archive or an engine without one fails registration
 //! with the reason.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::time::Duration;
 

@@ -14,8 +14,8 @@
 //! echoes the prompt rotated by `i`. Stop strings need a tokenizer the mock does not have:
 //! they are the llama.cpp adapter's (`tests/real_engine/test_13_grpc_parity.py`).
 
-mod common;
-mod grpc_client;
+use crate::common;
+use crate::grpc_client;
 
 use std::net::SocketAddr;
 use std::time::Duration;

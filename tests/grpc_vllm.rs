@@ -4,8 +4,8 @@
 //! chat pipeline serves it: the texts expected here are `decode(ids)` of what the test's
 //! own tokenizer makes of the prompt, as in `tests/grpc.rs`.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::path::PathBuf;
 use std::time::Duration;

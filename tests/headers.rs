@@ -2,8 +2,8 @@
 //! `Authorization` precedence between the client and `--api-key`, and hop-by-hop headers of
 //! worker responses stay on their hop.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};

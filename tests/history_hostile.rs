@@ -5,11 +5,10 @@
 //! (an id no store could hold is simply unknown, a client never reads a database's own
 //! words, and an echoed id is cut short).
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
-#[path = "common/stores.rs"]
-mod stores;
+use crate::common::stores;
 
 use std::time::Duration;
 

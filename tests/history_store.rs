@@ -3,8 +3,7 @@
 //! (Debian's packages, started here on 127.0.0.1 with a throwaway data directory). A
 //! server that cannot be started fails the test: CI installs both (tests/run.sh).
 
-#[path = "common/stores.rs"]
-mod stores;
+use crate::common::stores;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! `timeout_secs` caps the time a request to that worker may take, whatever
 //! `--request-timeout-secs` says, while other workers keep the gateway's timeout.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -8,7 +8,7 @@
 //!
 //! The misbehaving workers are raw TCP listeners in this file writing canned bytes.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

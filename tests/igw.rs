@@ -4,8 +4,8 @@
 //! workers are all out of rotation 503 `no_available_workers`. Bodies still reach the
 //! worker intact.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::time::Duration;
 

@@ -7,8 +7,8 @@
 //! a bad body in plain text (400, 415, 422). A body the router streams through unread
 //! (retries off) is the worker's to judge.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use common::{gateway, mock, mock_requests, post_json, post_json_with, send, wait_ready, Proc};
 use serde_json::{json, Value};

@@ -14,8 +14,8 @@
 //! - the gateway's `--api-key` is still enforced on `Authorization`;
 //! - a dead or silent provider fails with the gateway's `worker_*` errors.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

@@ -3,8 +3,8 @@
 //! labels; unmatched paths are not recorded; removed workers report -1; a taken port stops
 //! startup; custom duration buckets.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::net::TcpListener;
 use std::time::Duration;

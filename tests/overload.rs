@@ -3,8 +3,8 @@
 //! `/v1/loads`; the load monitor flags overloaded workers, routing avoids them, and when
 //! every candidate is overloaded the request is shed with 503 and `Retry-After`.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::time::Duration;
 

@@ -3,8 +3,8 @@
 //! server, refusals as spec 1's `{error, success: false}` with 400, the administration body
 //! bound, and control-plane authentication in front of them.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use common::{client, gateway, mock, mock_requests, post_json, post_json_with, send, Proc};
 use serde_json::{json, Value};

@@ -6,8 +6,8 @@
 //! a failed or stalled leg ends the exchange promptly with the other leg cancelled;
 //! retries re-pick a pair; readiness needs one ready worker of each role.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

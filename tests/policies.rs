@@ -4,8 +4,8 @@
 //! leaves. Which mock served a request is read from the mocks' request logs, by a marker
 //! each test puts in the body.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;

@@ -14,8 +14,8 @@
 //! MCP tools against a real MCP server are checked with the official SDKs in
 //! tests/real_engine/test_11_provider_responses.py.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::time::Duration;
 

@@ -12,8 +12,7 @@
 //! - a provider that refuses the listing fails the registration, and a recognised
 //!   provider host takes the external path without being probed.
 
-mod common;
-mod support;
+use crate::common;
 
 use std::time::Duration;
 

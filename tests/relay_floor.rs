@@ -2,7 +2,7 @@
 //! nginx: it must relay what the mock answers, answer its own health check, say 502 when
 //! the upstream is down, and refuse a command line without an upstream.
 
-mod common;
+use crate::common;
 
 use common::{free_port, get, mock, post_json, relay_floor, RELAY_FLOOR};
 use serde_json::json;

@@ -10,8 +10,8 @@
 //!   `--request-body-timeout-secs`, and it holds no admission token while it is read, so
 //!   slow uploaders cannot shut out other clients.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};

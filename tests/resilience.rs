@@ -3,8 +3,8 @@
 //! stream that started is never replayed, large bodies are not retried, breakers open,
 //! half-open and close as `GET /workers` shows, per-worker overrides and the PATCH rule.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

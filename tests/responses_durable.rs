@@ -4,11 +4,10 @@
 //! on one database serving one conversation and one `previous_response_id` chain
 //! alternately, one of them restarted in the middle: nothing is lost.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
-#[path = "common/stores.rs"]
-mod stores;
+use crate::common::stores;
 
 use common::{gateway, get, post_json, wait_ready, Proc};
 use serde_json::{json, Value};

@@ -7,8 +7,8 @@
 //! held for the check all the same (nothing else would make the gateway read it). A fleet
 //! of gRPC engines refuses the same bodies before any generation.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use common::{gateway, mock, mock_requests, post_json, scrape, send, wait_ready, Proc};
 use serde_json::{json, Value};

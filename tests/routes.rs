@@ -3,8 +3,8 @@
 //! routes (health, readiness), unknown paths (bare 404), wrong methods (405) and routes not
 //! built yet (501 envelope).
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use bytes::Bytes;
 use common::{client, gateway, mock, mock_requests, send, Proc};

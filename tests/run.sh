@@ -106,7 +106,7 @@ if [ "${TOLLGATE_REAL_ENGINE:-1}" != "0" ]; then
     eval "$(perf/real_engine/fetch.sh)"
     TOLLGATE_SMOLLM2_GGUF="$TOLLGATE_REAL_ENGINE_MODEL" \
         TOLLGATE_QWEN3_TOKENIZER_DIR="$TOLLGATE_QWEN3_TOKENIZER_DIR" \
-        cargo test --test chat_template -- --ignored
+        cargo test --test integration chat_template:: -- --ignored
     TOLLGATE_TOKENIZER_JSON_DIRS="$TOLLGATE_REAL_ENGINE_TOKENIZER:$TOLLGATE_QWEN3_TOKENIZER_DIR" \
         cargo test --lib -- chat::detokenize chat::encode_cache
     step "tokenizer fast path against Hugging Face on every family's real tokenizer.json"

@@ -2,8 +2,8 @@
 //! in-flight streams finish within the grace period, and exits 0; past the grace period it
 //! exits anyway.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;

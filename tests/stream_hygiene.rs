@@ -4,8 +4,8 @@
 //! cancels the upstream request and counts a `streaming_error`; and clients that stop
 //! reading get backpressure, not buffering in the gateway.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

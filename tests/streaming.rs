@@ -2,8 +2,8 @@
 //! h2c, a worker dying mid-stream ends the client's stream promptly, and a client leaving
 //! mid-stream cancels the upstream request.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

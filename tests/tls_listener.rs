@@ -5,8 +5,8 @@
 //! refusals, and certificate reload on SIGHUP under load. Run on both IO engines
 //! (`TOLLGATE_TEST_IO_ENGINE=uring` and `=epoll`).
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::path::Path;
 use std::process::Command;

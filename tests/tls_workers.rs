@@ -5,8 +5,8 @@
 //! host, expired) answers 502 `worker_tls_failed` naming what failed, counted like any
 //! worker failure. A bad `--upstream-ca-cert-path` stops startup.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::time::Duration;
 

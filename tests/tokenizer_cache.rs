@@ -4,7 +4,7 @@
 //! exactly the uncached tokenization (the echoed token count says so), and `/metrics`
 //! shows the spec's `gw_tokenizer_cache_*` series.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

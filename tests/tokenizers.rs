@@ -3,7 +3,7 @@
 //! gRPC workers that name a registered tokenizer (the bundled `grpc-engine` in mock mode,
 //! which echoes the prompt's token ids back).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

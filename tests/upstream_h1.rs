@@ -6,7 +6,7 @@
 //! answers, connection reuse and its limits, and cancellation of the worker's request
 //! when the client goes away.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

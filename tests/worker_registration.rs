@@ -10,7 +10,7 @@
 //!
 //! External providers are registered like any worker; tests/providers.rs covers them.
 
-mod common;
+use crate::common;
 
 use std::net::TcpListener;
 use std::time::{Duration, Instant};

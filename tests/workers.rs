@@ -7,7 +7,7 @@
 //! `/workers` is open. Timings are shortened with flags and per-worker `health` overrides;
 //! waits poll with deadlines.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::net::TcpListener;

@@ -6,8 +6,8 @@
 //! ids, cycling, and stops like vLLM's `check_stop`: the texts expected here are
 //! `decode(ids)` of what the test's tokenizer makes of the prompt.
 
-mod common;
-mod support;
+use crate::common;
+use crate::support;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};

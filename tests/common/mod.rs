@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod pki;
+pub mod stores;
 pub mod tls;
 pub mod tokenizer;
 
