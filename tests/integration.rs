@@ -1,6 +1,6 @@
 //! The black-box suite, one test binary: every file beside this one is a module of it, so
 //! the gateway's library and dependencies are linked once, not once per file (sixty test
-//! binaries took 3.9 GB of a CI machine's disk and a minute of linking).
+//! binaries took 3.9 GB of disk, more than a CI machine had to spare).
 //!
 //! Each module starts the real `tollgate` binary and the bundled workers on 127.0.0.1 and
 //! speaks real HTTP to them (`common`). Run one file's tests with its module path as the
