@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use std::time::Duration;
 
+use crate::http::body::RequestBody;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
-use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use crate::admin::{self, Admin, CallerKey};
@@ -74,7 +74,7 @@ impl ThreadCtx {
 impl Handler for ThreadCtx {
     fn handle(
         &self,
-        req: Request<Incoming>,
+        req: Request<RequestBody>,
     ) -> impl std::future::Future<Output = Response<RespBody>> + Send {
         handle(self, req)
     }
@@ -128,7 +128,7 @@ impl ThreadSetup for Gateway {
 #[allow(clippy::manual_async_fn)] // see above: the arguments are used in place
 pub fn handle<'a>(
     ctx: &'a ThreadCtx,
-    mut req: Request<Incoming>,
+    mut req: Request<RequestBody>,
 ) -> impl std::future::Future<Output = Response<RespBody>> + Send + 'a {
     async move {
         let routed = routed(
@@ -215,7 +215,7 @@ fn routed(matched: RouteMatch, path: &str) -> Result<Route, NoRoute> {
 async fn authenticate(
     auth: &Authenticator,
     route: Route,
-    req: &mut Request<Incoming>,
+    req: &mut Request<RequestBody>,
 ) -> Result<(), Denied> {
     match route.group() {
         RouteGroup::Public => Ok(()),
@@ -237,7 +237,7 @@ async fn authenticate(
 async fn answer_here(
     ctx: &ThreadCtx,
     route: Route,
-    req: Request<Incoming>,
+    req: Request<RequestBody>,
 ) -> Result<Response<RespBody>, GatewayError> {
     let gateway = &ctx.gateway;
     match route {
@@ -306,7 +306,7 @@ async fn answer_here(
 fn forward<'a>(
     ctx: &'a ThreadCtx,
     route: Route,
-    req: Request<Incoming>,
+    req: Request<RequestBody>,
     content_type: ContentType,
     arrived: std::time::Instant,
     answered: &'a mut Option<std::time::Instant>,
@@ -327,12 +327,16 @@ fn body_error(err: ReadError) -> Response<RespBody> {
 }
 
 /// Reads a whole administration body (bounded in size and time).
-async fn read_admin_body(body: Incoming) -> Result<Bytes, ReadError> {
+async fn read_admin_body(body: RequestBody) -> Result<Bytes, ReadError> {
     read_whole(body, MAX_ADMIN_BODY, Instant::now() + ADMIN_BODY_TIMEOUT).await
 }
 
 /// `/workers` and `/workers/{worker_id}`.
-async fn workers_route(admin: &Admin, route: Route, req: Request<Incoming>) -> Response<RespBody> {
+async fn workers_route(
+    admin: &Admin,
+    route: Route,
+    req: Request<RequestBody>,
+) -> Response<RespBody> {
     let (parts, body) = req.into_parts();
     let path = parts.uri.path();
     let id = path_param(path, 1);
@@ -358,7 +362,7 @@ async fn workers_route(admin: &Admin, route: Route, req: Request<Incoming>) -> R
 async fn tokenizers_route(
     admin: &Admin,
     route: Route,
-    req: Request<Incoming>,
+    req: Request<RequestBody>,
 ) -> Response<RespBody> {
     let (parts, body) = req.into_parts();
     let key = path_param(parts.uri.path(), 2);

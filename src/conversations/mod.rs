@@ -18,9 +18,9 @@ pub mod page;
 use std::collections::HashSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::http::body::RequestBody;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
-use hyper::body::Incoming;
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -61,7 +61,7 @@ pub fn serves(route: Route) -> bool {
 
 /// Serves one request of a route [`serves`] accepts, for the caller's owner (the tenant
 /// `app::authenticate` attached, else the shared space).
-pub async fn serve(history: &dyn History, route: Route, req: Request<Incoming>) -> Answer {
+pub async fn serve(history: &dyn History, route: Route, req: Request<RequestBody>) -> Answer {
     let (parts, body) = req.into_parts();
     let owner = parts
         .extensions
@@ -332,7 +332,7 @@ fn item_id(path: &str) -> Result<&str, GatewayError> {
 }
 
 /// Reads a request body, bounded in size and time.
-async fn read_body(body: Incoming) -> Result<Bytes, GatewayError> {
+async fn read_body(body: RequestBody) -> Result<Bytes, GatewayError> {
     read_whole(body, MAX_BODY, Instant::now() + BODY_TIMEOUT)
         .await
         .map_err(|err| GatewayError::from_read(err, MAX_BODY))

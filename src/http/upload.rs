@@ -16,10 +16,10 @@ use std::pin::{pin, Pin};
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
+use crate::http::body::RequestBody;
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use tokio::time::{Instant, Sleep};
 
 use super::guard::Guard;
@@ -116,7 +116,7 @@ enum Source {
     /// The prefix read so far (sent first, frame by frame), then the rest of the stream.
     Stream {
         held: VecDeque<Bytes>,
-        inner: Incoming,
+        inner: RequestBody,
     },
     /// Sent as one frame; `None` once sent.
     Whole(Option<Bytes>),
@@ -143,7 +143,7 @@ struct Idle {
 
 impl LimitedBody {
     /// Streams `inner`, within `limit` bytes and, with `timing`, within its time bounds.
-    pub fn new(inner: Incoming, limit: u64, timing: Option<BodyTiming>) -> LimitedBody {
+    pub fn new(inner: RequestBody, limit: u64, timing: Option<BodyTiming>) -> LimitedBody {
         LimitedBody {
             source: Source::Stream {
                 held: VecDeque::new(),
@@ -355,7 +355,11 @@ pub async fn read_prefix<C: HoldBudget>(
 
 /// Reads a request body whole, within `limit` bytes and before `deadline`. For
 /// administration bodies (small, never forwarded).
-pub async fn read_whole(body: Incoming, limit: u64, deadline: Instant) -> Result<Bytes, ReadError> {
+pub async fn read_whole(
+    body: RequestBody,
+    limit: u64,
+    deadline: Instant,
+) -> Result<Bytes, ReadError> {
     let limited = LimitedBody::new(body, limit, None);
     match tokio::time::timeout_at(deadline, limited.collect()).await {
         Err(_) => Err(ReadError::TooSlow),

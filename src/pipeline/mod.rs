@@ -36,8 +36,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::http::body::RequestBody;
 use http::{Request, Response};
-use hyper::body::Incoming;
 
 use crate::admission::{Admission, Ticket};
 use crate::fleet::provider::Backend;
@@ -231,7 +231,7 @@ impl Pipeline {
         &'a self,
         clients: &'a ThreadClients,
         route: Route,
-        req: Request<Incoming>,
+        req: Request<RequestBody>,
         content_type: ContentType,
         arrived: Instant,
         answered: &'a mut Option<Instant>,

@@ -7,9 +7,9 @@
 
 use std::time::Instant;
 
+use crate::http::body::RequestBody;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request};
-use hyper::body::Incoming;
 
 use super::body_path::{self, BodyPath, StreamReason};
 use super::dispatch::Dispatch;
@@ -168,7 +168,7 @@ impl Pipeline {
     #[allow(clippy::manual_async_fn)] // see above: the arguments are used in place
     pub(super) fn prepare<'a>(
         &'a self,
-        req: Request<Incoming>,
+        req: Request<RequestBody>,
         route: Route,
         dispatch: Dispatch,
         content_type: ContentType,
@@ -330,7 +330,7 @@ impl Pipeline {
 }
 
 /// The body length the client declared, if any.
-fn declared_length(req: &Request<Incoming>) -> Option<u64> {
+fn declared_length(req: &Request<RequestBody>) -> Option<u64> {
     req.headers()
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())

@@ -34,7 +34,7 @@ use hyper::server::conn::{http1, http2};
 use hyper::service::{service_fn, HttpService};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use crate::http::body::RespBody;
+use crate::http::body::{RequestBody, RespBody};
 use crate::http::guard::{Guard, Release};
 use drain::DrainWait;
 use h1_framing::Phase;
@@ -86,7 +86,7 @@ impl Default for ServerSettings {
 /// value per data-plane thread, shared by that thread's connections).
 pub trait Handler: Send + Sync + 'static {
     /// Answers one request. Never fails: every error is a response.
-    fn handle(&self, req: Request<Incoming>) -> impl Future<Output = Response<RespBody>> + Send;
+    fn handle(&self, req: Request<RequestBody>) -> impl Future<Output = Response<RespBody>> + Send;
 }
 
 /// hyper's connection settings, which every connection of a thread shares: one builder
@@ -250,6 +250,7 @@ pub async fn serve<I, H>(
             let handler = handler.clone();
             let activity = ConnState::enter(&state);
             async move {
+                let req = req.map(RequestBody::Hyper);
                 let mut resp = crate::boxed::pinned(|| handler.handle(req)).await;
                 resp.body_mut().keep_active(activity);
                 Ok::<_, Infallible>(resp)
@@ -443,7 +444,7 @@ mod tests {
     impl Handler for Fixed {
         fn handle(
             &self,
-            _req: Request<Incoming>,
+            _req: Request<RequestBody>,
         ) -> impl Future<Output = Response<RespBody>> + Send {
             let body = self.0.clone();
             async move { Response::new(RespBody::full(body)) }
