@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use std::time::Duration;
 
-use crate::http::body::RequestBody;
+use crate::http::request_body::RequestBody;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use tokio::time::Instant;

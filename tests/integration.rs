@@ -55,6 +55,7 @@ mod metrics;
 mod overload;
 mod parse_routes;
 mod pd_http;
+mod plain_h1;
 mod policies;
 mod provider_responses;
 mod providers;

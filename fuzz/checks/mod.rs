@@ -17,6 +17,7 @@ pub mod jwt_claims;
 pub mod messages_validate;
 pub mod pd_body;
 pub mod pieces;
+pub mod plain_h1;
 pub mod prom_text;
 pub mod provider_message;
 pub mod reads;
@@ -46,6 +47,7 @@ pub fn by_target(name: &str) -> Option<fn(&[u8])> {
         "jwt_claims" => jwt_claims::check,
         "messages_validate" => messages_validate::check,
         "pd_body" => pd_body::check,
+        "plain_h1" => plain_h1::check,
         "prom_text" => prom_text::check,
         "provider_message" => provider_message::check,
         "reasoning_parsers" => reasoning_parsers::check,

@@ -18,7 +18,7 @@ pub mod page;
 use std::collections::HashSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::http::body::RequestBody;
+use crate::http::request_body::RequestBody;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use serde::Serialize;

@@ -7,8 +7,8 @@
 //! of them a [`Tap`] may watch the frames go by, and what must be released at the last
 //! byte rides as [`Guard`]s. A relay fails when the worker stalls, breaks off or outlasts
 //! the deadline; a relayed SSE stream given a [`Terminal`] then ends with an error event in
-//! its dialect rather than truncated. (Request bodies: [`RequestBody`] as the server hands
-//! them over, [`super::upload`] on their way to a worker.)
+//! its dialect rather than truncated. (Request bodies: [`super::request_body`] as the server
+//! hands them over, [`super::upload`] on their way to a worker.)
 //!
 //! Backpressure is hyper's: it polls a body for its next frame only once the previous one
 //! is written, so a client that stops reading stops the relay, and the worker's socket
@@ -30,12 +30,10 @@ use tokio::time::Sleep;
 use super::guard::Guard;
 use generated::Msg;
 pub use generated::{FrameSender, StreamClosed, Unfinished};
-pub use request::RequestBody;
 pub use terminal::{CountFailure, Dialect, Terminal};
 pub use upstream::UpstreamBody;
 
 mod generated;
-mod request;
 pub mod terminal;
 #[cfg(test)]
 mod tests;

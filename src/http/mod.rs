@@ -10,6 +10,7 @@ pub mod h1;
 pub mod head_rules;
 pub mod raw_send;
 pub mod reply;
+pub mod request_body;
 pub mod route;
 pub mod tls;
 pub mod upload;

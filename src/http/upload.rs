@@ -16,7 +16,7 @@ use std::pin::{pin, Pin};
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use crate::http::body::RequestBody;
+use crate::http::request_body::RequestBody;
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;

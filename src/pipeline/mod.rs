@@ -36,7 +36,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::http::body::RequestBody;
+use crate::http::request_body::RequestBody;
 use http::{Request, Response};
 
 use crate::admission::{Admission, Ticket};

@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use crate::http::body::RequestBody;
+use crate::http::request_body::RequestBody;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request};
 

@@ -1,5 +1,5 @@
-//! Serving one client connection: HTTP/1.1 with keep-alive or h2 by preface (h2c, or over
-//! TLS by ALPN), the edge limits, the header-read and keep-alive timeouts, parking of idle
+//! Serving one client connection: HTTP/1.1 with keep-alive (plain requests answered here,
+//! the rest by hyper) or h2 by preface (h2c, or over TLS by ALPN), the edge limits, the header-read and keep-alive timeouts, parking of idle
 //! HTTP/1.1 connections, and graceful drain on shutdown.
 
 pub mod drain;
@@ -9,6 +9,7 @@ pub mod limit;
 pub mod listener;
 pub mod park_sweep;
 mod parkable;
+pub mod plain_h1;
 pub mod side_listener;
 mod smuggling_guard;
 mod timeouts;
@@ -34,11 +35,13 @@ use hyper::server::conn::{http1, http2};
 use hyper::service::{service_fn, HttpService};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use crate::http::body::{RequestBody, RespBody};
+use crate::http::body::RespBody;
 use crate::http::guard::{Guard, Release};
+use crate::http::request_body::RequestBody;
 use drain::DrainWait;
 use h1_framing::Phase;
 use parkable::Parkable;
+use plain_h1::{Exchange, Parsed};
 use timeouts::{Expiry, Timeouts};
 
 /// Largest request head (request line and headers) accepted; larger → 431.
@@ -214,9 +217,11 @@ impl Release for ConnState {
 /// it. `state` is the one its IO adapter reports to; `accepted` is when the connection was
 /// accepted, so a TLS handshake counts against the first request's header-read timeout.
 ///
-/// hyper serves the connection only while it has something to do: the first bytes pick
-/// HTTP/1.1 or h2, and an HTTP/1.1 connection idle for [`park_sweep::PARK_AFTER`] is taken
-/// back from hyper and waits for its next request holding no buffer ([`Parkable`]).
+/// The server answers plain HTTP/1.1 requests itself ([`plain_h1`]); hyper serves the
+/// connection only when something else comes: h2 (chosen by the first bytes) or an
+/// HTTP/1.1 request outside the plain shape. An HTTP/1.1 connection idle for
+/// [`park_sweep::PARK_AFTER`] is taken back from hyper and waits for its next request
+/// holding no buffer ([`Parkable`]), as the server's own connections do between requests.
 pub async fn serve<I, H>(
     io: I,
     state: Arc<ConnState>,
@@ -244,9 +249,13 @@ pub async fn serve<I, H>(
     // unboxed one would cost every open connection those KiB, streaming or not, where the
     // box costs one allocation per request and is gone once the response head is out. It
     // is written straight into its box ([`crate::boxed`]), not copied there.
+    let own = Own {
+        handler: handler.clone(),
+        state: state.clone(),
+    };
     let svc = {
         let state = state.clone();
-        service_fn(move |req| {
+        service_fn(move |req: Request<Incoming>| {
             let handler = handler.clone();
             let activity = ConnState::enter(&state);
             async move {
@@ -257,14 +266,15 @@ pub async fn serve<I, H>(
             }
         })
     };
-    let mut conn = Conn::Waiting {
+    let mut conn = Conn::Own {
         io: Parkable::new(io, state.clone()),
         fresh: true,
+        exchange: None,
     };
     let mut draining = false;
     let mut closing = false;
     loop {
-        let step = std::future::poll_fn(|cx| conn.poll_step(cx, builder, &svc));
+        let step = std::future::poll_fn(|cx| conn.poll_step(cx, builder, &svc, &own));
         let expiry = std::future::poll_fn(|cx| timeouts.poll_expired(&state, sleep.as_mut(), cx));
         // `biased`: the connection runs first, so the timers see what it just read.
         tokio::select! {
@@ -311,23 +321,28 @@ pub async fn serve<I, H>(
 
 /// What [`Conn::poll_step`] has to report to [`serve`].
 enum Step {
-    /// hyper took the connection over (`h1`: speaking HTTP/1.1).
+    /// hyper took the connection over (`h1`: speaking HTTP/1.1, so it parks when idle; the
+    /// server's own connections need no park).
     Started { h1: bool },
     /// The connection is over.
     Closed,
 }
 
-/// Where a client connection stands: waiting for bytes with no hyper state (just
-/// accepted, or parked), or served by hyper in the protocol its first bytes chose.
+/// Where a client connection stands: served by the server itself (plain HTTP/1.1
+/// requests, and waiting for bytes: just accepted, between requests, or parked), or by
+/// hyper in the protocol its first bytes chose.
 enum Conn<I, S>
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + 'static,
     S: HttpService<Incoming>,
 {
-    /// `fresh`: nothing served yet, so the first bytes still choose the protocol.
-    Waiting {
+    /// `fresh`: nothing served yet, so the first bytes still choose the protocol;
+    /// `exchange`: the plain request being answered ([`plain_h1`]), boxed so that an idle
+    /// connection does not carry its room.
+    Own {
         io: Parkable<I>,
         fresh: bool,
+        exchange: Option<Box<Exchange>>,
     },
     H1(Box<http1::Connection<Parkable<I>, S>>),
     H2(Pin<Box<http2::Connection<Parkable<I>, S, TokioExecutor>>>),
@@ -341,32 +356,76 @@ where
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     S::Future: Send + 'static,
 {
-    /// Drives the connection: reads a waiting connection's first bytes and hands it to
-    /// hyper, runs hyper, and takes a parked connection back when hyper lets go of it.
-    fn poll_step(&mut self, cx: &mut Context<'_>, builder: &ConnBuilder, svc: &S) -> Poll<Step> {
+    /// Drives the connection: reads what the client sends, answers plain HTTP/1.1 requests
+    /// itself and hands anything else to hyper, runs hyper, and takes a parked connection
+    /// back when hyper lets go of it.
+    fn poll_step<H: Handler>(
+        &mut self,
+        cx: &mut Context<'_>,
+        builder: &ConnBuilder,
+        svc: &S,
+        own: &Own<H>,
+    ) -> Poll<Step> {
         loop {
             match self {
-                Conn::Waiting { io, fresh } => {
-                    if !io.has_prefix() || (*fresh && io.partial_preface()) {
-                        match std::task::ready!(io.poll_fill(cx, *fresh)) {
-                            Ok(true) => {}
-                            Ok(false) => return Poll::Ready(Step::Closed),
-                            Err(err) => {
-                                tracing::debug!(error = %err, "connection read failed");
+                Conn::Own {
+                    io,
+                    fresh,
+                    exchange,
+                } => {
+                    if let Some(answering) = exchange.as_mut() {
+                        match answering.poll(io, cx) {
+                            Poll::Ready(Ok(())) => {
+                                let closes = answering.closes();
+                                *exchange = None;
+                                if closes {
+                                    // The client was told; a shutdown, not a reset, ends it.
+                                    let _ = std::task::ready!(hyper::rt::Write::poll_shutdown(
+                                        Pin::new(io),
+                                        cx
+                                    ));
+                                    return Poll::Ready(Step::Closed);
+                                }
+                            }
+                            Poll::Ready(Err(err)) => {
+                                tracing::debug!(error = %err, "answer not delivered; closing");
                                 return Poll::Ready(Step::Closed);
+                            }
+                            // Watched as hyper watches a busy connection: one read while
+                            // nothing unread waits, so a client that leaves cancels its
+                            // request; pipelined bytes wait for their turn.
+                            Poll::Pending if io.has_prefix() => return Poll::Pending,
+                            Poll::Pending => {
+                                return match io.poll_fill(cx, false) {
+                                    Poll::Ready(Ok(false) | Err(_)) => Poll::Ready(Step::Closed),
+                                    Poll::Ready(Ok(true)) | Poll::Pending => Poll::Pending,
+                                };
                             }
                         }
                     }
-                    let h2 = *fresh && io.starts_h2();
-                    // Moves the IO out (the state was just matched as waiting).
-                    if let Conn::Waiting { io, .. } = std::mem::replace(self, Conn::Closed) {
-                        *self = if h2 {
-                            Conn::H2(Box::pin(builder.h2.serve_connection(io, svc.clone())))
-                        } else {
-                            Conn::H1(Box::new(builder.h1.serve_connection(io, svc.clone())))
-                        };
+                    if io.has_prefix() && !(*fresh && io.partial_preface()) {
+                        if *fresh && io.starts_h2() {
+                            return self.hand_to_hyper(builder, svc, false);
+                        }
+                        match plain_h1::parse(io.prefix()) {
+                            Parsed::Request { req, len, close } => {
+                                io.consume(len);
+                                *exchange = Some(Box::new(own.answer(req, close)));
+                                *fresh = false;
+                                continue;
+                            }
+                            Parsed::Hyper => return self.hand_to_hyper(builder, svc, true),
+                            Parsed::Partial => {}
+                        }
                     }
-                    return Poll::Ready(Step::Started { h1: !h2 });
+                    match std::task::ready!(io.poll_fill(cx, *fresh)) {
+                        Ok(true) => {}
+                        Ok(false) => return Poll::Ready(Step::Closed),
+                        Err(err) => {
+                            tracing::debug!(error = %err, "connection read failed");
+                            return Poll::Ready(Step::Closed);
+                        }
+                    }
                 }
                 Conn::H1(hyper) => {
                     let ended = std::task::ready!(Pin::new(&mut **hyper).poll(cx));
@@ -386,7 +445,11 @@ where
                     }
                     io.unpark(parts.read_buf);
                     tracing::trace!("idle connection parked");
-                    *self = Conn::Waiting { io, fresh: false };
+                    *self = Conn::Own {
+                        io,
+                        fresh: false,
+                        exchange: None,
+                    };
                 }
                 Conn::H2(hyper) => {
                     log_end(std::task::ready!(hyper.as_mut().poll(cx)));
@@ -397,8 +460,22 @@ where
         }
     }
 
+    /// Gives the connection, with the bytes read so far, to hyper (`h1`: HTTP/1.1, else h2).
+    fn hand_to_hyper(&mut self, builder: &ConnBuilder, svc: &S, h1: bool) -> Poll<Step> {
+        // Moves the IO out (the state was just matched as the server's own).
+        if let Conn::Own { io, .. } = std::mem::replace(self, Conn::Closed) {
+            *self = if h1 {
+                Conn::H1(Box::new(builder.h1.serve_connection(io, svc.clone())))
+            } else {
+                Conn::H2(Box::pin(builder.h2.serve_connection(io, svc.clone())))
+            };
+        }
+        Poll::Ready(Step::Started { h1 })
+    }
+
     /// Asks an idle HTTP/1.1 connection to let go of hyper once its response is flushed
-    /// (see [`Parkable`]).
+    /// (see [`Parkable`]); a connection of the server's own holds no buffer between
+    /// requests already.
     fn park(&mut self, state: &ConnState) {
         if let Conn::H1(_) = self {
             state.request_park(true);
@@ -409,6 +486,13 @@ where
     /// GOAWAY); `false` when the connection has nothing in flight and can simply close.
     fn goodbye(&mut self) -> bool {
         match self {
+            Conn::Own {
+                exchange: Some(answering),
+                ..
+            } => {
+                answering.close_after();
+                true
+            }
             Conn::H1(hyper) => {
                 Pin::new(&mut **hyper).graceful_shutdown();
                 true
@@ -417,8 +501,26 @@ where
                 hyper.as_mut().graceful_shutdown();
                 true
             }
-            Conn::Waiting { .. } | Conn::Closed => false,
+            Conn::Own { exchange: None, .. } | Conn::Closed => false,
         }
+    }
+}
+
+/// What the server needs to answer a plain request itself: the handler and the
+/// connection's state its requests count themselves in.
+struct Own<H> {
+    handler: Arc<H>,
+    state: Arc<ConnState>,
+}
+
+impl<H: Handler> Own<H> {
+    fn answer(&self, req: Request<RequestBody>, close: bool) -> Exchange {
+        let activity = ConnState::enter(&self.state);
+        let handler = self.handler.clone();
+        // Boxed as hyper's service boxes it (see [`serve`]), written straight into its box.
+        let answer: plain_h1::Answer =
+            crate::boxed::pinned(move || async move { handler.handle(req).await });
+        Exchange::new(answer, close, activity)
     }
 }
 
@@ -451,7 +553,9 @@ mod tests {
         }
     }
 
-    const GET: &[u8] = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n";
+    /// A request only hyper serves (a chunked body), so that hyper's park is what runs.
+    const TO_HYPER: &[u8] =
+        b"POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n";
 
     /// Reads one response with a `Content-Length` body; its body.
     async fn response(client: &mut DuplexStream) -> Vec<u8> {
@@ -504,11 +608,11 @@ mod tests {
             drain.waiter(),
         );
         let client_side = async {
-            client.write_all(GET).await.expect("write");
+            client.write_all(TO_HYPER).await.expect("write");
             tokio::time::sleep(park_sweep::PARK_AFTER * 20).await;
             assert_eq!(response(&mut client).await, body);
             tokio::time::sleep(park_sweep::PARK_AFTER * 5).await;
-            client.write_all(GET).await.expect("write");
+            client.write_all(TO_HYPER).await.expect("write");
             assert_eq!(response(&mut client).await, body);
         };
         tokio::select! {

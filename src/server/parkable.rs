@@ -67,6 +67,16 @@ impl<I: Read + Write + Unpin> Parkable<I> {
         !self.prefix.is_empty()
     }
 
+    /// The bytes read and not yet served.
+    pub fn prefix(&self) -> &Bytes {
+        &self.prefix
+    }
+
+    /// Drops the first `n` waiting bytes: a request the server answered itself.
+    pub fn consume(&mut self, n: usize) {
+        self.prefix.advance(n.min(self.prefix.len()));
+    }
+
     /// The bytes waiting start with the HTTP/2 preface.
     pub fn starts_h2(&self) -> bool {
         self.prefix.starts_with(H2_PREFACE)
