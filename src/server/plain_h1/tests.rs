@@ -144,9 +144,16 @@ fn numbers_are_written_in_decimal_and_hex() {
 struct Trickle {
     got: Vec<u8>,
     chunk: usize,
+    /// Whether it takes vectored writes (else the pieces come copied together).
+    vectored: bool,
+    writes: usize,
 }
 
 impl Write for Trickle {
+    fn is_write_vectored(&self) -> bool {
+        self.vectored
+    }
+
     fn poll_write(
         mut self: Pin<&mut Self>,
         _: &mut Context<'_>,
@@ -154,6 +161,30 @@ impl Write for Trickle {
     ) -> Poll<io::Result<usize>> {
         let n = buf.len().min(self.chunk);
         self.got.extend_from_slice(&buf[..n]);
+        self.writes += 1;
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        if !self.vectored {
+            // As hyper's default: the first piece only.
+            let first = bufs
+                .iter()
+                .find(|b| !b.is_empty())
+                .map_or(&[][..], |b| &b[..]);
+            return self.poll_write(cx, first);
+        }
+        let mut n = 0;
+        for buf in bufs {
+            let take = buf.len().min(self.chunk - n);
+            self.got.extend_from_slice(&buf[..take]);
+            n += take;
+        }
+        self.writes += 1;
         Poll::Ready(Ok(n))
     }
     fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -165,18 +196,30 @@ impl Write for Trickle {
 }
 
 fn deliver(resp: Response<RespBody>, chunk: usize) -> (String, io::Result<()>) {
+    let (wire, ended, _) = deliver_to(resp, chunk, true);
+    (wire, ended)
+}
+
+/// The wire, the end, and the number of writes it took.
+fn deliver_to(
+    resp: Response<RespBody>,
+    chunk: usize,
+    vectored: bool,
+) -> (String, io::Result<()>, usize) {
     let answer: Answer = Box::pin(async move { resp });
     let mut exchange = Exchange::new(answer, false, Guard::new(()));
     let mut io = Trickle {
         got: Vec::new(),
         chunk,
+        vectored,
+        writes: 0,
     };
     let mut cx = Context::from_waker(std::task::Waker::noop());
     let ended = match exchange.poll(&mut io, &mut cx) {
         Poll::Ready(ended) => ended,
         Poll::Pending => panic!("a ready answer stalled"),
     };
-    (String::from_utf8(io.got).expect("ascii"), ended)
+    (String::from_utf8(io.got).expect("ascii"), ended, io.writes)
 }
 
 #[tokio::test]
@@ -222,4 +265,19 @@ async fn a_body_short_of_its_declared_length_closes_the_connection() {
     let (wire, ended) = deliver(resp, 4096);
     assert!(ended.is_err(), "the connection must not be reused");
     assert!(wire.contains("content-length: 10\r\n"));
+}
+
+#[tokio::test]
+async fn an_io_without_vectored_writes_gets_head_and_body_in_one_write() {
+    let body = Bytes::from_static(b"{\"ok\":true}");
+    let (wire, ended, writes) =
+        deliver_to(Response::new(RespBody::full(body.clone())), 4096, false);
+    ended.expect("delivered");
+    assert_eq!(writes, 1, "{wire}");
+    assert!(wire.ends_with("\r\n\r\n{\"ok\":true}"));
+    let (vectored, ..) = deliver_to(Response::new(RespBody::full(body)), 4096, true);
+    assert_eq!(
+        wire.split_once("date").map(|p| p.0),
+        vectored.split_once("date").map(|p| p.0)
+    );
 }
