@@ -484,7 +484,8 @@ impl Out {
         io: &mut W,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<()>> {
-        if !io.is_write_vectored() && !(self.data.is_empty() && self.tail.is_empty()) {
+        let pieces_after_head = !self.data.is_empty() || !self.tail.is_empty();
+        if !io.is_write_vectored() && pieces_after_head {
             // One write of the pieces copied together: an IO that writes one slice at a time
             // (io_uring, TLS) would otherwise make a write, and a completion, of each.
             self.head.extend_from_slice(&self.data);
