@@ -37,11 +37,19 @@ use hyper::rt::Write;
 
 use crate::http::body::RespBody;
 use crate::http::guard::Guard;
+use crate::http::h1::head;
 use crate::http::request_body::RequestBody;
 
 /// The most a request (head and body together) may take to be answered here; a larger one
 /// goes to hyper, which streams its body.
 pub const MAX_PLAIN: usize = 16 * 1024;
+
+/// Frames up to this size are copied in after the head or the frames before them, to leave
+/// in one write; larger ones are written from where they lie.
+const COPY_MAX: usize = 1024;
+
+/// How much is gathered for one write before it goes out.
+const GATHER_MAX: usize = 16 * 1024;
 
 /// Header fields a plain request may carry; more go to hyper, which takes up to
 /// `MAX_HEADER_FIELDS` and answers 431 past that.
@@ -193,6 +201,8 @@ struct Writing {
     out: Out,
     /// The body has ended and its end is in `out`.
     ended: bool,
+    /// It ended short of its length: what came is written, then the connection closes.
+    short: bool,
 }
 
 impl Exchange {
@@ -240,7 +250,7 @@ impl Writing {
         if parts
             .headers
             .get(CONNECTION)
-            .is_some_and(|v| connection_close(v.as_bytes()).unwrap_or(false))
+            .is_some_and(|v| head::has_token(v.as_bytes(), b"close"))
         {
             *close = true;
         }
@@ -248,6 +258,7 @@ impl Writing {
         let framing = encode_head(&parts, body.size_hint().exact(), *close, &mut head);
         Writing {
             ended: framing == Framing::None,
+            short: false,
             body,
             framing,
             out: Out::new(head),
@@ -256,11 +267,13 @@ impl Writing {
 
     fn poll<W: Write + Unpin>(&mut self, io: &mut W, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         loop {
-            // The next frame joins what waits to be written (the head, at first), so a
-            // small answer leaves in one write; one frame at a time, so a client that
-            // stops reading stops the relay.
+            // What the body has ready joins what waits to be written (the head, at first),
+            // so a small answer leaves in one write, and so do the events a worker sent
+            // together (as hyper's write queue gathers them). Small frames are copied in, up
+            // to [`GATHER_MAX`]; a large one is written as it came, and nothing is asked
+            // of the body until it is out, so a client that stops reading stops the relay.
             let mut waiting = false;
-            if !self.ended && !self.out.holds_data() {
+            while !self.ended && !self.out.holds_data() && self.out.head.len() < GATHER_MAX {
                 match Pin::new(&mut self.body).poll_frame(cx) {
                     Poll::Ready(Some(Ok(frame))) => {
                         if let Ok(data) = frame.into_data() {
@@ -271,8 +284,11 @@ impl Writing {
                         tracing::debug!(error = %err, "the answer's body failed; closing");
                         return Poll::Ready(Err(io::Error::other(err)));
                     }
-                    Poll::Ready(None) => self.end()?,
-                    Poll::Pending => waiting = true,
+                    Poll::Ready(None) => self.end(),
+                    Poll::Pending => {
+                        waiting = true;
+                        break;
+                    }
                 }
             }
             if !self.out.is_empty() {
@@ -281,6 +297,11 @@ impl Writing {
             }
             if self.ended {
                 ready!(Pin::new(&mut *io).poll_flush(cx))?;
+                if self.short {
+                    return Poll::Ready(Err(io::Error::other(
+                        "the answer's body ended short of its length",
+                    )));
+                }
                 return Poll::Ready(Ok(()));
             }
             if waiting {
@@ -291,51 +312,56 @@ impl Writing {
         }
     }
 
-    /// Queues one data frame in its framing.
+    /// Queues one data frame in its framing: copied after what waits when small, else
+    /// held as it came.
     fn frame(&mut self, data: Bytes) -> io::Result<()> {
         if data.is_empty() {
             return Ok(());
         }
-        match &mut self.framing {
-            Framing::None => {}
+        let chunked = match &mut self.framing {
+            Framing::None => return Ok(()),
             Framing::Length(left) => {
                 if data.len() as u64 > *left {
                     return Err(io::Error::other("the answer's body overran its length"));
                 }
                 *left -= data.len() as u64;
-                self.out.data = data;
-                if *left == 0 && self.body.is_end_stream() {
-                    self.ended = true;
-                }
+                false
             }
             Framing::Chunked => {
-                push_hex(&mut self.out.head, data.len());
-                self.out.head.extend_from_slice(b"\r\n");
-                self.out.data = data;
-                if self.body.is_end_stream() {
-                    self.ended = true;
-                    self.out.tail = b"\r\n0\r\n\r\n";
-                } else {
-                    self.out.tail = b"\r\n";
-                }
+                head::put_chunk_size(&mut self.out.head, data.len());
+                true
+            }
+        };
+        let copied = data.len() <= COPY_MAX;
+        if copied {
+            self.out.head.extend_from_slice(&data);
+        } else {
+            self.out.data = data;
+        }
+        let last =
+            self.body.is_end_stream() && !matches!(self.framing, Framing::Length(left) if left > 0);
+        self.ended = last;
+        if chunked {
+            let after: &'static [u8] = if last { b"\r\n0\r\n\r\n" } else { b"\r\n" };
+            if copied {
+                self.out.head.extend_from_slice(after);
+            } else {
+                self.out.tail = after;
             }
         }
         Ok(())
     }
 
-    /// The body ended: the chunked end, or a check that the length was met.
-    fn end(&mut self) -> io::Result<()> {
+    /// The body ended: the chunked end, or a note that the length was not met. Nothing
+    /// is held as it came here (frames are asked for only once that is out), so the end
+    /// follows what waits.
+    fn end(&mut self) {
         self.ended = true;
         match self.framing {
-            Framing::Chunked => self.out.tail = b"0\r\n\r\n",
-            Framing::Length(left) if left > 0 => {
-                return Err(io::Error::other(
-                    "the answer's body ended short of its length",
-                ));
-            }
-            Framing::Length(_) | Framing::None => {}
+            Framing::Chunked => self.out.head.extend_from_slice(b"0\r\n\r\n"),
+            Framing::Length(left) => self.short = left > 0,
+            Framing::None => {}
         }
-        Ok(())
     }
 }
 
@@ -373,9 +399,7 @@ fn encode_head(
     } else {
         match declared.map(|n| n as u64).or(exact) {
             Some(length) => {
-                out.extend_from_slice(b"content-length: ");
-                push_decimal(out, length);
-                out.extend_from_slice(b"\r\n");
+                field(out, b"content-length", head::itoa_u64(length).as_slice());
                 Framing::Length(length)
             }
             None => {
@@ -399,34 +423,6 @@ fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(b": ");
     out.extend_from_slice(value);
     out.extend_from_slice(b"\r\n");
-}
-
-fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
-}
-
-fn push_hex(out: &mut Vec<u8>, mut n: usize) {
-    let mut digits = [0u8; 16];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b"0123456789abcdef"[n & 15];
-        n >>= 4;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
 }
 
 thread_local! {

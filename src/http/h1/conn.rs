@@ -211,7 +211,7 @@ where
             continue;
         }
         if framing == ReqFraming::Chunked {
-            put_chunk_size(&mut out, data.len());
+            head::put_chunk_size(&mut out, data.len());
         }
         if out.len() + data.len() <= COALESCE {
             out.put_slice(&data);
@@ -250,23 +250,6 @@ fn expects_body(method: &Method) -> bool {
         *method,
         Method::GET | Method::HEAD | Method::DELETE | Method::OPTIONS | Method::TRACE
     )
-}
-
-fn put_chunk_size(out: &mut BytesMut, len: usize) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut digits = [0u8; 16];
-    let mut i = digits.len();
-    let mut n = len;
-    loop {
-        i -= 1;
-        digits[i] = HEX[n & 0xf];
-        n >>= 4;
-        if n == 0 {
-            break;
-        }
-    }
-    out.put_slice(&digits[i..]);
-    out.put_slice(b"\r\n");
 }
 
 /// Reads what the worker has sent into the connection's buffer; `Ok(0)` at its end.

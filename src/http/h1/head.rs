@@ -60,8 +60,27 @@ pub fn encode_request(
     out.put_slice(b"\r\n");
 }
 
+/// A chunk's size line (hex digits and CRLF), for the chunked bodies both sides of the
+/// gateway write: requests to workers, answers to clients (`server::plain_h1`).
+pub fn put_chunk_size(out: &mut impl BufMut, len: usize) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut digits = [0u8; 16];
+    let mut i = digits.len();
+    let mut n = len;
+    loop {
+        i -= 1;
+        digits[i] = HEX[n & 0xf];
+        n >>= 4;
+        if n == 0 {
+            break;
+        }
+    }
+    out.put_slice(&digits[i..]);
+    out.put_slice(b"\r\n");
+}
+
 /// A `u64` in decimal digits, on the stack.
-fn itoa_u64(mut n: u64) -> Digits {
+pub fn itoa_u64(mut n: u64) -> Digits {
     let mut buf = [0u8; 20];
     let mut i = buf.len();
     loop {
@@ -75,13 +94,13 @@ fn itoa_u64(mut n: u64) -> Digits {
     Digits { buf, start: i }
 }
 
-struct Digits {
+pub struct Digits {
     buf: [u8; 20],
     start: usize,
 }
 
 impl Digits {
-    fn as_slice(&self) -> &[u8] {
+    pub fn as_slice(&self) -> &[u8] {
         &self.buf[self.start..]
     }
 }
@@ -506,7 +525,8 @@ fn last_coding_is_chunked(raw: &[u8]) -> bool {
         .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"))
 }
 
-fn has_token(raw: &[u8], token: &[u8]) -> bool {
+/// Whether a comma-separated field value (`Connection`, say) lists `token`.
+pub fn has_token(raw: &[u8], token: &[u8]) -> bool {
     raw.split(|&b| b == b',')
         .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
 }
@@ -564,6 +584,14 @@ content-type: application/json\r\ncontent-length: 42\r\n\r\n"
         assert!(out.ends_with(b"transfer-encoding: chunked\r\n\r\n"));
         assert_eq!(itoa_u64(0).as_slice(), b"0");
         assert_eq!(itoa_u64(u64::MAX).as_slice(), b"18446744073709551615");
+    }
+
+    #[test]
+    fn chunk_size_lines_are_lowercase_hex() {
+        let mut out = Vec::new();
+        put_chunk_size(&mut out, 0);
+        put_chunk_size(&mut out, 0x1f2e);
+        assert_eq!(out, b"0\r\n1f2e\r\n");
     }
 
     #[test]

@@ -126,19 +126,6 @@ fn an_answer_head_carries_the_length_or_chunks_a_date_and_a_close_when_asked() {
     assert!(!head.contains("content-length"), "{head}");
 }
 
-#[test]
-fn numbers_are_written_in_decimal_and_hex() {
-    let mut out = Vec::new();
-    push_decimal(&mut out, 0);
-    out.push(b' ');
-    push_decimal(&mut out, 18_446_744_073_709_551_615);
-    out.push(b' ');
-    push_hex(&mut out, 0);
-    out.push(b' ');
-    push_hex(&mut out, 0x1f2e);
-    assert_eq!(out, b"0 18446744073709551615 0 1f2e");
-}
-
 /// A client side that takes at most `chunk` bytes a write, so the vectored pieces are
 /// split at every boundary.
 struct Trickle {
@@ -279,5 +266,32 @@ async fn an_io_without_vectored_writes_gets_head_and_body_in_one_write() {
     assert_eq!(
         wire.split_once("date").map(|p| p.0),
         vectored.split_once("date").map(|p| p.0)
+    );
+}
+
+#[tokio::test]
+async fn frames_ready_together_leave_in_one_write_and_a_large_one_as_it_came() {
+    let (tx, body) = RespBody::generated(8);
+    for _ in 0..5 {
+        tx.send(Bytes::from_static(b"data: {}\n\n"))
+            .await
+            .expect("room");
+    }
+    tx.finish().await;
+    let (wire, ended, writes) = deliver_to(Response::new(body), 1 << 20, true);
+    ended.expect("delivered");
+    assert_eq!(writes, 1, "{wire}");
+    assert!(wire.ends_with("a\r\ndata: {}\n\n\r\n0\r\n\r\n"), "{wire}");
+
+    let large = Bytes::from(vec![b'x'; 4 * COPY_MAX]);
+    let (tx, body) = RespBody::generated(4);
+    tx.send(large.clone()).await.expect("room");
+    tx.finish().await;
+    let (wire, ended, _) = deliver_to(Response::new(body), 1 << 20, true);
+    ended.expect("delivered");
+    let body = wire.split_once("\r\n\r\n").expect("a head").1;
+    assert_eq!(
+        body,
+        format!("1000\r\n{}\r\n0\r\n\r\n", "x".repeat(4 * COPY_MAX))
     );
 }
