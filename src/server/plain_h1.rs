@@ -497,7 +497,13 @@ impl Out {
                 slices[count] = io::IoSlice::new(piece);
                 count += 1;
             }
-            let mut n = ready!(Pin::new(&mut *io).poll_write_vectored(cx, &slices[..count]))?;
+            // One piece (gathered, usually) is a plain write: a vectored call costs the
+            // kernel more (see `server/tokio_io.rs`).
+            let mut n = ready!(if count == 1 {
+                Pin::new(&mut *io).poll_write(cx, &slices[0])
+            } else {
+                Pin::new(&mut *io).poll_write_vectored(cx, &slices[..count])
+            })?;
             if n == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
