@@ -480,15 +480,6 @@ impl Out {
         io: &mut W,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<()>> {
-        let pieces_after_head = !self.data.is_empty() || !self.tail.is_empty();
-        if !io.is_write_vectored() && pieces_after_head {
-            // One write of the pieces copied together: an IO that writes one slice at a time
-            // (io_uring, TLS) would otherwise make a write, and a completion, of each.
-            self.head.extend_from_slice(&self.data);
-            self.head.extend_from_slice(self.tail);
-            self.data = Bytes::new();
-            self.tail = b"";
-        }
         while !self.is_empty() {
             let pieces = [&self.head[self.written..], &self.data[..], self.tail];
             let mut slices = [io::IoSlice::new(&[]); 3];
