@@ -37,7 +37,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 
 use crate::cli::{Command, Flags};
 use crate::state::AppState;
@@ -81,7 +81,7 @@ fn main() -> ExitCode {
 }
 
 async fn run(flags: &Flags) -> Result<(), String> {
-    let listener = TcpListener::bind((flags.host.as_str(), flags.port))
+    let listener = listen(&flags.host, flags.port)
         .await
         .map_err(|e| format!("cannot listen on {}:{}: {e}", flags.host, flags.port))?;
     let addr = listener
@@ -103,4 +103,26 @@ async fn run(flags: &Flags) -> Result<(), String> {
     };
     server::serve(listener, state, tls).await;
     Ok(())
+}
+
+/// The accept queue the engines it stands in for listen with: uvicorn's default backlog
+/// (`uvicorn.Config(backlog=2048)`), which SGLang's and vLLM's HTTP servers keep. tokio's
+/// own bind asks for 1,024, and a gateway that opens a burst of connections past that
+/// (2,000 streams starting at once) had SYNs dropped and retried a second later, a delay
+/// no real engine would add.
+const ENGINE_BACKLOG: u32 = 2048;
+
+async fn listen(host: &str, port: u16) -> std::io::Result<TcpListener> {
+    let addr = tokio::net::lookup_host((host, port))
+        .await?
+        .next()
+        .ok_or_else(|| std::io::Error::other("the host resolves to no address"))?;
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(ENGINE_BACKLOG)
 }
