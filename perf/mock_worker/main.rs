@@ -105,8 +105,9 @@ async fn run(flags: &Flags) -> Result<(), String> {
     Ok(())
 }
 
-/// The accept queue the engines it stands in for listen with: uvicorn's default backlog
-/// (`uvicorn.Config(backlog=2048)`), which SGLang's and vLLM's HTTP servers keep. tokio's
+/// The accept queue the engines it stands in for listen with: uvicorn's `Server.startup`
+/// hands `Config.backlog` (2,048 unless set) to asyncio's `loop.create_server`, and
+/// SGLang's and vLLM's HTTP servers run uvicorn without setting it. tokio's
 /// own bind asks for 1,024, and a gateway that opens a burst of connections past that
 /// (2,000 streams starting at once) had SYNs dropped and retried a second later, a delay
 /// no real engine would add.
