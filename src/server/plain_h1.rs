@@ -247,15 +247,8 @@ impl Exchange {
 impl Writing {
     fn start(resp: Response<RespBody>, close: &mut bool) -> Writing {
         let (parts, body) = resp.into_parts();
-        if parts
-            .headers
-            .get(CONNECTION)
-            .is_some_and(|v| head::has_token(v.as_bytes(), b"close"))
-        {
-            *close = true;
-        }
         let mut head = Vec::with_capacity(256);
-        let framing = encode_head(&parts, body.size_hint().exact(), *close, &mut head);
+        let framing = encode_head(&parts, body.size_hint().exact(), close, &mut head);
         Writing {
             ended: framing == Framing::None,
             short: false,
@@ -366,11 +359,12 @@ impl Writing {
 }
 
 /// Writes the answer's head: status line, the handler's fields with the framing the server
-/// chooses, `date` and, when closing, `connection: close`.
+/// chooses, `date` and, when closing, `connection: close`. A `Connection: close` from the
+/// handler closes the connection too (`close` is set). One pass over the fields.
 fn encode_head(
     parts: &http::response::Parts,
     exact: Option<u64>,
-    close: bool,
+    close: &mut bool,
     out: &mut Vec<u8>,
 ) -> Framing {
     let status = parts.status;
@@ -382,47 +376,49 @@ fn encode_head(
     let bodiless = status.is_informational()
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED;
-    let declared = parts
-        .headers
-        .get(CONTENT_LENGTH)
-        .and_then(|v| decimal(v.as_bytes()));
+    // The first `Content-Length` field's value, as the handler set it.
+    let mut declared: Option<Option<usize>> = None;
+    let mut dated = false;
+    let mut connection = false;
     for (name, value) in parts.headers.iter() {
-        let framing_field = name == CONTENT_LENGTH || name == TRANSFER_ENCODING;
-        // A 304 keeps the length of what it stands for; the others' framing is ours.
-        if framing_field && !(status == StatusCode::NOT_MODIFIED && name == CONTENT_LENGTH) {
+        if name == CONTENT_LENGTH {
+            declared.get_or_insert_with(|| decimal(value.as_bytes()));
+            // A 304 keeps the length of what it stands for; the others' framing is ours.
+            if status != StatusCode::NOT_MODIFIED {
+                continue;
+            }
+        } else if name == TRANSFER_ENCODING {
             continue;
+        } else if name == DATE {
+            dated = true;
+        } else if name == CONNECTION {
+            connection = true;
+            *close |= head::has_token(value.as_bytes(), b"close");
         }
-        field(out, name.as_str().as_bytes(), value.as_bytes());
+        head::put_field(out, name.as_str().as_bytes(), value.as_bytes());
     }
     let framing = if bodiless {
         Framing::None
     } else {
-        match declared.map(|n| n as u64).or(exact) {
+        match declared.flatten().map(|n| n as u64).or(exact) {
             Some(length) => {
-                field(out, b"content-length", head::itoa_u64(length).as_slice());
+                head::put_field(out, b"content-length", head::itoa_u64(length).as_slice());
                 Framing::Length(length)
             }
             None => {
-                field(out, b"transfer-encoding", b"chunked");
+                head::put_field(out, b"transfer-encoding", b"chunked");
                 Framing::Chunked
             }
         }
     };
-    if !parts.headers.contains_key(DATE) {
+    if !dated {
         push_date(out);
     }
-    if close && !parts.headers.contains_key(CONNECTION) {
-        field(out, b"connection", b"close");
+    if *close && !connection {
+        head::put_field(out, b"connection", b"close");
     }
     out.extend_from_slice(b"\r\n");
     framing
-}
-
-fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
 }
 
 thread_local! {
@@ -442,7 +438,7 @@ fn push_date(out: &mut Vec<u8>) {
             }
         }
         if *at == second {
-            field(out, b"date", text);
+            head::put_field(out, b"date", text);
         }
     });
 }

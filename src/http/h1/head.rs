@@ -43,20 +43,22 @@ pub fn encode_request(
         ) {
             continue;
         }
-        out.put_slice(name.as_str().as_bytes());
-        out.put_slice(b": ");
-        out.put_slice(value.as_bytes());
-        out.put_slice(b"\r\n");
+        put_field(out, name.as_str().as_bytes(), value.as_bytes());
     }
     match framing {
         ReqFraming::None => {}
-        ReqFraming::Length(n) => {
-            out.put_slice(b"content-length: ");
-            out.put_slice(itoa_u64(n).as_slice());
-            out.put_slice(b"\r\n");
-        }
+        ReqFraming::Length(n) => put_field(out, b"content-length", itoa_u64(n).as_slice()),
         ReqFraming::Chunked => out.put_slice(b"transfer-encoding: chunked\r\n"),
     }
+    out.put_slice(b"\r\n");
+}
+
+/// One header field line, `name: value` and CRLF, for the heads both sides of the gateway
+/// write: requests to workers, answers to clients (`server::plain_h1`).
+pub fn put_field(out: &mut impl BufMut, name: &[u8], value: &[u8]) {
+    out.put_slice(name);
+    out.put_slice(b": ");
+    out.put_slice(value);
     out.put_slice(b"\r\n");
 }
 

@@ -91,10 +91,10 @@ fn framings_and_forms_hyper_owns_go_to_hyper() {
     );
 }
 
-fn head_of(resp: Response<RespBody>, close: bool) -> (String, Framing) {
+fn head_of(resp: Response<RespBody>, mut close: bool) -> (String, Framing) {
     let (parts, body) = resp.into_parts();
     let mut out = Vec::new();
-    let framing = encode_head(&parts, body.size_hint().exact(), close, &mut out);
+    let framing = encode_head(&parts, body.size_hint().exact(), &mut close, &mut out);
     (String::from_utf8(out).expect("ascii"), framing)
 }
 
@@ -124,6 +124,20 @@ fn an_answer_head_carries_the_length_or_chunks_a_date_and_a_close_when_asked() {
     assert_eq!(framing, Framing::None);
     assert!(head.starts_with("HTTP/1.1 204 No Content\r\n"));
     assert!(!head.contains("content-length"), "{head}");
+}
+
+#[test]
+fn a_handlers_connection_close_closes_the_connection_and_is_written_once() {
+    let mut resp = Response::new(RespBody::full(Bytes::from_static(b"bye")));
+    resp.headers_mut()
+        .insert("connection", HeaderValue::from_static("close"));
+    let (parts, body) = resp.into_parts();
+    let mut close = false;
+    let mut out = Vec::new();
+    encode_head(&parts, body.size_hint().exact(), &mut close, &mut out);
+    let head = String::from_utf8(out).expect("ascii");
+    assert!(close, "the handler's close closes the connection");
+    assert_eq!(head.matches("connection: close").count(), 1, "{head}");
 }
 
 /// A client side that takes at most `chunk` bytes a write, so the vectored pieces are
