@@ -1,6 +1,7 @@
 //! Serving one client connection: HTTP/1.1 with keep-alive (plain requests answered here,
-//! the rest by hyper) or h2 by preface (h2c, or over TLS by ALPN), the edge limits, the header-read and keep-alive timeouts, parking of idle
-//! HTTP/1.1 connections, and graceful drain on shutdown.
+//! the rest by hyper) or h2 by preface (h2c, or over TLS by ALPN), the edge limits, the
+//! header-read and keep-alive timeouts, parking of idle HTTP/1.1 connections, and
+//! graceful drain on shutdown.
 
 pub mod drain;
 pub mod h1_framing;
@@ -374,34 +375,10 @@ where
                     exchange,
                 } => {
                     if let Some(answering) = exchange.as_mut() {
-                        match answering.poll(io, cx) {
-                            Poll::Ready(Ok(())) => {
-                                let closes = answering.closes();
-                                *exchange = None;
-                                if closes {
-                                    // The client was told; a shutdown, not a reset, ends it.
-                                    let _ = std::task::ready!(hyper::rt::Write::poll_shutdown(
-                                        Pin::new(io),
-                                        cx
-                                    ));
-                                    return Poll::Ready(Step::Closed);
-                                }
-                            }
-                            Poll::Ready(Err(err)) => {
-                                tracing::debug!(error = %err, "answer not delivered; closing");
-                                return Poll::Ready(Step::Closed);
-                            }
-                            // Watched as hyper watches a busy connection: one read while
-                            // nothing unread waits, so a client that leaves cancels its
-                            // request; pipelined bytes wait for their turn.
-                            Poll::Pending if io.has_prefix() => return Poll::Pending,
-                            Poll::Pending => {
-                                return match io.poll_fill(cx, false) {
-                                    Poll::Ready(Ok(false) | Err(_)) => Poll::Ready(Step::Closed),
-                                    Poll::Ready(Ok(true)) | Poll::Pending => Poll::Pending,
-                                };
-                            }
+                        if !std::task::ready!(poll_answer(io, answering, cx)) {
+                            return Poll::Ready(Step::Closed);
                         }
+                        *exchange = None;
                     }
                     if io.has_prefix() && !(*fresh && io.partial_preface()) {
                         if *fresh && io.starts_h2() {
@@ -503,6 +480,40 @@ where
             }
             Conn::Own { exchange: None, .. } | Conn::Closed => false,
         }
+    }
+}
+
+/// Drives the plain answer in flight on `io`: `true` once it is out and the connection
+/// goes on, `false` once the connection is over. The exchange stays until then, so a
+/// shutdown that has to wait (TLS sends its close first) is polled again, and nothing
+/// the client sent after a close is read meanwhile.
+fn poll_answer<I>(
+    io: &mut Parkable<I>,
+    answering: &mut Exchange,
+    cx: &mut Context<'_>,
+) -> Poll<bool>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+{
+    match answering.poll(io, cx) {
+        Poll::Ready(Ok(())) if answering.closes() => {
+            // The client was told; a shutdown, not a reset, ends it.
+            let _ = std::task::ready!(hyper::rt::Write::poll_shutdown(Pin::new(io), cx));
+            Poll::Ready(false)
+        }
+        Poll::Ready(Ok(())) => Poll::Ready(true),
+        Poll::Ready(Err(err)) => {
+            tracing::debug!(error = %err, "answer not delivered; closing");
+            Poll::Ready(false)
+        }
+        // Watched as hyper watches a busy connection: one read while nothing unread
+        // waits, so a client that leaves cancels its request; pipelined bytes wait for
+        // their turn.
+        Poll::Pending if io.has_prefix() => Poll::Pending,
+        Poll::Pending => match io.poll_fill(cx, false) {
+            Poll::Ready(Ok(false) | Err(_)) => Poll::Ready(false),
+            Poll::Ready(Ok(true)) | Poll::Pending => Poll::Pending,
+        },
     }
 }
 
